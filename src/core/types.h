@@ -1,0 +1,104 @@
+/*
+ * types.h — the vocabulary shared by every part of cagra: metrics, build and
+ * search parameters, the graph format, and the error type.
+ *
+ * This header is the contract between src/core (CPU), gpu/ (CUDA) and the
+ * PostgreSQL extension.  It includes only the C++ standard library.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cagra {
+
+/* Largest vector dimension the index accepts (pgvector's HNSW stops at 2,000). */
+constexpr uint32_t kMaxDim = 16000;
+
+/* Padding id in a graph row.  Appears only while the graph has no more than
+ * graph_degree nodes (a row cannot then be filled without a duplicate or a
+ * self edge); inserts replace padding before they replace real edges. */
+constexpr uint32_t kInvalidNode = 0xFFFFFFFFu;
+
+/*
+ * Distance functions, all "smaller is closer":
+ *   L2            squared Euclidean distance
+ *   InnerProduct  negative inner product (pgvector's <#>)
+ *   Cosine        1 - cos(a, b); vectors are normalised once by
+ *                 prepare_vector() and then compared as 1 - dot(a, b).
+ *                 A zero vector stays zero (distance 1 to everything).
+ */
+enum class Metric : uint32_t { L2 = 0, InnerProduct = 1, Cosine = 2 };
+
+const char *metric_name(Metric m);
+
+struct BuildParams {
+    uint32_t graph_degree = 32;        /* out-degree of the final graph */
+    uint32_t intermediate_degree = 64; /* out-degree of the kNN graph */
+    uint32_t nn_descent_max_iterations = 20;
+    float nn_descent_termination = 0.001f; /* stop when updates < this * n * k */
+    uint32_t threads = 1;
+    uint64_t seed = 0x5eedcafe;
+};
+
+struct SearchParams {
+    uint32_t itopk_size = 64;     /* candidates kept, >= k */
+    uint32_t search_width = 1;    /* parents expanded per iteration */
+    uint32_t max_iterations = 0;  /* 0: chosen from itopk_size and search_width */
+    uint32_t random_entries = 32; /* random entry nodes besides the fixed ones */
+    uint64_t seed = 0x5eedcafe;
+};
+
+/* Row-major n x dim float32 vectors, already prepared for the metric. */
+struct DatasetView {
+    const float *data = nullptr;
+    uint64_t n = 0;
+    uint32_t dim = 0;
+    const float *row(uint64_t i) const { return data + i * dim; }
+};
+
+/*
+ * The CAGRA graph: node ids are dense 0..n-1, each row holds exactly
+ * `degree` out-edges (uint32), row-major n x degree, no self edge, no
+ * duplicate.  A CPU-built and a GPU-built graph have this same format.
+ */
+struct Graph {
+    uint32_t degree = 0;
+    std::vector<uint32_t> edges;
+
+    uint64_t size() const { return degree ? edges.size() / degree : 0; }
+    const uint32_t *row(uint64_t i) const { return edges.data() + i * degree; }
+    uint32_t *row(uint64_t i) { return edges.data() + i * degree; }
+};
+
+struct Neighbor {
+    uint32_t id;
+    float distance;
+};
+
+/* What every failure of the core reports; the PostgreSQL side maps the code
+ * to an SQLSTATE and the hint to errhint(). */
+enum class ErrorCode {
+    InvalidParameter, /* a parameter out of range */
+    InvalidData,      /* NaN, infinity, wrong dimension, no rows */
+    OutOfMemory,
+    Cancelled,        /* the caller asked the build to stop */
+    Corrupt,          /* serialised data that does not parse */
+};
+
+class Error : public std::runtime_error {
+public:
+    Error(ErrorCode code, const std::string &message, std::string hint = {})
+        : std::runtime_error(message), code_(code), hint_(std::move(hint)) {}
+    ErrorCode code() const { return code_; }
+    const std::string &hint() const { return hint_; }
+
+private:
+    ErrorCode code_;
+    std::string hint_;
+};
+
+} // namespace cagra
