@@ -1,0 +1,179 @@
+-- sql/install/vector.sql — first part of the install script: the type `vector`.
+--
+-- Created only when the extension's schema has no type named vector yet.
+-- When pgvector is installed there first, cagra attaches to pgvector's type
+-- (same on-disk layout) and to its operators <->, <#> and <=>, and creates
+-- none of the objects below; the index opclasses (am.sql) then refer to
+-- pgvector's type.
+
+\echo Use "CREATE EXTENSION cagra" to load this file. \quit
+
+DO $install_vector$
+DECLARE
+    existing oid := to_regtype('vector');  -- search_path is the target schema
+    pgvector_schema name;
+BEGIN
+    IF existing IS NOT NULL THEN
+        -- Attach only to a type with pgvector's layout: variable length,
+        -- int alignment, typmod vector(n), no element type.
+        PERFORM 1 FROM pg_type
+         WHERE oid = existing AND typlen = -1 AND typalign = 'i'
+           AND typelem = 0 AND typmodin <> 0 AND typtype = 'b';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'type % exists but is not a pgvector-compatible vector type',
+                            existing::regtype
+                USING ERRCODE = 'duplicate_object',
+                      HINT = 'Install cagra into another schema: CREATE EXTENSION cagra SCHEMA ...';
+        END IF;
+        RAISE NOTICE 'cagra uses the existing type %', existing::regtype;
+        RETURN;
+    END IF;
+
+    -- pgvector installed in another schema: attach there rather than create a
+    -- second, incompatible type of the same name.
+    SELECT n.nspname INTO pgvector_schema
+      FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+     WHERE e.extname = 'vector';
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgvector is installed in schema "%", cagra in schema "%"',
+                        pgvector_schema, current_schema()
+            USING ERRCODE = 'invalid_schema_name',
+                  HINT = format('Create cagra in pgvector''s schema: CREATE EXTENSION cagra SCHEMA %I;',
+                                pgvector_schema);
+    END IF;
+
+    EXECUTE $ddl$
+    CREATE TYPE vector;
+
+    CREATE FUNCTION vector_in(cstring, oid, integer) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_out(vector) RETURNS cstring
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_typmod_in(cstring[]) RETURNS integer
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_recv(internal, oid, integer) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_send(vector) RETURNS bytea
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE TYPE vector (
+        INPUT     = vector_in,
+        OUTPUT    = vector_out,
+        TYPMOD_IN = vector_typmod_in,
+        RECEIVE   = vector_recv,
+        SEND      = vector_send,
+        STORAGE   = external
+    );
+
+    -- typmod and casts
+    CREATE FUNCTION vector(vector, integer, boolean) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_vector(integer[], integer, boolean) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_vector(real[], integer, boolean) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_vector(double precision[], integer, boolean) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_vector(numeric[], integer, boolean) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_to_float4(vector, integer, boolean) RETURNS real[]
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE CAST (vector AS vector)
+        WITH FUNCTION vector(vector, integer, boolean) AS IMPLICIT;
+    CREATE CAST (integer[] AS vector)
+        WITH FUNCTION array_to_vector(integer[], integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (real[] AS vector)
+        WITH FUNCTION array_to_vector(real[], integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (double precision[] AS vector)
+        WITH FUNCTION array_to_vector(double precision[], integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (numeric[] AS vector)
+        WITH FUNCTION array_to_vector(numeric[], integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (vector AS real[])
+        WITH FUNCTION vector_to_float4(vector, integer, boolean) AS IMPLICIT;
+
+    -- distances and other functions
+    CREATE FUNCTION l2_distance(vector, vector) RETURNS float8
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION inner_product(vector, vector) RETURNS float8
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_negative_inner_product(vector, vector) RETURNS float8
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION cosine_distance(vector, vector) RETURNS float8
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_dims(vector) RETURNS integer
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_norm(vector) RETURNS float8
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE OPERATOR <-> (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = l2_distance,
+        COMMUTATOR = '<->'
+    );
+    CREATE OPERATOR <#> (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_negative_inner_product,
+        COMMUTATOR = '<#>'
+    );
+    CREATE OPERATOR <=> (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = cosine_distance,
+        COMMUTATOR = '<=>'
+    );
+
+    -- comparisons and the default btree opclass (DISTINCT, ORDER BY, UNIQUE)
+    CREATE FUNCTION vector_lt(vector, vector) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_le(vector, vector) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_eq(vector, vector) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_ne(vector, vector) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_ge(vector, vector) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_gt(vector, vector) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_cmp(vector, vector) RETURNS integer
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE OPERATOR < (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_lt,
+        COMMUTATOR = >, NEGATOR = >=,
+        RESTRICT = scalarltsel, JOIN = scalarltjoinsel
+    );
+    CREATE OPERATOR <= (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_le,
+        COMMUTATOR = >=, NEGATOR = >,
+        RESTRICT = scalarlesel, JOIN = scalarlejoinsel
+    );
+    CREATE OPERATOR = (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_eq,
+        COMMUTATOR = =, NEGATOR = <>,
+        RESTRICT = eqsel, JOIN = eqjoinsel
+    );
+    CREATE OPERATOR <> (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_ne,
+        COMMUTATOR = <>, NEGATOR = =,
+        RESTRICT = neqsel, JOIN = neqjoinsel
+    );
+    CREATE OPERATOR >= (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_ge,
+        COMMUTATOR = <=, NEGATOR = <,
+        RESTRICT = scalargesel, JOIN = scalargejoinsel
+    );
+    CREATE OPERATOR > (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_gt,
+        COMMUTATOR = <, NEGATOR = <=,
+        RESTRICT = scalargtsel, JOIN = scalargtjoinsel
+    );
+
+    CREATE OPERATOR CLASS vector_ops
+        DEFAULT FOR TYPE vector USING btree AS
+        OPERATOR 1 <,
+        OPERATOR 2 <=,
+        OPERATOR 3 =,
+        OPERATOR 4 >=,
+        OPERATOR 5 >,
+        FUNCTION 1 vector_cmp(vector, vector);
+    $ddl$;
+END
+$install_vector$;
