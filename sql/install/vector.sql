@@ -20,12 +20,11 @@ BEGIN
          WHERE oid = existing AND typlen = -1 AND typalign = 'i'
            AND typelem = 0 AND typmodin <> 0 AND typtype = 'b';
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'type % exists but is not a pgvector-compatible vector type',
-                            existing::regtype
+            RAISE EXCEPTION 'type "%.vector" exists but does not have the layout of pgvector''s vector',
+                            current_schema()
                 USING ERRCODE = 'duplicate_object',
-                      HINT = 'Install cagra into another schema: CREATE EXTENSION cagra SCHEMA ...';
+                      HINT = 'Install cagra into another schema: CREATE EXTENSION cagra SCHEMA ...;';
         END IF;
-        RAISE NOTICE 'cagra uses the existing type %', existing::regtype;
         RETURN;
     END IF;
 

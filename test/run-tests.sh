@@ -1,0 +1,151 @@
+#!/bin/bash
+# test/run-tests.sh — every test layer of cagra, from a clean checkout:
+#
+#   1. core: CMake build (Release) into build/, then ctest (GoogleTest; the
+#      GPU tests skip themselves without a device)
+#   2. extension: PGXS build and install (make && make install)
+#   3. pg_regress: every sql/*.sql on a temporary instance
+#   4. TAP: test/t/*.pl with PostgreSQL::Test::Cluster
+#
+# Servers refuse to run as root, so as root the SQL layers run as the
+# unprivileged user $CAGRA_TEST_USER (default cagra_test, created if missing)
+# in a scratch directory.  Failure details are copied back into the checkout:
+# regression.diffs and results/ (pg_regress), tmp_check/log/ (TAP).
+# Exit status is non-zero when any layer fails.
+#
+# Environment: PG_CONFIG (default pg_config), JOBS (default 2),
+# CAGRA_TEST_USER, KEEP_SCRATCH=1 to keep the scratch directory.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+ROOT=$(pwd)
+PG_CONFIG=${PG_CONFIG:-pg_config}
+JOBS=${JOBS:-2}
+TEST_USER=${CAGRA_TEST_USER:-cagra_test}
+
+BINDIR=$("$PG_CONFIG" --bindir) || { echo "pg_config not found" >&2; exit 2; }
+PGXS_SRC=$(dirname "$("$PG_CONFIG" --pgxs)")/..
+PG_REGRESS=$PGXS_SRC/test/regress/pg_regress
+
+declare -a SUMMARY=()
+FAILED=0
+record() {  # record LAYER STATUS DETAIL
+    SUMMARY+=("$(printf '%-11s %-5s %s' "$1" "$2" "$3")")
+    [ "$2" = FAIL ] && FAILED=1
+    return 0
+}
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+# --- scratch space and the unprivileged user --------------------------------
+SCRATCH=$(mktemp -d /tmp/cagra-tests.XXXXXX)
+cleanup() {
+    if [ "${KEEP_SCRATCH:-}" = 1 ]; then echo "scratch kept: $SCRATCH"; else rm -rf "$SCRATCH"; fi
+}
+trap cleanup EXIT
+
+if [ "$(id -u)" = 0 ]; then
+    if ! id "$TEST_USER" >/dev/null 2>&1; then
+        useradd --create-home --shell /bin/bash "$TEST_USER" || { echo "cannot create user $TEST_USER" >&2; exit 2; }
+    fi
+    chown "$TEST_USER" "$SCRATCH"
+    as_test_user() { runuser -u "$TEST_USER" -- "$@"; }
+else
+    as_test_user() { "$@"; }
+fi
+
+# --- 1. core library and GoogleTest ------------------------------------------
+banner "core: CMake build and ctest"
+if [ ! -f CMakeLists.txt ]; then
+    record core SKIP "no CMakeLists.txt"
+elif ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$SCRATCH/cmake.log" 2>&1; then
+    tail -40 "$SCRATCH/cmake.log"
+    record core FAIL "cmake configure failed"
+elif ! cmake --build build -j "$JOBS" >"$SCRATCH/build.log" 2>&1; then
+    tail -60 "$SCRATCH/build.log"
+    record core FAIL "cmake build failed"
+elif ctest --test-dir build --output-on-failure -j "$JOBS" >"$SCRATCH/ctest.log" 2>&1; then
+    tail -5 "$SCRATCH/ctest.log"
+    record core PASS "$(grep -E 'tests passed' "$SCRATCH/ctest.log" | tail -1)"
+else
+    cat "$SCRATCH/ctest.log" | tail -150
+    record core FAIL "$(grep -E 'tests passed|tests failed' "$SCRATCH/ctest.log" | tail -1)"
+fi
+
+# --- 2. the extension ----------------------------------------------------------
+banner "extension: PGXS build and install"
+EXT_OK=0
+if make -j "$JOBS" PG_CONFIG="$PG_CONFIG" >"$SCRATCH/make.log" 2>&1 &&
+   make install PG_CONFIG="$PG_CONFIG" >>"$SCRATCH/make.log" 2>&1; then
+    grep -E 'warning|error' "$SCRATCH/make.log" | grep -v -- '-Werror' | head -20
+    EXT_OK=1
+    record extension PASS "built and installed into $("$PG_CONFIG" --pkglibdir)"
+else
+    tail -60 "$SCRATCH/make.log"
+    record extension FAIL "make or make install failed"
+fi
+
+# --- 3. pg_regress ---------------------------------------------------------------
+banner "pg_regress"
+REGRESS_TESTS=$(for f in sql/*.sql; do [ -e "$f" ] && basename "$f" .sql; done)
+if [ "$EXT_OK" != 1 ]; then
+    record pg_regress FAIL "not run: the extension did not build"
+elif [ -z "$REGRESS_TESTS" ]; then
+    record pg_regress SKIP "no sql/*.sql"
+else
+    RDIR=$SCRATCH/regress
+    mkdir -p "$RDIR"
+    cp -r sql expected "$RDIR"/
+    cp test/regress.conf "$RDIR"/
+    [ "$(id -u)" = 0 ] && chown -R "$TEST_USER" "$RDIR"
+    rm -rf results regression.diffs regression.out
+    # shellcheck disable=SC2086
+    if (cd "$RDIR" && as_test_user "$PG_REGRESS" \
+            --temp-instance="$RDIR/tmp_check" \
+            --temp-config="$RDIR/regress.conf" \
+            --inputdir="$RDIR" --outputdir="$RDIR" \
+            --bindir="$BINDIR" \
+            --dbname=contrib_regression \
+            --encoding=UTF8 --no-locale \
+            $REGRESS_TESTS) 2>&1 | tee "$SCRATCH/regress.log"
+       [ "${PIPESTATUS[0]}" = 0 ]; then
+        record pg_regress PASS "$(grep -E 'tests passed' "$SCRATCH/regress.log" | tr -d '= ' )"
+    else
+        cp -r "$RDIR/results" . 2>/dev/null
+        cp "$RDIR/regression.diffs" "$RDIR/regression.out" . 2>/dev/null
+        [ -f regression.diffs ] && { banner "regression.diffs"; cat regression.diffs; }
+        [ -d "$RDIR/tmp_check/log" ] && tail -30 "$RDIR"/tmp_check/log/postmaster.log
+        record pg_regress FAIL "see regression.diffs and results/"
+    fi
+fi
+
+# --- 4. TAP ------------------------------------------------------------------------
+banner "TAP"
+TAP_TESTS=$(ls test/t/*.pl 2>/dev/null)
+if [ "$EXT_OK" != 1 ]; then
+    record TAP FAIL "not run: the extension did not build"
+elif [ -z "$TAP_TESTS" ]; then
+    record TAP SKIP "no test/t/*.pl"
+else
+    TDIR=$SCRATCH/tap
+    mkdir -p "$TDIR"
+    [ "$(id -u)" = 0 ] && chown "$TEST_USER" "$TDIR"
+    rm -rf tmp_check/log
+    # shellcheck disable=SC2086
+    if (cd "$TDIR" && as_test_user env \
+            PATH="$BINDIR:$PATH" TESTDIR="$TDIR" PG_REGRESS="$PG_REGRESS" \
+            PG_CONFIG="$BINDIR/pg_config" CAGRA_SRC="$ROOT" \
+            prove -I "$PGXS_SRC/test/perl" -I "$ROOT/test/t" \
+                  $(for t in $TAP_TESTS; do echo "$ROOT/$t"; done)) 2>&1 | tee "$SCRATCH/tap.log"
+       [ "${PIPESTATUS[0]}" = 0 ]; then
+        record TAP PASS "$(grep -E '^Files=' "$SCRATCH/tap.log")"
+    else
+        mkdir -p tmp_check && cp -r "$TDIR/tmp_check/log" tmp_check/ 2>/dev/null
+        record TAP FAIL "logs in tmp_check/log/"
+    fi
+fi
+
+# --- summary ------------------------------------------------------------------------
+banner "summary"
+printf '%s\n' "${SUMMARY[@]}"
+if [ "$FAILED" = 0 ]; then echo "ALL TEST LAYERS PASSED"; else echo "SOME TEST LAYERS FAILED"; fi
+exit "$FAILED"
