@@ -108,7 +108,7 @@ else
             --encoding=UTF8 --no-locale \
             $REGRESS_TESTS) 2>&1 | tee "$SCRATCH/regress.log"
        [ "${PIPESTATUS[0]}" = 0 ]; then
-        record pg_regress PASS "$(grep -E 'tests passed' "$SCRATCH/regress.log" | tr -d '= ' )"
+        record pg_regress PASS "$(grep -E 'tests passed' "$SCRATCH/regress.log" | sed 's/^ *//; s/ *$//')"
     else
         cp -r "$RDIR/results" . 2>/dev/null
         cp "$RDIR/regression.diffs" "$RDIR/regression.out" . 2>/dev/null
@@ -137,7 +137,7 @@ else
             prove -I "$PGXS_SRC/test/perl" -I "$ROOT/test/t" \
                   $(for t in $TAP_TESTS; do echo "$ROOT/$t"; done)) 2>&1 | tee "$SCRATCH/tap.log"
        [ "${PIPESTATUS[0]}" = 0 ]; then
-        record TAP PASS "$(grep -E '^Files=' "$SCRATCH/tap.log")"
+        record TAP PASS "$(grep -E "^Files=" "$SCRATCH/tap.log" | cut -d, -f1-2)"
     else
         mkdir -p tmp_check && cp -r "$TDIR/tmp_check/log" tmp_check/ 2>/dev/null
         record TAP FAIL "logs in tmp_check/log/"
