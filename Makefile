@@ -41,8 +41,8 @@ PG_CPPFLAGS = -I$(CURDIR)/src
 PG_CXXFLAGS = -std=c++17 -O2 -fPIC -march=x86-64-v2 -Wno-register
 SHLIB_LINK = -lstdc++ -lpthread
 
-# No bitcode: PostgreSQL's JIT inlining needs clang, which neither this
-# machine nor the GPU machine has.  `override` wins over Makefile.global.
+# No bitcode: it only serves JIT inlining, and the GPU machine has no clang
+# to make it.  `override` wins over Makefile.global's with_llvm = yes.
 override with_llvm := no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
