@@ -149,6 +149,19 @@ SELECT count(*) AS wrong FROM (
             FROM generate_series(1, 70) d) s
 ) t WHERE round(l2sq) <> l2sq_sql OR ip <> ip_sql OR abs(l2sq - l2sq_sql) > 1e-9;
 
+-- the SQLSTATE of each kind of error
+\set VERBOSITY sqlstate
+SELECT '[1,2'::vector;                       -- invalid_text_representation
+SELECT '[]'::vector;                         -- data_exception
+SELECT '[NaN]'::vector;                      -- data_exception
+SELECT '[1e39]'::vector;                     -- numeric_value_out_of_range
+SELECT array_fill(1, ARRAY[16001])::vector;  -- program_limit_exceeded
+SELECT '[1]'::vector(0);                     -- invalid_parameter_value
+SELECT '[1,2]'::vector(3);                   -- data_exception
+SELECT '[1,2]'::vector <-> '[1]';            -- data_exception
+SELECT ARRAY[1,NULL]::vector;                -- null_value_not_allowed
+\set VERBOSITY default
+
 -- comparisons and the btree opclass
 SELECT '[1,2]'::vector < '[1,3]', '[1,2]'::vector < '[1,2,0]', '[2]'::vector > '[1,9]',
        '[1,2]'::vector = '[1,2]', '[1,2]'::vector <> '[1,2]', '[1,2]'::vector <= '[1,2]',
