@@ -1,5 +1,6 @@
 # test/t/001_extension.pl — the extension in a real cluster: CREATE EXTENSION,
-# vectors stored, read back across a restart, and DROP EXTENSION.
+# vectors stored, read back across a restart and a crash, dumped and restored,
+# and DROP EXTENSION.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -38,6 +39,18 @@ my ($ret, $stdout, $stderr) =
   $node->psql('postgres', "INSERT INTO items VALUES (2000, '[1,2]')");
 isnt($ret, 0, 'wrong dimensions rejected');
 like($stderr, qr/expected 3 dimensions, not 2/, 'dimension error message');
+
+# pg_dump writes CREATE EXTENSION and the vectors as text; a restore into
+# another database reads them back unchanged.
+my $dump = $node->basedir . '/dump.sql';
+$node->command_ok([ 'pg_dump', '-d', $node->connstr('postgres'), '-f', $dump ], 'pg_dump');
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('restored'),
+		'-f', $dump ], 'restore');
+is($node->safe_psql('restored', "SELECT count(*) FROM items"), '1001', 'restored rows');
+is($node->safe_psql('restored', "SELECT md5(string_agg(v::text, ';' ORDER BY id)) FROM items"),
+	$node->safe_psql('postgres', "SELECT md5(string_agg(v::text, ';' ORDER BY id)) FROM items"),
+	'restored vectors equal the originals');
 
 $node->safe_psql('postgres', 'DROP TABLE items; DROP EXTENSION cagra');
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_type WHERE typname = 'vector'"),
