@@ -1,0 +1,55 @@
+-- sql/install/am.sql — the cagra index access method, its operator classes
+-- (on the type `vector`, ours or pgvector's) and the index inspection
+-- functions.
+
+CREATE FUNCTION cagra_handler(internal) RETURNS index_am_handler
+    AS 'MODULE_PATHNAME' LANGUAGE C;
+
+CREATE ACCESS METHOD cagra TYPE INDEX HANDLER cagra_handler;
+COMMENT ON ACCESS METHOD cagra IS 'CAGRA graph index for nearest-neighbour search';
+
+-- Support function 1 of each operator class names the metric it indexes.
+CREATE FUNCTION cagra_l2_support(internal) RETURNS integer
+    AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION cagra_ip_support(internal) RETURNS integer
+    AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION cagra_cosine_support(internal) RETURNS integer
+    AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OPERATOR CLASS vector_l2_ops
+    FOR TYPE vector USING cagra AS
+    OPERATOR 1 <-> (vector, vector) FOR ORDER BY float_ops,
+    FUNCTION 1 cagra_l2_support(internal);
+
+CREATE OPERATOR CLASS vector_ip_ops
+    FOR TYPE vector USING cagra AS
+    OPERATOR 1 <#> (vector, vector) FOR ORDER BY float_ops,
+    FUNCTION 1 cagra_ip_support(internal);
+
+CREATE OPERATOR CLASS vector_cosine_ops
+    FOR TYPE vector USING cagra AS
+    OPERATOR 1 <=> (vector, vector) FOR ORDER BY float_ops,
+    FUNCTION 1 cagra_cosine_support(internal);
+
+-- What the meta page of a cagra index says.
+CREATE FUNCTION cagra_index_info(
+        index regclass,
+        OUT dimensions integer,
+        OUT metric text,
+        OUT graph_degree integer,
+        OUT intermediate_graph_degree integer,
+        OUT build_device text,
+        OUT nodes bigint,
+        OUT live_nodes bigint,
+        OUT deleted_nodes bigint,
+        OUT entry_nodes integer,
+        OUT nodes_per_page integer,
+        OUT pages_per_node integer,
+        OUT pages bigint,
+        OUT size_bytes bigint,
+        OUT generation bigint)
+    AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
+
+-- Every broken invariant of a cagra index, one line each; no rows when clean.
+CREATE FUNCTION cagra_index_check(index regclass) RETURNS SETOF text
+    AS 'MODULE_PATHNAME' LANGUAGE C STRICT;

@@ -1,0 +1,525 @@
+/*
+ * build.cpp — ambuild and ambuildempty on the CPU.
+ *
+ * The heap scan collects prepared vectors and heap TIDs in memory (bounded
+ * by maintenance_work_mem), the core builds the graph on its own threads
+ * while this (the only PostgreSQL) thread reports progress and watches for
+ * interrupts, then the pages are written through shared buffers and
+ * WAL-logged in bulk with log_newpage_range.
+ */
+#include "am/cagra_am.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <pthread.h>
+#include <thread>
+
+#include "core/build.h"
+#include "core/distance.h"
+#include "vector.h"
+
+extern "C" {
+#include "access/tableam.h"
+#include "access/xloginsert.h"
+#include "catalog/index.h"
+#include "commands/progress.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "storage/ipc.h"
+#include "storage/smgr.h"
+#include "utils/memutils.h"
+#include "utils/wait_event.h"
+}
+
+/* The heap scan's state: plain C data in the build memory context. */
+typedef struct CagraBuildState
+{
+	Relation	index;
+	cagra::Metric metric;
+	uint32		dims;			/* 0 until the first vector when the column has no typmod */
+	uint32		graph_degree;
+	uint32		intermediate_degree;
+	float	   *vectors;		/* n x dims, prepared */
+	ItemPointerData *tids;
+	uint64		n;
+	uint64		capacity;
+	uint64		skipped_zero;	/* zero vectors under cosine, not indexed */
+	double		mem_limit;		/* bytes */
+	MemoryContext cxt;
+	MemoryContext tuple_cxt;
+} CagraBuildState;
+
+/* Bytes the build needs per indexed vector: the vector, its TID, the kNN
+ * graph (ids and distances) and the working copies of the final graph. */
+static double
+cagra_build_bytes_per_node(const CagraBuildState *bs)
+{
+	return (double) bs->dims * sizeof(float) + sizeof(ItemPointerData) +
+		(double) bs->intermediate_degree * 2 * (sizeof(uint32) + sizeof(float)) +
+		(double) bs->graph_degree * 3 * sizeof(uint32);
+}
+
+static void
+cagra_check_build_memory(const CagraBuildState *bs, uint64 n)
+{
+	double		need = cagra_build_bytes_per_node(bs) * (double) n;
+
+	if (need > bs->mem_limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cagra index build needs more memory than maintenance_work_mem (%d kB) allows",
+						maintenance_work_mem),
+				 errdetail("%llu vectors of %u dimensions need about %.0f MB.",
+						   (unsigned long long) n, bs->dims,
+						   cagra_build_bytes_per_node(bs) * (double) n / (1024.0 * 1024.0)),
+				 errhint("Raise maintenance_work_mem, for example SET maintenance_work_mem = '%.0fMB'.",
+						 ceil(need * 1.25 / (1024.0 * 1024.0)) + 1)));
+}
+
+/* prepare_vector behind a boundary: the core must never throw into the callback. */
+static bool
+cagra_prepare_into(cagra::Metric metric, const float *in, float *out, uint32 dims) noexcept
+{
+	try
+	{
+		cagra::prepare_vector(metric, in, out, dims);
+		return true;
+	}
+	catch (...)
+	{
+		return false;
+	}
+}
+
+static bool
+cagra_is_zero_vector(const float *x, uint32 dims)
+{
+	for (uint32 i = 0; i < dims; i++)
+		if (x[i] != 0.0f)
+			return false;
+	return true;
+}
+
+void
+cagra_check_dims(Relation index, uint32 expected, int actual)
+{
+	if ((int) expected != actual)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("expected %u dimensions, not %d", expected, actual),
+				 errdetail("Index \"%s\" holds vectors of %u dimensions.",
+						   RelationGetRelationName(index), expected)));
+}
+
+static void
+cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+					 bool tupleIsAlive, void *state)
+{
+	CagraBuildState *bs = (CagraBuildState *) state;
+
+	if (isnull[0])
+		return;
+
+	MemoryContext old = MemoryContextSwitchTo(bs->tuple_cxt);
+	Vector	   *v = DatumGetVector(values[0]);
+
+	if (bs->dims == 0)
+		bs->dims = v->dim;
+	cagra_check_dims(index, bs->dims, v->dim);
+
+	if (bs->metric == cagra::Metric::Cosine && cagra_is_zero_vector(v->x, v->dim))
+	{
+		bs->skipped_zero++;
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(bs->tuple_cxt);
+		return;
+	}
+
+	if (bs->n >= (uint64) cagra::kInvalidNode - 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a cagra index holds at most %u vectors", cagra::kInvalidNode - 2)));
+	if (bs->n == bs->capacity)
+	{
+		uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
+		uint64		cap = Min(Max(bs->capacity * 2, (uint64) 1024), fits);
+
+		cagra_check_build_memory(bs, bs->n + 1);
+		cap = Max(cap, bs->n + 1);
+		bs->vectors = (float *) repalloc_huge(bs->vectors, cap * bs->dims * sizeof(float));
+		bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
+		bs->capacity = cap;
+	}
+	if (!cagra_prepare_into(bs->metric, v->x, bs->vectors + bs->n * bs->dims, bs->dims))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("vector could not be prepared for the index")));
+	bs->tids[bs->n] = *tid;
+	bs->n++;
+	if ((bs->n & 1023) == 0)
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) bs->n);
+
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(bs->tuple_cxt);
+}
+
+/* ---- the core build on its own threads ---- */
+
+struct CagraBuildJob
+{
+	cagra::DatasetView data;
+	cagra::Metric metric = cagra::Metric::L2;
+	cagra::BuildParams params;
+	cagra::BuildProgress progress;
+	cagra::BuiltGraph result;
+	CagraStatus status;
+	std::atomic<bool> finished{false};
+	std::thread thread;
+
+	~CagraBuildJob()
+	{
+		progress.cancel = true;
+		if (thread.joinable())
+			thread.join();
+	}
+
+	void run() noexcept
+	{
+		try
+		{
+			result = cagra::build_graph(data, metric, params, &progress);
+			cagra_status_ok(&status);
+		}
+		catch (...)
+		{
+			cagra_status_from_current_exception(&status);
+		}
+		finished = true;
+	}
+};
+
+/* Start the job's thread with every signal blocked: PostgreSQL's handlers
+ * must run on the backend's own thread.  The core's threads inherit it. */
+static bool
+cagra_start_job(CagraBuildJob *job, CagraStatus *st) noexcept
+{
+	sigset_t	all,
+				old;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	try
+	{
+		job->thread = std::thread([job] { job->run(); });
+		cagra_status_ok(st);
+	}
+	catch (...)
+	{
+		cagra_status_from_current_exception(st);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return st->ok;
+}
+
+static void
+cagra_stop_job(CagraBuildJob *job) noexcept
+{
+	job->progress.cancel = true;
+	if (job->thread.joinable())
+		job->thread.join();
+}
+
+static CagraBuildJob *
+cagra_new_job(CagraStatus *st) noexcept
+{
+	try
+	{
+		CagraBuildJob *job = new CagraBuildJob();
+
+		cagra_status_ok(st);
+		return job;
+	}
+	catch (...)
+	{
+		cagra_status_from_current_exception(st);
+		return nullptr;
+	}
+}
+
+static int64
+cagra_phase_of(uint32 core_phase)
+{
+	return core_phase == (uint32) cagra::BuildPhase::Pruning ? CAGRA_PHASE_PRUNE : CAGRA_PHASE_KNN;
+}
+
+/*
+ * Run the core build and wait for it, reporting progress.  On a cancel
+ * request the job is stopped and joined before CHECK_FOR_INTERRUPTS throws;
+ * on any other error the owner's reset callback stops and joins it.
+ */
+static CagraBuildJob *
+cagra_run_core_build(CagraBuildState *bs, CagraOwner **owner_out)
+{
+	CagraStatus st;
+	CagraBuildJob *job = cagra_new_job(&st);
+
+	if (!job)
+		cagra_report_status(&st);
+	CagraOwner *owner = cagra_owner_new(bs->cxt, job, cagra_delete_object<CagraBuildJob>);
+
+	job->data.data = bs->vectors;
+	job->data.n = bs->n;
+	job->data.dim = bs->dims;
+	job->metric = bs->metric;
+	job->params.graph_degree = bs->graph_degree;
+	job->params.intermediate_degree = bs->intermediate_degree;
+	job->params.threads = (uint32) max_parallel_maintenance_workers + 1;
+
+	if (!cagra_start_job(job, &st))
+	{
+		cagra_owner_free(owner);
+		cagra_report_status(&st);
+	}
+
+	int64		last_phase = -1;
+
+	while (!job->finished.load())
+	{
+		int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
+								   10L, PG_WAIT_EXTENSION);
+
+		ResetLatch(MyLatch);
+		if (rc & WL_POSTMASTER_DEATH)
+		{
+			cagra_stop_job(job);
+			proc_exit(1);
+		}
+
+		int64		phase = cagra_phase_of(job->progress.phase.load());
+
+		if (phase != last_phase)
+		{
+			pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, phase);
+			last_phase = phase;
+		}
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) job->progress.total.load());
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) job->progress.done.load());
+
+		if (InterruptPending)
+		{
+			if (QueryCancelPending || ProcDiePending)
+				cagra_stop_job(job);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	cagra_stop_job(job);		/* joins the finished thread */
+	if (!job->status.ok)
+	{
+		st = job->status;
+		cagra_owner_free(owner);
+		cagra_report_status(&st);
+	}
+	*owner_out = owner;
+	return job;
+}
+
+/* ---- writing the pages ---- */
+
+static Buffer
+cagra_new_buffer(Relation index, ForkNumber fork)
+{
+	Buffer		buf = ReadBufferExtended(index, fork, P_NEW, RBM_NORMAL, NULL);
+
+	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+	return buf;
+}
+
+static void
+cagra_fill_meta(CagraMetaData *meta, Relation index, cagra::Metric metric, uint32 dims,
+				uint32 degree, uint32 intermediate)
+{
+	memset(meta, 0, sizeof(*meta));
+	meta->magic = CAGRA_MAGIC;
+	meta->version = CAGRA_FORMAT_VERSION;
+	meta->dims = dims;
+	meta->metric = (uint32) metric;
+	meta->graph_degree = degree;
+	meta->intermediate_degree = intermediate;
+	meta->build_device = CAGRA_DEVICE_CPU;
+	meta->generation = 1;
+	if (dims > 0)
+		cagra_compute_layout(meta);
+}
+
+/* Serialise the records of one node group (k nodes, or one node spanning
+ * p pages) into `group`. */
+static void
+cagra_fill_group(const CagraMetaData *meta, const CagraBuildState *bs, const cagra::Graph &graph,
+				 uint32 first, char *group)
+{
+	uint64		group_bytes = (uint64) meta->nodes_per_page * meta->record_size;
+
+	memset(group, 0, group_bytes);
+	for (uint32 j = 0; j < meta->nodes_per_page && first + j < bs->n; j++)
+	{
+		uint32		id = first + j;
+		char	   *rec = group + (uint64) j * meta->record_size;
+		CagraNodeHeader hdr;
+
+		hdr.heap_tid = bs->tids[id];
+		hdr.flags = CAGRA_NODE_LIVE;
+		memcpy(rec, &hdr, sizeof(hdr));
+		memcpy(rec + CAGRA_ROW_OFFSET, graph.row(id), meta->graph_degree * sizeof(uint32));
+		memcpy(rec + cagra_vector_offset(meta->graph_degree), bs->vectors + (uint64) id * bs->dims,
+			   bs->dims * sizeof(float));
+	}
+}
+
+static void
+cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildState *bs,
+				  const cagra::Graph *graph)
+{
+	Buffer		buf = cagra_new_buffer(index, MAIN_FORKNUM);
+
+	Assert(BufferGetBlockNumber(buf) == CAGRA_METAPAGE_BLKNO);
+	cagra_init_meta_page(BufferGetPage(buf), meta);
+	MarkBufferDirty(buf);
+	UnlockReleaseBuffer(buf);
+
+	if (bs->n == 0)
+		return;
+
+	uint64		group_bytes = (uint64) meta->nodes_per_page * meta->record_size;
+	char	   *group = (char *) palloc(group_bytes);
+
+	for (uint32 first = 0; first < bs->n; first += meta->nodes_per_page)
+	{
+		cagra_fill_group(meta, bs, *graph, first, group);
+		for (uint32 p = 0; p < meta->pages_per_node; p++)
+		{
+			uint64		start = (uint64) p * CAGRA_PAGE_USABLE;
+			uint64		len = Min(group_bytes - start, (uint64) CAGRA_PAGE_USABLE);
+
+			buf = cagra_new_buffer(index, MAIN_FORKNUM);
+			Page		page = BufferGetPage(buf);
+
+			cagra_init_node_page(page, meta, BufferGetBlockNumber(buf));
+			memcpy((char *) page + CAGRA_PAGE_DATA_START, group + start, len);
+			MarkBufferDirty(buf);
+			UnlockReleaseBuffer(buf);
+		}
+		if ((first / meta->nodes_per_page) % 64 == 0)
+		{
+			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) first);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	pfree(group);
+}
+
+static void
+cagra_check_built_graph(Relation index, const CagraBuildState *bs, const cagra::BuiltGraph &built)
+{
+	if (built.graph.degree != bs->graph_degree || built.graph.size() != bs->n)
+		elog(ERROR, "cagra core build returned a graph of %llu x %u for %llu vectors of degree %u",
+			 (unsigned long long) built.graph.size(), built.graph.degree,
+			 (unsigned long long) bs->n, bs->graph_degree);
+}
+
+IndexBuildResult *
+cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
+{
+	if (RelationGetNumberOfBlocks(index) != 0)
+		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
+	if (cagra_option_build_device(index) == CAGRA_DEVICE_GPU)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot build index \"%s\" on the GPU: no cagra GPU worker is available",
+						RelationGetRelationName(index)),
+				 errhint("Use build_device = auto or build_device = cpu.")));
+
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra build",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	CagraBuildState *bs = (CagraBuildState *) palloc0(sizeof(CagraBuildState));
+	int32		typmod = TupleDescAttr(RelationGetDescr(index), 0)->atttypmod;
+
+	bs->index = index;
+	bs->metric = cagra_index_metric(index);
+	bs->dims = typmod > 0 ? (uint32) typmod : 0;
+	bs->graph_degree = (uint32) cagra_option_graph_degree(index);
+	bs->intermediate_degree = (uint32) cagra_option_intermediate_degree(index);
+	bs->mem_limit = (double) maintenance_work_mem * 1024.0;
+	bs->cxt = cxt;
+	bs->tuple_cxt = AllocSetContextCreate(cxt, "cagra build tuple", ALLOCSET_DEFAULT_SIZES);
+	bs->vectors = (float *) palloc(sizeof(float));
+	bs->tids = (ItemPointerData *) palloc(sizeof(ItemPointerData));
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_LOAD);
+	double		reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
+												   cagra_build_callback, bs, NULL);
+
+	CagraMetaData meta;
+	CagraOwner *owner = NULL;
+	CagraBuildJob *job = NULL;
+
+	if (bs->n > 0)
+	{
+		cagra_check_build_memory(bs, bs->n);
+		job = cagra_run_core_build(bs, &owner);
+		cagra_check_built_graph(index, bs, job->result);
+	}
+
+	cagra_fill_meta(&meta, index, bs->metric, bs->dims, bs->graph_degree, bs->intermediate_degree);
+	meta.n = meta.live = (uint32) bs->n;
+	if (job)
+	{
+		meta.entry_count = (uint32) Min(job->result.entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
+		for (uint32 i = 0; i < meta.entry_count; i++)
+			meta.entries[i] = job->result.entry_nodes[i];
+	}
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
+	cagra_write_pages(index, &meta, bs, job ? &job->result.graph : NULL);
+	if (RelationNeedsWAL(index))
+		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
+
+	if (bs->skipped_zero > 0)
+		ereport(NOTICE,
+				(errmsg("%llu zero vectors were not indexed: their cosine distance is undefined",
+						(unsigned long long) bs->skipped_zero)));
+
+	MemoryContextSwitchTo(old);
+
+	IndexBuildResult *result = (IndexBuildResult *) palloc(sizeof(IndexBuildResult));
+
+	result->heap_tuples = reltuples;
+	result->index_tuples = (double) bs->n;
+	if (owner)
+		cagra_owner_free(owner);
+	MemoryContextDelete(cxt);
+	return result;
+}
+
+/* The init fork of an unlogged index: a meta page with no nodes. */
+void
+cagra_buildempty(Relation index)
+{
+	CagraMetaData meta;
+	int32		typmod = TupleDescAttr(RelationGetDescr(index), 0)->atttypmod;
+	Page		page = (Page) palloc(BLCKSZ);
+
+	cagra_fill_meta(&meta, index, cagra_index_metric(index), typmod > 0 ? (uint32) typmod : 0,
+					(uint32) cagra_option_graph_degree(index),
+					(uint32) cagra_option_intermediate_degree(index));
+	cagra_init_meta_page(page, &meta);
+	PageSetChecksumInplace(page, CAGRA_METAPAGE_BLKNO);
+	smgrwrite(RelationGetSmgr(index), INIT_FORKNUM, CAGRA_METAPAGE_BLKNO, (char *) page, true);
+	log_newpage(&RelationGetSmgr(index)->smgr_rnode.node, INIT_FORKNUM, CAGRA_METAPAGE_BLKNO,
+				page, true);
+	smgrimmedsync(RelationGetSmgr(index), INIT_FORKNUM);
+	pfree(page);
+}

@@ -1,0 +1,260 @@
+/*
+ * cagra_am.h — declarations shared by the files of the cagra index access
+ * method: the on-disk format (meta page, node records), reloptions, GUCs,
+ * and the C++/PostgreSQL boundary helpers.
+ *
+ * The page format is described in docs/storage.md.
+ */
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+
+#include "access/amapi.h"
+#include "access/generic_xlog.h"
+#include "access/reloptions.h"
+#include "storage/bufmgr.h"
+#include "storage/bufpage.h"
+#include "storage/itemptr.h"
+#include "utils/rel.h"
+}
+
+#include <cmath>
+
+#include "core/types.h"
+
+/* ---- on-disk format ---- */
+
+#define CAGRA_MAGIC 0xCA6A1DE5u
+#define CAGRA_FORMAT_VERSION 1
+#define CAGRA_METAPAGE_BLKNO 0
+#define CAGRA_MAX_ENTRY_NODES 16
+
+/* Node flags */
+#define CAGRA_NODE_LIVE 0x0001
+#define CAGRA_NODE_DELETED 0x0002
+
+/* Which device built the graph (also the build_device reloption values). */
+#define CAGRA_DEVICE_AUTO 0
+#define CAGRA_DEVICE_GPU 1
+#define CAGRA_DEVICE_CPU 2
+
+/* Reloption limits.  A row (8 + 4 * graph_degree bytes) always fits in the
+ * first page of its node, so neighbour reads and edge updates touch one page. */
+#define CAGRA_MIN_DEGREE 2
+#define CAGRA_MAX_DEGREE 1024
+#define CAGRA_MAX_INTERMEDIATE_DEGREE 2048
+#define CAGRA_DEFAULT_DEGREE 32
+#define CAGRA_DEFAULT_INTERMEDIATE_DEGREE 64
+
+/* Meta page contents, right after the standard page header of block 0. */
+typedef struct CagraMetaData
+{
+	uint32		magic;
+	uint32		version;
+	uint32		dims;			/* 0: not fixed yet (empty index on vector) */
+	uint32		metric;			/* cagra::Metric */
+	uint32		graph_degree;
+	uint32		intermediate_degree;
+	uint32		build_device;	/* CAGRA_DEVICE_CPU or CAGRA_DEVICE_GPU */
+	uint32		record_size;	/* bytes of one node record */
+	uint32		nodes_per_page; /* k >= 1 */
+	uint32		pages_per_node; /* p >= 1; k > 1 implies p == 1 */
+	uint32		n;				/* node slots allocated (ids 0..n-1) */
+	uint32		live;			/* nodes not deleted */
+	uint64		generation;		/* bumped by every change a cached copy must see */
+	uint32		entry_count;
+	uint32		entries[CAGRA_MAX_ENTRY_NODES];
+} CagraMetaData;
+
+/* The fixed head of a node record; the row and the vector follow it. */
+typedef struct CagraNodeHeader
+{
+	ItemPointerData heap_tid;
+	uint16		flags;
+} CagraNodeHeader;
+
+#define CAGRA_PAGE_DATA_START MAXALIGN(SizeOfPageHeaderData)
+#define CAGRA_PAGE_USABLE (BLCKSZ - CAGRA_PAGE_DATA_START)
+#define CAGRA_ROW_OFFSET sizeof(CagraNodeHeader)
+
+static inline uint32
+cagra_vector_offset(uint32 degree)
+{
+	return CAGRA_ROW_OFFSET + degree * sizeof(uint32);
+}
+
+/* Record size and layout numbers for a (dims, degree) pair. */
+void		cagra_compute_layout(CagraMetaData *meta);
+
+/* Where byte `offset` of node `id`'s record lives. */
+static inline void
+cagra_locate(const CagraMetaData *meta, uint32 id, uint32 offset,
+			 BlockNumber *blkno, uint32 *page_offset)
+{
+	uint32		group = id / meta->nodes_per_page;
+	uint64		linear = (uint64) (id % meta->nodes_per_page) * meta->record_size + offset;
+
+	*blkno = 1 + (BlockNumber) group * meta->pages_per_node + (BlockNumber) (linear / CAGRA_PAGE_USABLE);
+	*page_offset = CAGRA_PAGE_DATA_START + (uint32) (linear % CAGRA_PAGE_USABLE);
+}
+
+/* Number of blocks (meta page included) that hold nodes 0..n-1. */
+BlockNumber cagra_blocks_for(const CagraMetaData *meta, uint32 n);
+
+/* pd_lower for data page number `page_in_group` of a node group. */
+uint32		cagra_page_lower(const CagraMetaData *meta, uint32 page_in_group);
+
+/* Meta page helpers */
+void		cagra_init_meta_page(Page page, const CagraMetaData *meta);
+CagraMetaData *cagra_meta_of(Page page);
+void		cagra_read_meta(Relation index, CagraMetaData *out);	/* checks magic */
+void		cagra_check_meta(Relation index, const CagraMetaData *meta);
+
+/* Initialise an empty node page (all slots zero). */
+void		cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno);
+
+/* Copy `len` bytes of node `id`'s record starting at `offset` out of / into
+ * buffers, under a share / exclusive lock page by page (no WAL: for build). */
+void		cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 id,
+									uint32 offset, uint32 len, void *dst);
+
+/* ERROR unless a vector of `actual` dimensions fits an index of `expected`. */
+void		cagra_check_dims(Relation index, uint32 expected, int actual);
+
+/* ---- options, GUCs ---- */
+
+typedef struct CagraOptions
+{
+	int32		vl_len_;
+	int			graph_degree;
+	int			intermediate_graph_degree;
+	int			build_device;
+} CagraOptions;
+
+extern relopt_kind cagra_relopt_kind;
+extern int	cagra_itopk_size;
+extern int	cagra_search_width;
+extern int	cagra_max_iterations;
+extern int	cagra_max_scan_tuples;
+
+void		cagra_init_reloptions(void);
+int			cagra_option_graph_degree(Relation index);
+int			cagra_option_intermediate_degree(Relation index);
+int			cagra_option_build_device(Relation index);
+cagra::Metric cagra_index_metric(Relation index);
+const char *cagra_device_name(uint32 device);
+
+/* Search parameters from the GUCs */
+cagra::SearchParams cagra_search_params(void);
+
+/* ---- the C++ / PostgreSQL boundary ---- */
+
+/* What a C++ step reports to its PostgreSQL caller instead of throwing. */
+typedef struct CagraStatus
+{
+	bool		ok;
+	int			sqlstate;		/* ERRCODE_* when !ok and edata == NULL */
+	char		message[512];
+	char		hint[256];
+	ErrorData  *edata;			/* a PostgreSQL error caught inside C++ code */
+} CagraStatus;
+
+void		cagra_status_ok(CagraStatus *st);
+/* Fill `st` from the exception being handled (call inside catch (...)). */
+void		cagra_status_from_current_exception(CagraStatus *st);
+/* ereport(ERROR) for a failed status; call from a frame without C++ objects. */
+void		cagra_report_status(const CagraStatus *st) pg_attribute_noreturn();
+
+/* A PostgreSQL error turned into a C++ exception inside a page accessor. */
+struct CagraPgError
+{
+	ErrorData  *edata;
+};
+
+/* ReadBuffer + LockBuffer that throw CagraPgError instead of longjmp'ing. */
+Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode);
+
+/* Ties the lifetime of a C++ object to a memory context: deleted when the
+ * context is reset or deleted (also on error), or earlier by cagra_owner_free. */
+typedef struct CagraOwner CagraOwner;
+CagraOwner *cagra_owner_new(MemoryContext cxt, void *obj, void (*destroy) (void *));
+void		cagra_owner_free(CagraOwner *owner);
+
+template <class T>
+static void
+cagra_delete_object(void *p)
+{
+	delete static_cast<T *>(p);
+}
+
+/* ---- insert lock ----
+ * Inserts and vacuum serialise on a heavyweight lock on the meta page
+ * (ExclusiveLock); cagra_index_check takes it in ShareLock.  Scans never
+ * take it.  See docs/storage.md. */
+void		cagra_lock_writers(Relation index, LOCKMODE mode);
+void		cagra_unlock_writers(Relation index, LOCKMODE mode);
+
+/* Write a modified meta page under generic WAL (the buffer must be locked
+ * exclusively by the caller). */
+void		cagra_write_meta(Relation index, Buffer metabuf, const CagraMetaData *meta);
+
+/*
+ * Page changes under generic WAL, at most MAX_GENERIC_XLOG_PAGES pages per
+ * record: cagra_batch_page returns the (exclusively locked, registered)
+ * working copy of a block, extending the index when the block is new;
+ * cagra_batch_finish logs and releases them.  Callers touch blocks in
+ * ascending order and hold the writers' lock.
+ */
+typedef struct CagraWalBatch
+{
+	Relation	index;
+	const CagraMetaData *meta;
+	GenericXLogState *state;
+	int			nbufs;
+	Buffer		bufs[MAX_GENERIC_XLOG_PAGES];
+	Page		pages[MAX_GENERIC_XLOG_PAGES];
+} CagraWalBatch;
+
+void		cagra_batch_begin(CagraWalBatch *b, Relation index, const CagraMetaData *meta);
+Page		cagra_batch_page(CagraWalBatch *b, BlockNumber blkno);
+/* Write bytes of node `id`'s record (may span pages). */
+void		cagra_batch_write(CagraWalBatch *b, uint32 id, uint32 offset, const void *src, uint32 len);
+void		cagra_batch_finish(CagraWalBatch *b);
+
+/* ---- AM entry points ---- */
+
+IndexBuildResult *cagra_build(Relation heap, Relation index, IndexInfo *indexInfo);
+void		cagra_buildempty(Relation index);
+bool		cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
+						 Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
+						 IndexInfo *indexInfo);
+IndexBulkDeleteResult *cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
+										IndexBulkDeleteCallback callback, void *callback_state);
+IndexBulkDeleteResult *cagra_vacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats);
+void		cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
+							   Cost *indexStartupCost, Cost *indexTotalCost,
+							   Selectivity *indexSelectivity, double *indexCorrelation,
+							   double *indexPages);
+bytea	   *cagra_options(Datum reloptions, bool validate);
+bool		cagra_validate(Oid opclassoid);
+char	   *cagra_buildphasename(int64 phasenum);
+IndexScanDesc cagra_beginscan(Relation index, int nkeys, int norderbys);
+void		cagra_rescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int norderbys);
+bool		cagra_gettuple(IndexScanDesc scan, ScanDirection dir);
+void		cagra_endscan(IndexScanDesc scan);
+
+/* Build sub-phases shown in pg_stat_progress_create_index */
+#define CAGRA_PHASE_LOAD 2
+#define CAGRA_PHASE_KNN 3
+#define CAGRA_PHASE_PRUNE 4
+#define CAGRA_PHASE_WRITE 5
+
+/* Operator value (what <->, <#>, <=> return) for a core distance. */
+static inline double
+cagra_operator_value(cagra::Metric metric, float distance)
+{
+	if (metric == cagra::Metric::L2)
+		return distance > 0 ? sqrt((double) distance) : 0.0;
+	return (double) distance;
+}

@@ -1,0 +1,60 @@
+/*
+ * cost.cpp — amcostestimate for cagra.
+ *
+ * The index only answers ORDER BY <distance operator>: a path without an
+ * ordering operator gets a disabled cost so the planner never picks it.
+ * With one, the work is the graph search, done before the first row:
+ * about itopk_size node expansions of graph_degree distances each, reading
+ * that share of the index pages (hot graph pages, counted as sequential and
+ * never more than the table's own pages: the table's vectors are often in
+ * TOAST, which the sequential scan's cost leaves out).
+ */
+#include "am/cagra_am.h"
+
+#include <cmath>
+
+extern "C" {
+#include "access/genam.h"
+#include "optimizer/cost.h"
+#include "optimizer/optimizer.h"
+#include "utils/spccache.h"
+}
+
+void
+cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
+				   Cost *indexStartupCost, Cost *indexTotalCost,
+				   Selectivity *indexSelectivity, double *indexCorrelation,
+				   double *indexPages)
+{
+	IndexOptInfo *info = path->indexinfo;
+
+	*indexSelectivity = 1.0;
+	*indexCorrelation = 0.0;
+	if (path->indexorderbys == NIL)
+	{
+		*indexStartupCost = disable_cost;
+		*indexTotalCost = disable_cost;
+		*indexPages = info->pages;
+		return;
+	}
+
+	Relation	index = index_open(info->indexoid, NoLock);
+	double		degree = cagra_option_graph_degree(index);
+
+	index_close(index, NoLock);
+
+	double		tuples = Max(info->tuples, 1.0);
+	double		visited = Min(tuples, (double) cagra_itopk_size * degree);
+	double		ratio = visited / tuples;
+	double		pages = Min(ceil(ratio * info->pages), (double) Max(info->rel->pages, 1));
+	double		spc_random_page_cost,
+				spc_seq_page_cost;
+
+	get_tablespace_page_costs(info->reltablespace, &spc_random_page_cost, &spc_seq_page_cost);
+
+	Cost		search = visited * (cpu_operator_cost + cpu_index_tuple_cost) + pages * spc_seq_page_cost;
+
+	*indexStartupCost = search;
+	*indexTotalCost = search + tuples * cpu_index_tuple_cost;
+	*indexPages = pages;
+}

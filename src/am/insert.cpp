@@ -1,0 +1,202 @@
+/*
+ * insert.cpp — aminsert: append one node to the graph.
+ *
+ * Inserts (and vacuum) serialise on the writers' lock, a heavyweight lock on
+ * the meta page, so a plan made from the pages stays valid while it is
+ * applied.  Order of the WAL records, each crash-safe on its own:
+ *   1. the new node's record at slot n (invisible: n is not counted yet);
+ *   2. the meta page: n + 1, live + 1, generation + 1;
+ *   3. the reverse edges into existing rows (a node without them is still
+ *      a valid node, found through its own row and random entries).
+ * Scans read the meta page once, so they never follow an edge to a node
+ * appended after they started (it reads as padding).
+ */
+#include "am/accessor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/update.h"
+#include "vector.h"
+
+extern "C" {
+#include "miscadmin.h"
+#include "utils/memutils.h"
+}
+
+static bool
+cagra_prepare_vector(cagra::Metric metric, const float *in, float *out, uint32 dims) noexcept
+{
+	try
+	{
+		cagra::prepare_vector(metric, in, out, dims);
+		return true;
+	}
+	catch (...)
+	{
+		return false;
+	}
+}
+
+/* The core's plan for node `new_id`, in a C++ object the caller owns. */
+static cagra::InsertPlan *
+cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
+				  CagraStatus *st) noexcept
+{
+	try
+	{
+		CagraPageAccessor acc(index, *meta, false);
+		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
+		cagra::InsertPlan *plan = new cagra::InsertPlan(
+			cagra::plan_insert(acc, vec, new_id, cagra_search_params(), entries));
+
+		std::sort(plan->updates.begin(), plan->updates.end(),
+				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
+		cagra_status_ok(st);
+		return plan;
+	}
+	catch (...)
+	{
+		cagra_status_from_current_exception(st);
+		return nullptr;
+	}
+}
+
+/* The record of a new live node: header, row, vector. */
+static char *
+cagra_make_record(const CagraMetaData *meta, ItemPointer heap_tid, const uint32 *row, const float *vec)
+{
+	char	   *rec = (char *) palloc0(meta->record_size);
+	CagraNodeHeader hdr;
+
+	hdr.heap_tid = *heap_tid;
+	hdr.flags = CAGRA_NODE_LIVE;
+	memcpy(rec, &hdr, sizeof(hdr));
+	memcpy(rec + CAGRA_ROW_OFFSET, row, meta->graph_degree * sizeof(uint32));
+	memcpy(rec + cagra_vector_offset(meta->graph_degree), vec, meta->dims * sizeof(float));
+	return rec;
+}
+
+/* Steps 2 and 3: count the node in the meta page, then add reverse edges. */
+static void
+cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id,
+				   const cagra::EdgeUpdate *updates, size_t nupdates)
+{
+	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+	CagraMetaData m;
+
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	m = *meta;
+	m.n = new_id + 1;
+	m.live++;
+	m.generation++;
+	if (m.entry_count == 0)
+		m.entries[m.entry_count++] = new_id;
+	cagra_write_meta(index, metabuf, &m);
+	UnlockReleaseBuffer(metabuf);
+
+	CagraWalBatch batch;
+
+	cagra_batch_begin(&batch, index, meta);
+	for (size_t i = 0; i < nupdates; i++)
+	{
+		const cagra::EdgeUpdate *u = &updates[i];
+
+		if (u->node >= new_id || u->slot >= meta->graph_degree)
+			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
+				 u->node, u->slot);
+		cagra_batch_write(&batch, u->node, CAGRA_ROW_OFFSET + u->slot * sizeof(uint32),
+						  &u->target, sizeof(uint32));
+	}
+	cagra_batch_finish(&batch);
+}
+
+/* Fix dims and the layout of an index built empty on a vector column
+ * without typmod: its first vector decides. */
+static void
+cagra_fix_dims(CagraMetaData *meta, int dims)
+{
+	if (meta->dims != 0)
+		return;
+	if (meta->n != 0)
+		elog(ERROR, "cagra index has nodes but no dimensions");
+	meta->dims = (uint32) dims;
+	cagra_compute_layout(meta);
+}
+
+static bool
+cagra_is_zero(const float *x, int dims)
+{
+	for (int i = 0; i < dims; i++)
+		if (x[i] != 0.0f)
+			return false;
+	return true;
+}
+
+bool
+cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
+			 Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
+			 IndexInfo *indexInfo)
+{
+	if (isnull[0])
+		return false;
+
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra insert",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	Vector	   *v = DatumGetVector(values[0]);
+	CagraMetaData meta;
+	CagraStatus st;
+
+	cagra_lock_writers(index, ExclusiveLock);
+	cagra_read_meta(index, &meta);
+	cagra_fix_dims(&meta, v->dim);
+	cagra_check_dims(index, meta.dims, v->dim);
+
+	cagra::Metric metric = (cagra::Metric) meta.metric;
+
+	if (metric == cagra::Metric::Cosine && cagra_is_zero(v->x, v->dim))
+	{
+		/* not indexed, as in a build: its cosine distance is undefined */
+		cagra_unlock_writers(index, ExclusiveLock);
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		return false;
+	}
+	if (meta.n >= cagra::kInvalidNode - 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cagra index \"%s\" is full", RelationGetRelationName(index)),
+				 errhint("REINDEX the index to drop deleted nodes.")));
+
+	float	   *vec = (float *) palloc(meta.dims * sizeof(float));
+
+	if (!cagra_prepare_vector(metric, v->x, vec, meta.dims))
+		elog(ERROR, "cagra could not prepare a vector for the index");
+
+	uint32		new_id = meta.n;
+	cagra::InsertPlan *plan = cagra_plan_insert(index, &meta, vec, new_id, &st);
+
+	if (!plan)
+		cagra_report_status(&st);
+	CagraOwner *owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
+
+	if (plan->row.size() != meta.graph_degree)
+		elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
+			 plan->row.size(), meta.graph_degree);
+
+	char	   *rec = cagra_make_record(&meta, heap_tid, plan->row.data(), vec);
+	CagraWalBatch batch;
+
+	cagra_batch_begin(&batch, index, &meta);
+	cagra_batch_write(&batch, new_id, 0, rec, meta.record_size);
+	cagra_batch_finish(&batch);
+
+	cagra_publish_node(index, &meta, new_id, plan->updates.data(), plan->updates.size());
+
+	cagra_unlock_writers(index, ExclusiveLock);
+	cagra_owner_free(owner);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+	return false;
+}

@@ -1,0 +1,401 @@
+/*
+ * scan.cpp — index scans (ambeginscan, amrescan, amgettuple, amendscan) and
+ * the page accessor the core's Searcher walks the graph with.
+ *
+ * A scan reads the meta page on its first amgettuple, prepares the ORDER BY
+ * argument, and asks the Searcher for itopk_size results at a time; when the
+ * executor keeps asking (filters, large LIMIT) the same Searcher continues,
+ * up to cagra.max_scan_tuples rows in all.  Deleted nodes are traversed,
+ * never returned.
+ */
+#include "am/accessor.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/search.h"
+#include "vector.h"
+
+extern "C" {
+#include "access/relscan.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+}
+
+/* ---- the accessor ---- */
+
+CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, bool record_nodes)
+	: index_(index), meta_(meta), record_(record_nodes), vecbuf_(meta.dims)
+{
+}
+
+const uint32_t *
+CagraPageAccessor::neighbors(uint32_t id, uint32_t *scratch) const
+{
+	BlockNumber blkno;
+	uint32		off;
+
+	cagra_locate(&meta_, id, CAGRA_ROW_OFFSET, &blkno, &off);
+	Buffer		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+
+	memcpy(scratch, (char *) BufferGetPage(buf) + off, meta_.graph_degree * sizeof(uint32));
+	UnlockReleaseBuffer(buf);
+	for (uint32_t j = 0; j < meta_.graph_degree; j++)
+		if (scratch[j] >= meta_.n)
+			scratch[j] = cagra::kInvalidNode;
+	return scratch;
+}
+
+void
+CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
+{
+	uint32		offset = 0;
+	uint32		len = meta_.dims * sizeof(float);
+	uint32		voff = cagra_vector_offset(meta_.graph_degree);
+	char	   *dst = (char *) out;
+
+	/* the header is on the node's first page */
+	BlockNumber blkno;
+	uint32		poff;
+
+	cagra_locate(&meta_, id, 0, &blkno, &poff);
+	Buffer		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+	const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((char *) BufferGetPage(buf) + poff);
+
+	if (info)
+	{
+		info->heap_tid = hdr->heap_tid;
+		info->flags = hdr->flags;
+	}
+	UnlockReleaseBuffer(buf);
+
+	while (len > 0)
+	{
+		cagra_locate(&meta_, id, voff + offset, &blkno, &poff);
+		uint32		chunk = Min(len, BLCKSZ - poff);
+
+		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+		memcpy(dst + offset, (char *) BufferGetPage(buf) + poff, chunk);
+		UnlockReleaseBuffer(buf);
+		offset += chunk;
+		len -= chunk;
+	}
+}
+
+float
+CagraPageAccessor::distance_to(const float *query, uint32_t id, NodeInfo *info) const
+{
+	if (meta_.pages_per_node > 1)
+	{
+		read_vector(id, vecbuf_.data(), info);
+		return cagra::distance(metric(), query, vecbuf_.data(), meta_.dims);
+	}
+
+	/* One page holds the whole record: compute on the page, under its lock. */
+	BlockNumber blkno;
+	uint32		poff;
+
+	cagra_locate(&meta_, id, 0, &blkno, &poff);
+	Buffer		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+	const char *rec = (const char *) BufferGetPage(buf) + poff;
+	const CagraNodeHeader *hdr = (const CagraNodeHeader *) rec;
+
+	info->heap_tid = hdr->heap_tid;
+	info->flags = hdr->flags;
+	float		d = cagra::distance(metric(), query,
+									(const float *) (rec + cagra_vector_offset(meta_.graph_degree)),
+									meta_.dims);
+
+	UnlockReleaseBuffer(buf);
+	return d;
+}
+
+void
+CagraPageAccessor::distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
+{
+	for (uint32_t i = 0; i < count; i++)
+	{
+		NodeInfo	info;
+
+		out[i] = distance_to(query, ids[i], &info);
+		if (record_)
+			seen_[ids[i]] = info;
+	}
+}
+
+const float *
+CagraPageAccessor::vector(uint32_t id, float *scratch) const
+{
+	read_vector(id, scratch, NULL);
+	return scratch;
+}
+
+bool
+CagraPageAccessor::node_info(uint32_t id, NodeInfo *out) const
+{
+	auto		it = seen_.find(id);
+
+	if (it == seen_.end())
+		return false;
+	*out = it->second;
+	return true;
+}
+
+/* ---- the scan's C++ state ---- */
+
+struct CagraScanState
+{
+	CagraMetaData meta;
+	std::vector<float> query;
+	std::vector<uint32_t> entries;
+	std::unique_ptr<CagraPageAccessor> accessor;
+	std::unique_ptr<cagra::Searcher<CagraPageAccessor>> searcher;
+	std::vector<cagra::Neighbor> batch;
+	size_t		pos = 0;
+	uint32		batch_size = 0; /* itopk_size the searcher was started with */
+	uint64		returned = 0;
+	bool		exhausted = false;
+
+	void reset()
+	{
+		searcher.reset();
+		accessor.reset();
+		batch.clear();
+		pos = 0;
+		returned = 0;
+		exhausted = false;
+	}
+};
+
+/* What the scan keeps in scan->opaque (plain C data). */
+typedef struct CagraScanOpaqueData
+{
+	CagraOwner *owner;
+	CagraScanState *state;
+	bool		started;		/* the search has been set up since the last rescan */
+	bool		empty;			/* nothing to return (empty index, NULL query) */
+} CagraScanOpaqueData;
+
+typedef CagraScanOpaqueData *CagraScanOpaque;
+
+static CagraScanState *
+cagra_new_scan_state(CagraStatus *st) noexcept
+{
+	try
+	{
+		CagraScanState *s = new CagraScanState();
+
+		cagra_status_ok(st);
+		return s;
+	}
+	catch (...)
+	{
+		cagra_status_from_current_exception(st);
+		return nullptr;
+	}
+}
+
+static void
+cagra_reset_scan_state(CagraScanState *s) noexcept
+{
+	s->reset();
+}
+
+IndexScanDesc
+cagra_beginscan(Relation index, int nkeys, int norderbys)
+{
+	IndexScanDesc scan = RelationGetIndexScan(index, nkeys, norderbys);
+	CagraScanOpaque so = (CagraScanOpaque) palloc0(sizeof(CagraScanOpaqueData));
+	CagraStatus st;
+
+	so->state = cagra_new_scan_state(&st);
+	if (!so->state)
+		cagra_report_status(&st);
+	so->owner = cagra_owner_new(CurrentMemoryContext, so->state, cagra_delete_object<CagraScanState>);
+	scan->opaque = so;
+	/* the AM provides the ORDER BY value arrays */
+	if (norderbys > 0)
+	{
+		scan->xs_orderbyvals = (Datum *) palloc0(sizeof(Datum) * norderbys);
+		scan->xs_orderbynulls = (bool *) palloc(sizeof(bool) * norderbys);
+		memset(scan->xs_orderbynulls, true, sizeof(bool) * norderbys);
+	}
+	return scan;
+}
+
+void
+cagra_rescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int norderbys)
+{
+	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
+
+	if (keys && scan->numberOfKeys > 0)
+		memmove(scan->keyData, keys, scan->numberOfKeys * sizeof(ScanKeyData));
+	if (orderbys && scan->numberOfOrderBys > 0)
+		memmove(scan->orderByData, orderbys, scan->numberOfOrderBys * sizeof(ScanKeyData));
+	cagra_reset_scan_state(so->state);
+	so->started = false;
+	so->empty = false;
+}
+
+/* Set up the searcher for a prepared copy of `raw`. */
+static void
+cagra_start_search(CagraScanState *s, Relation index, const CagraMetaData *meta, const float *raw,
+				   CagraStatus *st) noexcept
+{
+	try
+	{
+		s->reset();
+		s->meta = *meta;
+		s->query.resize(meta->dims);
+		cagra::prepare_vector((cagra::Metric) meta->metric, raw, s->query.data(), meta->dims);
+		s->entries.assign(meta->entries, meta->entries + meta->entry_count);
+		cagra::SearchParams params = cagra_search_params();
+
+		s->batch_size = params.itopk_size;
+		s->accessor.reset(new CagraPageAccessor(index, *meta, true));
+		s->searcher.reset(new cagra::Searcher<CagraPageAccessor>(*s->accessor, s->query.data(),
+																 params, s->entries));
+		cagra_status_ok(st);
+	}
+	catch (...)
+	{
+		s->reset();
+		cagra_status_from_current_exception(st);
+	}
+}
+
+/* The next batch of live results. */
+static void
+cagra_next_batch(CagraScanState *s, uint32 want, CagraStatus *st) noexcept
+{
+	try
+	{
+		const CagraPageAccessor &acc = *s->accessor;
+		auto		live = [&acc](uint32_t id) {
+			CagraPageAccessor::NodeInfo info;
+
+			return acc.node_info(id, &info) && (info.flags & CAGRA_NODE_LIVE) &&
+				!(info.flags & CAGRA_NODE_DELETED);
+		};
+
+		s->batch.resize(want);
+		uint32		got = s->searcher->next(want, live, s->batch.data());
+
+		s->batch.resize(got);
+		s->pos = 0;
+		if (got == 0)
+			s->exhausted = true;
+		cagra_status_ok(st);
+	}
+	catch (...)
+	{
+		s->batch.clear();
+		s->exhausted = true;
+		cagra_status_from_current_exception(st);
+	}
+}
+
+/* Heap TID and operator value of the batch's next result. */
+static bool
+cagra_take_result(CagraScanState *s, ItemPointer tid, double *value) noexcept
+{
+	CagraPageAccessor::NodeInfo info;
+	const cagra::Neighbor &nb = s->batch[s->pos++];
+
+	if (!s->accessor->node_info(nb.id, &info))
+		return false;
+	*tid = info.heap_tid;
+	*value = cagra_operator_value((cagra::Metric) s->meta.metric, nb.distance);
+	s->returned++;
+	return true;
+}
+
+/* Read the meta page and the query; false when the scan returns nothing. */
+static bool
+cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
+{
+	CagraMetaData meta;
+	CagraStatus st;
+
+	if (scan->numberOfOrderBys == 0 || scan->orderByData[0].sk_attno != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cagra index scans need an ORDER BY distance operator")));
+	if (scan->orderByData[0].sk_flags & SK_ISNULL)
+		return false;
+
+	cagra_read_meta(scan->indexRelation, &meta);
+	if (meta.n == 0 || meta.live == 0)
+		return false;
+
+	Vector	   *q = DatumGetVector(scan->orderByData[0].sk_argument);
+
+	cagra_check_dims(scan->indexRelation, meta.dims, q->dim);
+	cagra_start_search(so->state, scan->indexRelation, &meta, q->x, &st);
+	if (!st.ok)
+		cagra_report_status(&st);
+	return true;
+}
+
+bool
+cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
+{
+	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
+	CagraScanState *s = so->state;
+	CagraStatus st;
+
+	if (!IsMVCCSnapshot(scan->xs_snapshot))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cagra index scans need an MVCC snapshot")));
+
+	if (!so->started)
+	{
+		so->started = true;
+		so->empty = !cagra_setup_scan(scan, so);
+		pgstat_count_index_scan(scan->indexRelation);
+	}
+	if (so->empty)
+		return false;
+
+	for (;;)
+	{
+		if (s->pos < s->batch.size())
+		{
+			ItemPointerData tid;
+			double		value;
+
+			if (!cagra_take_result(s, &tid, &value))
+				elog(ERROR, "cagra scan lost the heap TID of a result");
+			scan->xs_heaptid = tid;
+			scan->xs_recheck = false;
+			scan->xs_recheckorderby = false;
+			scan->xs_orderbyvals[0] = Float8GetDatum(value);
+			scan->xs_orderbynulls[0] = false;
+			return true;
+		}
+		if (s->exhausted || s->returned >= (uint64) cagra_max_scan_tuples)
+			return false;
+
+		uint64		left = (uint64) cagra_max_scan_tuples - s->returned;
+		uint32		want = (uint32) Min(left, (uint64) s->batch_size);
+
+		cagra_next_batch(s, want, &st);
+		if (!st.ok)
+			cagra_report_status(&st);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+void
+cagra_endscan(IndexScanDesc scan)
+{
+	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
+
+	cagra_owner_free(so->owner);
+	pfree(so);
+	scan->opaque = NULL;
+}

@@ -1,0 +1,383 @@
+/*
+ * storage.cpp — the page format of a cagra index: layout arithmetic, the
+ * meta page, node pages, and the helpers that connect C++ code to
+ * PostgreSQL (status reporting, owned C++ objects, guarded buffer reads).
+ */
+#include "am/cagra_am.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+
+extern "C" {
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/memutils.h"
+}
+
+void
+cagra_compute_layout(CagraMetaData *meta)
+{
+	uint64		size = cagra_vector_offset(meta->graph_degree) + (uint64) meta->dims * sizeof(float);
+
+	meta->record_size = (uint32) size;
+	if (size <= CAGRA_PAGE_USABLE)
+	{
+		meta->nodes_per_page = (uint32) (CAGRA_PAGE_USABLE / size);
+		meta->pages_per_node = 1;
+	}
+	else
+	{
+		meta->nodes_per_page = 1;
+		meta->pages_per_node = (uint32) ((size + CAGRA_PAGE_USABLE - 1) / CAGRA_PAGE_USABLE);
+	}
+}
+
+BlockNumber
+cagra_blocks_for(const CagraMetaData *meta, uint32 n)
+{
+	if (n == 0 || meta->dims == 0)
+		return 1;
+	uint64		groups = ((uint64) n + meta->nodes_per_page - 1) / meta->nodes_per_page;
+
+	return (BlockNumber) (1 + groups * meta->pages_per_node);
+}
+
+uint32
+cagra_page_lower(const CagraMetaData *meta, uint32 page_in_group)
+{
+	uint64		group_bytes = (uint64) meta->nodes_per_page * meta->record_size;
+	uint64		before = (uint64) page_in_group * CAGRA_PAGE_USABLE;
+	uint64		used = group_bytes - before;
+
+	if (used > CAGRA_PAGE_USABLE)
+		used = CAGRA_PAGE_USABLE;
+	return (uint32) (CAGRA_PAGE_DATA_START + used);
+}
+
+CagraMetaData *
+cagra_meta_of(Page page)
+{
+	return (CagraMetaData *) PageGetContents(page);
+}
+
+void
+cagra_init_meta_page(Page page, const CagraMetaData *meta)
+{
+	PageInit(page, BLCKSZ, 0);
+	memcpy(cagra_meta_of(page), meta, sizeof(CagraMetaData));
+	/* pd_lower past the meta data, so full-page images keep it */
+	((PageHeader) page)->pd_lower = ((char *) cagra_meta_of(page) + sizeof(CagraMetaData)) - (char *) page;
+}
+
+void
+cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno)
+{
+	PageInit(page, BLCKSZ, 0);
+	((PageHeader) page)->pd_lower = cagra_page_lower(meta, (blkno - 1) % meta->pages_per_node);
+}
+
+void
+cagra_check_meta(Relation index, const CagraMetaData *meta)
+{
+	if (meta->magic != CAGRA_MAGIC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INDEX_CORRUPTED),
+				 errmsg("index \"%s\" is not a cagra index (bad magic number)",
+						RelationGetRelationName(index))));
+	if (meta->version != CAGRA_FORMAT_VERSION)
+		ereport(ERROR,
+				(errcode(ERRCODE_INDEX_CORRUPTED),
+				 errmsg("index \"%s\" has format version %u, this build reads version %d",
+						RelationGetRelationName(index), meta->version, CAGRA_FORMAT_VERSION),
+				 errhint("REINDEX the index.")));
+}
+
+void
+cagra_read_meta(Relation index, CagraMetaData *out)
+{
+	Buffer		buf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	memcpy(out, cagra_meta_of(BufferGetPage(buf)), sizeof(CagraMetaData));
+	UnlockReleaseBuffer(buf);
+	cagra_check_meta(index, out);
+}
+
+void
+cagra_write_meta(Relation index, Buffer metabuf, const CagraMetaData *meta)
+{
+	GenericXLogState *state = GenericXLogStart(index);
+	Page		page = GenericXLogRegisterBuffer(state, metabuf, 0);
+
+	memcpy(cagra_meta_of(page), meta, sizeof(CagraMetaData));
+	GenericXLogFinish(state);
+}
+
+void
+cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 id,
+						uint32 offset, uint32 len, void *dst)
+{
+	char	   *out = (char *) dst;
+
+	while (len > 0)
+	{
+		BlockNumber blkno;
+		uint32		poff;
+
+		cagra_locate(meta, id, offset, &blkno, &poff);
+		uint32		chunk = Min(len, BLCKSZ - poff);
+		Buffer		buf = ReadBuffer(index, blkno);
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		memcpy(out, (char *) BufferGetPage(buf) + poff, chunk);
+		UnlockReleaseBuffer(buf);
+		out += chunk;
+		offset += chunk;
+		len -= chunk;
+	}
+}
+
+/* ---- insert lock ---- */
+
+void
+cagra_lock_writers(Relation index, LOCKMODE mode)
+{
+	LockPage(index, CAGRA_METAPAGE_BLKNO, mode);
+}
+
+void
+cagra_unlock_writers(Relation index, LOCKMODE mode)
+{
+	UnlockPage(index, CAGRA_METAPAGE_BLKNO, mode);
+}
+
+/* ---- status ---- */
+
+void
+cagra_status_ok(CagraStatus *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->ok = true;
+}
+
+static int
+cagra_sqlstate_of(cagra::ErrorCode code)
+{
+	switch (code)
+	{
+		case cagra::ErrorCode::InvalidParameter:
+			return ERRCODE_INVALID_PARAMETER_VALUE;
+		case cagra::ErrorCode::InvalidData:
+			return ERRCODE_DATA_EXCEPTION;
+		case cagra::ErrorCode::OutOfMemory:
+			return ERRCODE_OUT_OF_MEMORY;
+		case cagra::ErrorCode::Cancelled:
+			return ERRCODE_QUERY_CANCELED;
+		case cagra::ErrorCode::Corrupt:
+			return ERRCODE_INDEX_CORRUPTED;
+	}
+	return ERRCODE_INTERNAL_ERROR;
+}
+
+void
+cagra_status_from_current_exception(CagraStatus *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->ok = false;
+	st->sqlstate = ERRCODE_INTERNAL_ERROR;
+	try
+	{
+		throw;
+	}
+	catch (const CagraPgError &e)
+	{
+		st->edata = e.edata;
+	}
+	catch (const cagra::Error &e)
+	{
+		st->sqlstate = cagra_sqlstate_of(e.code());
+		strlcpy(st->message, e.what(), sizeof(st->message));
+		strlcpy(st->hint, e.hint().c_str(), sizeof(st->hint));
+	}
+	catch (const std::bad_alloc &)
+	{
+		st->sqlstate = ERRCODE_OUT_OF_MEMORY;
+		strlcpy(st->message, "out of memory", sizeof(st->message));
+	}
+	catch (const std::exception &e)
+	{
+		snprintf(st->message, sizeof(st->message), "internal error in cagra: %s", e.what());
+	}
+	catch (...)
+	{
+		strlcpy(st->message, "internal error in cagra: unknown exception", sizeof(st->message));
+	}
+}
+
+void
+cagra_report_status(const CagraStatus *st)
+{
+	if (st->edata)
+		ReThrowError(st->edata);
+	ereport(ERROR,
+			(errcode(st->sqlstate),
+			 errmsg("%s", st->message),
+			 st->hint[0] ? errhint("%s", st->hint) : 0));
+	pg_unreachable();
+}
+
+/*
+ * A buffer read and lock that turns a PostgreSQL error into a C++ exception,
+ * so that it unwinds the C++ frames above (the core searcher) before being
+ * re-thrown at the boundary.  This frame holds no C++ object.
+ */
+Buffer
+cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile Buffer buf = InvalidBuffer;
+	ErrorData  *volatile edata = NULL;
+
+	PG_TRY();
+	{
+		buf = ReadBuffer(index, blkno);
+		LockBuffer(buf, mode);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	if (edata)
+		throw CagraPgError{edata};
+	return buf;
+}
+
+/* ---- C++ objects owned by memory contexts ---- */
+
+struct CagraOwner
+{
+	MemoryContextCallback cb;
+	void	   *obj;
+	void		(*destroy) (void *);
+};
+
+static void
+cagra_owner_callback(void *arg)
+{
+	CagraOwner *owner = (CagraOwner *) arg;
+
+	if (owner->obj)
+		owner->destroy(owner->obj);
+	owner->obj = NULL;
+}
+
+CagraOwner *
+cagra_owner_new(MemoryContext cxt, void *obj, void (*destroy) (void *))
+{
+	CagraOwner *owner = (CagraOwner *) MemoryContextAllocZero(cxt, sizeof(CagraOwner));
+
+	owner->obj = obj;
+	owner->destroy = destroy;
+	owner->cb.func = cagra_owner_callback;
+	owner->cb.arg = owner;
+	MemoryContextRegisterResetCallback(cxt, &owner->cb);
+	return owner;
+}
+
+void
+cagra_owner_free(CagraOwner *owner)
+{
+	cagra_owner_callback(owner);
+}
+
+/* ---- generic WAL batches ---- */
+
+void
+cagra_batch_begin(CagraWalBatch *b, Relation index, const CagraMetaData *meta)
+{
+	memset(b, 0, sizeof(*b));
+	b->index = index;
+	b->meta = meta;
+}
+
+void
+cagra_batch_finish(CagraWalBatch *b)
+{
+	if (b->nbufs == 0)
+		return;
+	GenericXLogFinish(b->state);
+	for (int i = 0; i < b->nbufs; i++)
+		UnlockReleaseBuffer(b->bufs[i]);
+	b->nbufs = 0;
+	b->state = NULL;
+}
+
+/* A new block at the end of the index (blocks are only ever appended one by
+ * one, so it is `blkno`). */
+static Buffer
+cagra_extend(Relation index, BlockNumber blkno)
+{
+	LockRelationForExtension(index, ExclusiveLock);
+	Buffer		buf = ReadBufferExtended(index, MAIN_FORKNUM, P_NEW, RBM_NORMAL, NULL);
+
+	UnlockRelationForExtension(index, ExclusiveLock);
+	if (BufferGetBlockNumber(buf) != blkno)
+		elog(ERROR, "cagra index \"%s\" extended to block %u, expected block %u",
+			 RelationGetRelationName(index), BufferGetBlockNumber(buf), blkno);
+	return buf;
+}
+
+Page
+cagra_batch_page(CagraWalBatch *b, BlockNumber blkno)
+{
+	for (int i = 0; i < b->nbufs; i++)
+		if (BufferGetBlockNumber(b->bufs[i]) == blkno)
+			return b->pages[i];
+	if (b->nbufs == MAX_GENERIC_XLOG_PAGES)
+		cagra_batch_finish(b);
+	if (b->nbufs == 0)
+		b->state = GenericXLogStart(b->index);
+
+	Buffer		buf;
+
+	if (blkno >= RelationGetNumberOfBlocks(b->index))
+		buf = cagra_extend(b->index, blkno);
+	else
+		buf = ReadBuffer(b->index, blkno);
+	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+
+	bool		fresh = PageIsNew(BufferGetPage(buf));
+	Page		page = GenericXLogRegisterBuffer(b->state, buf, fresh ? GENERIC_XLOG_FULL_IMAGE : 0);
+
+	if (fresh)
+		cagra_init_node_page(page, b->meta, blkno);
+	b->bufs[b->nbufs] = buf;
+	b->pages[b->nbufs] = page;
+	b->nbufs++;
+	return page;
+}
+
+void
+cagra_batch_write(CagraWalBatch *b, uint32 id, uint32 offset, const void *src, uint32 len)
+{
+	const char *in = (const char *) src;
+
+	while (len > 0)
+	{
+		BlockNumber blkno;
+		uint32		poff;
+
+		cagra_locate(b->meta, id, offset, &blkno, &poff);
+		uint32		chunk = Min(len, BLCKSZ - poff);
+		Page		page = cagra_batch_page(b, blkno);
+
+		memcpy((char *) page + poff, in, chunk);
+		in += chunk;
+		offset += chunk;
+		len -= chunk;
+	}
+}

@@ -1,0 +1,223 @@
+/*
+ * vacuum.cpp — ambulkdelete and amvacuumcleanup.
+ *
+ * Bulk delete, under the writers' lock: (1) mark every live node whose heap
+ * TID the callback reports dead as deleted; (2) if the index has deleted
+ * nodes, rewrite the rows that point at them (core plan_repair); (3) bump
+ * the generation in the meta page, before returning, so that no cached copy
+ * can hand out a TID the heap is about to release.  Deleted slots are not
+ * reused; REINDEX compacts.
+ */
+#include "am/accessor.h"
+
+#include <cstring>
+
+#include "core/update.h"
+
+extern "C" {
+#include "commands/vacuum.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+}
+
+/* Blocks that hold node headers: every block (k layout) or each node's
+ * first block (p layout). */
+static BlockNumber
+cagra_header_block(const CagraMetaData *meta, uint32 first_id)
+{
+	BlockNumber blkno;
+	uint32		off;
+
+	cagra_locate(meta, first_id, 0, &blkno, &off);
+	return blkno;
+}
+
+/*
+ * Phase 1.  Fills removed[id] for every deleted node (old and new) and
+ * returns how many nodes this pass deleted; *live gets the live count.
+ */
+static uint32
+cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCallback callback,
+				   void *callback_state, bool *removed, uint32 *live)
+{
+	uint32		newly = 0;
+
+	*live = 0;
+	for (uint32 first = 0; first < meta->n; first += meta->nodes_per_page)
+	{
+		uint32		last = Min(meta->n, first + meta->nodes_per_page);
+		BlockNumber blkno = cagra_header_block(meta, first);
+		Buffer		buf;
+		Page		page;
+		uint32		dead[BLCKSZ / sizeof(CagraNodeHeader)];
+		int			ndead = 0;
+
+		vacuum_delay_point();
+		buf = ReadBuffer(index, blkno);
+		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+		page = BufferGetPage(buf);
+		for (uint32 id = first; id < last; id++)
+		{
+			BlockNumber b;
+			uint32		off;
+
+			cagra_locate(meta, id, 0, &b, &off);
+			CagraNodeHeader *hdr = (CagraNodeHeader *) ((char *) page + off);
+
+			if (hdr->flags & CAGRA_NODE_DELETED)
+				removed[id] = true;
+			else if (callback(&hdr->heap_tid, callback_state))
+			{
+				removed[id] = true;
+				dead[ndead++] = off;
+			}
+			else
+				(*live)++;
+		}
+		if (ndead > 0)
+		{
+			GenericXLogState *state = GenericXLogStart(index);
+			Page		copy = GenericXLogRegisterBuffer(state, buf, 0);
+
+			for (int i = 0; i < ndead; i++)
+			{
+				CagraNodeHeader *hdr = (CagraNodeHeader *) ((char *) copy + dead[i]);
+
+				hdr->flags = (hdr->flags & ~CAGRA_NODE_LIVE) | CAGRA_NODE_DELETED;
+			}
+			GenericXLogFinish(state);
+			newly += ndead;
+		}
+		UnlockReleaseBuffer(buf);
+	}
+	return newly;
+}
+
+/* Phase 2, the C++ part: the rewrites, in a C++ object the caller owns. */
+static std::vector<cagra::RowRewrite> *
+cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed, CagraStatus *st) noexcept
+{
+	try
+	{
+		CagraPageAccessor acc(index, *meta, false);
+		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
+		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
+		auto	   *out = new std::vector<cagra::RowRewrite>(
+			cagra::plan_repair(acc, is_removed, cagra_search_params(), entries));
+
+		cagra_status_ok(st);
+		return out;
+	}
+	catch (...)
+	{
+		cagra_status_from_current_exception(st);
+		return nullptr;
+	}
+}
+
+static void
+cagra_apply_repair(Relation index, const CagraMetaData *meta, const cagra::RowRewrite *rewrites, size_t count)
+{
+	CagraWalBatch batch;
+
+	cagra_batch_begin(&batch, index, meta);
+	for (size_t i = 0; i < count; i++)
+	{
+		const cagra::RowRewrite *rw = &rewrites[i];
+
+		if (rw->node >= meta->n || rw->row.size() != meta->graph_degree)
+			elog(ERROR, "cagra repair plan for node %u is malformed", rw->node);
+		cagra_batch_write(&batch, rw->node, CAGRA_ROW_OFFSET, rw->row.data(),
+						  meta->graph_degree * sizeof(uint32));
+		if ((i & 255) == 255)
+		{
+			cagra_batch_finish(&batch);
+			vacuum_delay_point();
+		}
+	}
+	cagra_batch_finish(&batch);
+}
+
+static void
+cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
+{
+	CagraStatus st;
+	std::vector<cagra::RowRewrite> *plan = cagra_plan_repair(index, meta, removed, &st);
+
+	if (!plan)
+		cagra_report_status(&st);
+
+	CagraOwner *owner = cagra_owner_new(CurrentMemoryContext, plan,
+										cagra_delete_object<std::vector<cagra::RowRewrite>>);
+
+	cagra_apply_repair(index, meta, plan->data(), plan->size());
+	cagra_owner_free(owner);
+}
+
+/* Phase 3: the live count and a new generation. */
+static void
+cagra_finish_vacuum(Relation index, uint32 live)
+{
+	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+	CagraMetaData m;
+
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	memcpy(&m, cagra_meta_of(BufferGetPage(metabuf)), sizeof(m));
+	m.live = live;
+	m.generation++;
+	cagra_write_meta(index, metabuf, &m);
+	UnlockReleaseBuffer(metabuf);
+}
+
+IndexBulkDeleteResult *
+cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
+				 IndexBulkDeleteCallback callback, void *callback_state)
+{
+	Relation	index = info->index;
+	CagraMetaData meta;
+
+	if (stats == NULL)
+		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
+
+	cagra_lock_writers(index, ExclusiveLock);
+	cagra_read_meta(index, &meta);
+
+	uint32		live = 0;
+
+	if (meta.n > 0)
+	{
+		MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra vacuum",
+												  ALLOCSET_DEFAULT_SIZES);
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+		bool	   *removed = (bool *) MemoryContextAllocExtended(cxt, meta.n, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		uint32		newly = cagra_mark_deleted(index, &meta, callback, callback_state, removed, &live);
+
+		stats->tuples_removed += newly;
+		if (live < meta.n)
+			cagra_repair(index, &meta, removed);
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+	}
+	cagra_finish_vacuum(index, live);
+	cagra_unlock_writers(index, ExclusiveLock);
+
+	stats->num_index_tuples = live;
+	stats->num_pages = RelationGetNumberOfBlocks(index);
+	return stats;
+}
+
+IndexBulkDeleteResult *
+cagra_vacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
+{
+	CagraMetaData meta;
+
+	if (info->analyze_only)
+		return stats;
+	if (stats == NULL)
+		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
+	cagra_read_meta(info->index, &meta);
+	stats->num_index_tuples = meta.live;
+	stats->num_pages = RelationGetNumberOfBlocks(info->index);
+	stats->estimated_count = false;
+	return stats;
+}
