@@ -1,0 +1,241 @@
+/*
+ * core_bench.cpp — CPU benchmark of the core library on a texmex-format data
+ * set (base.fvecs, query.fvecs, gt.ivecs, e.g. from shared/bench/gen.py):
+ * build time and peak memory, then recall@10 and queries/s on one thread
+ * over an itopk sweep; in the same run hnswlib (when built with it) with
+ * M=16, ef_construction=64 over an ef sweep, and exact search.
+ *
+ * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
+ *                       [--width W] [--repeat R] [--no-hnswlib]
+ */
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "build.h"
+#include "distance.h"
+#include "search.h"
+
+#ifdef CAGRA_BENCH_HNSWLIB
+#include <hnswlib/hnswlib.h>
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double peak_rss_mib()
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* texmex .fvecs / .ivecs: each row is int32 dim then dim 4-byte values. */
+template <class T>
+std::vector<T> read_vecs(const std::string &path, uint32_t &dim, uint64_t &n)
+{
+    std::ifstream f(path, std::ios::binary);
+    if (!f)
+        throw std::runtime_error("cannot open " + path);
+    f.seekg(0, std::ios::end);
+    uint64_t bytes = (uint64_t)f.tellg();
+    f.seekg(0);
+    int32_t d = 0;
+    f.read((char *)&d, 4);
+    if (d <= 0)
+        throw std::runtime_error("bad dimension in " + path);
+    dim = (uint32_t)d;
+    n = bytes / (4 + 4ull * dim);
+    std::vector<T> out(n * dim);
+    f.seekg(0);
+    for (uint64_t i = 0; i < n; i++) {
+        f.read((char *)&d, 4);
+        f.read((char *)&out[i * dim], 4ull * dim);
+    }
+    return out;
+}
+
+double recall_at_10(const std::vector<uint32_t> &found, const std::vector<int32_t> &gt, uint32_t gt_dim, uint64_t nq)
+{
+    uint64_t hit = 0;
+    for (uint64_t q = 0; q < nq; q++)
+        for (uint32_t i = 0; i < 10; i++)
+            for (uint32_t j = 0; j < 10; j++)
+                if (found[q * 10 + i] == (uint32_t)gt[q * gt_dim + j]) {
+                    hit++;
+                    break;
+                }
+    return (double)hit / (nq * 10.0);
+}
+
+struct Options {
+    std::string dir;
+    uint32_t threads = 2;
+    uint32_t degree = 32;
+    uint32_t intermediate = 64;
+    uint32_t width = 1;
+    uint32_t repeat = 2;
+    bool hnswlib = true;
+};
+
+Options parse(int argc, char **argv)
+{
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        auto value = [&]() -> uint32_t {
+            if (i + 1 >= argc)
+                throw std::runtime_error(a + " needs a value");
+            return (uint32_t)std::stoul(argv[++i]);
+        };
+        if (a == "--threads")
+            o.threads = value();
+        else if (a == "--degree")
+            o.degree = value();
+        else if (a == "--intermediate")
+            o.intermediate = value();
+        else if (a == "--width")
+            o.width = value();
+        else if (a == "--repeat")
+            o.repeat = std::max(1u, value());
+        else if (a == "--no-hnswlib")
+            o.hnswlib = false;
+        else if (o.dir.empty() && a[0] != '-')
+            o.dir = a;
+        else
+            throw std::runtime_error("unknown argument " + a);
+    }
+    if (o.dir.empty())
+        throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
+                                 "[--repeat R] [--no-hnswlib]");
+    return o;
+}
+
+/* Runs fn(q) for every query, `repeat` times; returns the best queries/s. */
+template <class Fn>
+double best_qps(uint64_t nq, uint32_t repeat, Fn &&fn)
+{
+    double best = 0;
+    for (uint32_t r = 0; r < repeat; r++) {
+        auto t0 = Clock::now();
+        for (uint64_t q = 0; q < nq; q++)
+            fn(q);
+        best = std::max(best, nq / seconds_since(t0));
+    }
+    return best;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    try {
+        Options o = parse(argc, argv);
+        uint32_t dim, qdim, gdim;
+        uint64_t n, nq, ng;
+        auto base = read_vecs<float>(o.dir + "/base.fvecs", dim, n);
+        auto queries = read_vecs<float>(o.dir + "/query.fvecs", qdim, nq);
+        auto gt = read_vecs<int32_t>(o.dir + "/gt.ivecs", gdim, ng);
+        if (qdim != dim || ng != nq || gdim < 10)
+            throw std::runtime_error("query or ground-truth files do not match the base");
+        std::printf("data: %s  n=%lu dim=%u queries=%lu  kernels=%s  hardware threads=%u\n", o.dir.c_str(),
+                    (unsigned long)n, dim, (unsigned long)nq, cagra::distance_kernel_name(),
+                    std::thread::hardware_concurrency());
+        double rss_data = peak_rss_mib();
+
+        /* --- cagra --- */
+        cagra::BuildParams bp;
+        bp.graph_degree = o.degree;
+        bp.intermediate_degree = o.intermediate;
+        bp.threads = o.threads;
+        cagra::DatasetView view{base.data(), n, dim};
+        auto t0 = Clock::now();
+        cagra::BuiltGraph built = cagra::build_graph(view, cagra::Metric::L2, bp);
+        double build_s = seconds_since(t0);
+        double rss_cagra = peak_rss_mib();
+        std::printf("\ncagra: build %.2f s (%u threads, graph_degree %u, intermediate %u), peak RSS %.0f MiB "
+                    "(data alone %.0f MiB)\n",
+                    build_s, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
+        cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
+        std::printf("%-8s %-6s %-10s %-12s %-14s\n", "itopk", "width", "recall@10", "QPS/thread", "dists/query");
+        std::vector<uint32_t> found(nq * 10);
+        for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u}) {
+            cagra::SearchParams sp;
+            sp.itopk_size = itopk;
+            sp.search_width = std::min(o.width, itopk);
+            uint64_t dists = 0;
+            cagra::Neighbor out[10];
+            double qps = best_qps(nq, o.repeat, [&](uint64_t q) {
+                cagra::Searcher<cagra::InMemoryGraph> s(graph, &queries[q * dim], sp, built.entry_nodes);
+                uint32_t got = s.next(10, out);
+                for (uint32_t i = 0; i < 10; i++)
+                    found[q * 10 + i] = i < got ? out[i].id : cagra::kInvalidNode;
+                dists += s.distance_count();
+            });
+            std::printf("%-8u %-6u %-10.4f %-12.0f %-14.0f\n", itopk, sp.search_width,
+                        recall_at_10(found, gt, gdim, nq), qps, (double)dists / (nq * o.repeat));
+        }
+
+#ifdef CAGRA_BENCH_HNSWLIB
+        if (o.hnswlib) {
+            hnswlib::L2Space space(dim);
+            hnswlib::HierarchicalNSW<float> hnsw(&space, n, 16, 64, 100);
+            t0 = Clock::now();
+            std::vector<std::thread> pool;
+            std::atomic<uint64_t> next{0};
+            hnsw.addPoint(base.data(), 0);
+            for (uint32_t t = 0; t < o.threads; t++)
+                pool.emplace_back([&] {
+                    for (uint64_t i; (i = next.fetch_add(1) + 1) < n;)
+                        hnsw.addPoint(&base[i * dim], i);
+                });
+            for (auto &th : pool)
+                th.join();
+            double hbuild = seconds_since(t0);
+            std::printf("\nhnswlib: build %.2f s (%u threads, M=16, ef_construction=64), peak RSS %.0f MiB\n", hbuild,
+                        o.threads, peak_rss_mib());
+            std::printf("%-8s %-10s %-12s\n", "ef", "recall@10", "QPS/thread");
+            for (uint32_t ef : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u}) {
+                hnsw.setEf(ef);
+                double qps = best_qps(nq, o.repeat, [&](uint64_t q) {
+                    auto res = hnsw.searchKnnCloserFirst(&queries[q * dim], 10);
+                    for (uint32_t i = 0; i < 10; i++)
+                        found[q * 10 + i] = i < res.size() ? (uint32_t)res[i].second : cagra::kInvalidNode;
+                });
+                std::printf("%-8u %-10.4f %-12.0f\n", ef, recall_at_10(found, gt, gdim, nq), qps);
+            }
+        }
+#else
+        std::printf("\nhnswlib: not compared (headers not found at build time)\n");
+#endif
+
+        /* --- exact search on a subset of the queries --- */
+        uint64_t exact_nq = std::min<uint64_t>(nq, 100);
+        std::vector<std::pair<float, uint32_t>> all(n);
+        double eqps = best_qps(exact_nq, 1, [&](uint64_t q) {
+            for (uint64_t i = 0; i < n; i++)
+                all[i] = {cagra::l2_squared(&queries[q * dim], &base[i * dim], dim), (uint32_t)i};
+            std::partial_sort(all.begin(), all.begin() + 10, all.end());
+            for (uint32_t i = 0; i < 10; i++)
+                found[q * 10 + i] = all[i].second;
+        });
+        std::printf("\nexact (brute force, 1 thread, %lu queries): recall@10 %.4f, QPS %.1f\n",
+                    (unsigned long)exact_nq, recall_at_10(found, gt, gdim, exact_nq), eqps);
+        return 0;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "core_bench: %s\n", e.what());
+        return 1;
+    }
+}

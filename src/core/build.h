@@ -1,0 +1,54 @@
+/*
+ * build.h — building a CAGRA graph on the CPU: a kNN graph by NN-descent,
+ * then rank-based pruning, reverse edges and the merge to graph_degree.
+ */
+#pragma once
+
+#include <atomic>
+
+#include "types.h"
+
+namespace cagra {
+
+enum class BuildPhase : uint32_t { Validating = 0, KnnGraph = 1, Pruning = 2, Done = 3 };
+
+/* Shared with the thread that started the build: the caller polls the
+ * counters for progress reports and sets `cancel` to stop the build, which
+ * then throws Error(ErrorCode::Cancelled) soon after. */
+struct BuildProgress {
+    std::atomic<uint32_t> phase{0};
+    std::atomic<uint64_t> done{0};
+    std::atomic<uint64_t> total{0};
+    std::atomic<bool> cancel{false};
+};
+
+/* The kNN graph: n rows of k (id, distance), each row sorted by distance. */
+struct KnnGraph {
+    uint32_t k = 0;
+    std::vector<uint32_t> ids;
+    std::vector<float> distances;
+    uint64_t size() const { return k ? ids.size() / k : 0; }
+};
+
+struct BuiltGraph {
+    Graph graph;
+    std::vector<uint32_t> entry_nodes; /* fixed entry points for searches */
+};
+
+/* Throws Error(InvalidParameter / InvalidData) with a message a user can act on. */
+void validate_build_params(const BuildParams &params);
+void validate_dataset(const DatasetView &data);
+
+BuiltGraph build_graph(const DatasetView &data, Metric metric, const BuildParams &params,
+                       BuildProgress *progress = nullptr);
+
+/* The two steps of build_graph, public for tests and for the GPU comparisons. */
+KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &params,
+                    BuildProgress *progress = nullptr);
+Graph optimize_graph(const KnnGraph &knn, uint32_t graph_degree, uint32_t threads,
+                     BuildProgress *progress = nullptr);
+
+/* Exact kNN by brute force (tests and ground truth). */
+KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads);
+
+} // namespace cagra

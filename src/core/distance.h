@@ -1,0 +1,49 @@
+/*
+ * distance.h — distance kernels on float32 vectors of any dimension.
+ *
+ * The fast kernels are chosen once at run time (AVX-512, AVX2 or portable
+ * code); the scalar reference versions are what the tests compare against.
+ */
+#pragma once
+
+#include "types.h"
+
+namespace cagra {
+
+float l2_squared(const float *a, const float *b, uint32_t dim);
+float inner_product(const float *a, const float *b, uint32_t dim);
+
+/* Distance of the metric between two vectors prepared by prepare_vector(). */
+float distance(Metric metric, const float *a, const float *b, uint32_t dim);
+
+using PairKernel = float (*)(const float *, const float *, uint32_t);
+
+/* The dispatched kernel behind a metric, for hot loops that want no switch
+ * per call: distance = offset + sign * fn(a, b, dim)
+ * (L2: l2_squared, 1, 0; inner product: dot, -1, 0; cosine: dot, -1, 1). */
+struct MetricKernel {
+    PairKernel fn;
+    float sign;
+    float offset;
+    float operator()(const float *a, const float *b, uint32_t dim) const
+    {
+        return offset + sign * fn(a, b, dim);
+    }
+};
+MetricKernel metric_kernel(Metric metric);
+
+/* Copy `in` to `out` in the form the index stores: unchanged for L2 and
+ * inner product, normalised to unit length for cosine (zero stays zero).
+ * `in` and `out` may be the same array. */
+void prepare_vector(Metric metric, const float *in, float *out, uint32_t dim);
+
+/* Name of the kernel set chosen on this CPU: "avx512", "avx2" or "portable". */
+const char *distance_kernel_name();
+
+namespace reference {
+float l2_squared(const float *a, const float *b, uint32_t dim);
+float inner_product(const float *a, const float *b, uint32_t dim);
+float cosine_distance(const float *a, const float *b, uint32_t dim); /* unprepared inputs */
+} // namespace reference
+
+} // namespace cagra

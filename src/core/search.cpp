@@ -1,0 +1,83 @@
+/*
+ * search.cpp — the non-template parts of search: the in-memory accessor,
+ * the visited set's sizing, and the per-thread pool of search buffers.
+ */
+#include <memory>
+
+#include "search.h"
+
+namespace cagra {
+
+InMemoryGraph::InMemoryGraph(const Graph &graph, const DatasetView &data, Metric metric)
+    : graph_(&graph), data_(data), metric_(metric), kernel_(metric_kernel(metric)), size_((uint32_t)graph.size())
+{
+    if (graph.degree == 0 || graph.size() != data.n)
+        throw Error(ErrorCode::InvalidData, "graph of " + std::to_string(graph.size()) + " rows does not match " +
+                                                std::to_string(data.n) + " vectors");
+}
+
+namespace detail {
+
+void VisitedSet::reset(uint32_t expected)
+{
+    uint32_t cap = 1024;
+    while (cap < 2 * expected && cap < (1u << 30))
+        cap <<= 1;
+    if (slots_.size() == cap)
+        std::fill(slots_.begin(), slots_.end(), 0);
+    else
+        slots_.assign(cap, 0);
+    mask_ = cap - 1;
+    shift_ = 32 - __builtin_ctz(cap);
+    count_ = 0;
+}
+
+void VisitedSet::grow()
+{
+    std::vector<uint32_t> old;
+    old.swap(slots_);
+    uint32_t cap = (uint32_t)old.size() * 2;
+    slots_.assign(cap, 0);
+    mask_ = cap - 1;
+    shift_ = 32 - __builtin_ctz(cap);
+    for (uint32_t key : old) {
+        if (key == 0)
+            continue;
+        uint32_t h = hash(key);
+        while (slots_[h] != 0)
+            h = (h + 1) & mask_;
+        slots_[h] = key;
+    }
+}
+
+namespace {
+/* Free scratch objects of this thread.  Searchers may nest (several open
+ * scans in one backend), so this is a pool, not a single object. */
+thread_local std::vector<std::unique_ptr<SearchScratch>> scratch_pool;
+} // namespace
+
+SearchScratch *acquire_scratch()
+{
+    if (scratch_pool.empty())
+        return new SearchScratch();
+    SearchScratch *s = scratch_pool.back().release();
+    scratch_pool.pop_back();
+    return s;
+}
+
+void release_scratch(SearchScratch *s)
+{
+    if (!s)
+        return;
+    try {
+        if (scratch_pool.size() < 8) {
+            scratch_pool.emplace_back(s);
+            return;
+        }
+    } catch (...) {
+    }
+    delete s;
+}
+
+} // namespace detail
+} // namespace cagra

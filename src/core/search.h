@@ -1,0 +1,188 @@
+/*
+ * search.h — CAGRA search over any graph storage.
+ *
+ * An Accessor gives the searcher the graph and the vectors.  It must provide:
+ *
+ *   uint32_t size() const;     nodes 0..size()-1
+ *   uint32_t degree() const;
+ *   uint32_t dim() const;
+ *   Metric metric() const;
+ *   // the row of `id`: degree() ids, kInvalidNode for padding; may copy it
+ *   // into `scratch` (degree() entries) and return scratch
+ *   const uint32_t *neighbors(uint32_t id, uint32_t *scratch) const;
+ *   // the prepared vector of `id`: dim() floats; may copy it into `scratch`
+ *   // (dim() entries) and return scratch.  Used by update.h, not by search.
+ *   const float *vector(uint32_t id, float *scratch) const;
+ *   // distances from a prepared query to `count` nodes
+ *   void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const;
+ *
+ * InMemoryGraph is the accessor for a graph and vectors held in memory; the
+ * PostgreSQL extension has one that reads index pages through shared buffers.
+ *
+ * Searcher keeps its state between calls of next(), so a search can be
+ * continued for more results after the first k (SQL index scans need it).
+ * Results come in non-decreasing distance over all calls, never twice: a node
+ * found by a later call that is closer than one already returned is dropped.
+ * A node the filter rejects is traversed but not returned.  See docs/core.md.
+ */
+#pragma once
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "distance.h"
+#include "types.h"
+
+namespace cagra {
+
+class InMemoryGraph {
+public:
+    /* Keeps references: graph and data must outlive the accessor. */
+    InMemoryGraph(const Graph &graph, const DatasetView &data, Metric metric);
+    uint32_t size() const { return size_; }
+    uint32_t degree() const { return graph_->degree; }
+    uint32_t dim() const { return data_.dim; }
+    Metric metric() const { return metric_; }
+    const uint32_t *neighbors(uint32_t id, uint32_t *) const { return graph_->row(id); }
+    const float *vector(uint32_t id, float *) const { return data_.row(id); }
+    void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
+    {
+        const uint32_t lines = (uint32_t)std::min<uint64_t>((data_.dim * sizeof(float) + 63) / 64, 8);
+        for (uint32_t i = 0; i < count; i++) {
+            if (i + 1 < count) {
+                const char *next = (const char *)data_.row(ids[i + 1]);
+                for (uint32_t l = 0; l < lines; l++)
+                    __builtin_prefetch(next + 64 * l);
+            }
+            out[i] = kernel_(query, data_.row(ids[i]), data_.dim);
+        }
+    }
+
+private:
+    const Graph *graph_;
+    DatasetView data_;
+    Metric metric_;
+    MetricKernel kernel_;
+    uint32_t size_;
+};
+
+/* max_iterations when params.max_iterations is 0. */
+uint32_t auto_max_iterations(const SearchParams &params);
+
+/* Throws Error(InvalidParameter) for itopk_size 0 or > 1024, search_width 0
+ * or > itopk_size, k > itopk_size. */
+void validate_search_params(const SearchParams &params, uint32_t k);
+
+namespace detail {
+
+/* A buffer or overflow entry. */
+struct Candidate {
+    float dist;
+    uint32_t id;
+    uint32_t expanded;
+};
+
+/* Exact visited set: open addressing over id + 1 (0 marks a free slot),
+ * sized from what a search of these parameters visits and grown at half
+ * load, so its cost follows the visited count, not the graph size. */
+class VisitedSet {
+public:
+    void reset(uint32_t expected);
+    /* True when id was not in the set (and is now). */
+    bool insert(uint32_t id)
+    {
+        uint32_t key = id + 1;
+        for (uint32_t h = hash(key);; h = (h + 1) & mask_) {
+            uint32_t s = slots_[h];
+            if (s == key)
+                return false;
+            if (s == 0) {
+                slots_[h] = key;
+                if (++count_ * 2 > mask_)
+                    grow();
+                return true;
+            }
+        }
+    }
+    uint32_t count() const { return count_; }
+
+private:
+    uint32_t hash(uint32_t key) const { return (key * 0x9E3779B1u) >> shift_; }
+    void grow();
+    std::vector<uint32_t> slots_;
+    uint32_t mask_ = 0;
+    uint32_t shift_ = 32;
+    uint32_t count_ = 0;
+};
+
+/* Buffers of one search; recycled per thread so a query allocates nothing
+ * once the thread has run one of the same size. */
+struct SearchScratch {
+    VisitedSet visited;
+    std::vector<Candidate> buffer;
+    std::vector<Candidate> overflow;
+    std::vector<uint32_t> ids;
+    std::vector<float> dists;
+    std::vector<uint32_t> row;
+};
+SearchScratch *acquire_scratch();
+void release_scratch(SearchScratch *s);
+
+} // namespace detail
+
+template <class Accessor>
+class Searcher {
+public:
+    /* `query` is prepared (prepare_vector) and must outlive the searcher.
+     * Throws Error(InvalidParameter) for bad parameters. */
+    Searcher(const Accessor &graph, const float *query, const SearchParams &params,
+             const std::vector<uint32_t> &entry_nodes);
+    ~Searcher();
+    Searcher(const Searcher &) = delete;
+    Searcher &operator=(const Searcher &) = delete;
+
+    /* Up to `k` further results into `out`; returns how many (fewer than k
+     * only when the reachable graph is exhausted).  accept(id) == false:
+     * traversed, never returned. */
+    template <class Filter>
+    uint32_t next(uint32_t k, Filter &&accept, Neighbor *out);
+
+    uint32_t next(uint32_t k, Neighbor *out)
+    {
+        return next(k, [](uint32_t) { return true; }, out);
+    }
+
+    uint64_t distance_count() const { return distance_count_; } /* distances computed so far */
+    uint64_t iteration_count() const { return iterations_; }    /* expansions rounds so far */
+
+private:
+    void start();
+    bool iterate(uint32_t width);
+    void expand(const uint32_t *parents, uint32_t count);
+    void insert(float dist, uint32_t id);
+    void push_overflow(const detail::Candidate &c);
+    bool refill();
+
+    const Accessor &g_;
+    const float *query_;
+    SearchParams params_;
+    const std::vector<uint32_t> &entries_;
+    detail::SearchScratch *s_;
+    uint32_t size_ = 0; /* entries in s_->buffer */
+    bool started_ = false;
+    bool overflow_heap_ = false;
+    float overflow_min_ = std::numeric_limits<float>::infinity();
+    float last_ = -std::numeric_limits<float>::infinity();
+    uint64_t distance_count_ = 0;
+    uint64_t iterations_ = 0;
+};
+
+/* One-shot convenience: the k best, sorted. */
+template <class Accessor>
+std::vector<Neighbor> search(const Accessor &graph, const float *query, uint32_t k, const SearchParams &params,
+                             const std::vector<uint32_t> &entry_nodes);
+
+} // namespace cagra
+
+#include "search_impl.h"

@@ -1,0 +1,227 @@
+/*
+ * search_impl.h — the template code of Searcher (included by search.h).
+ *
+ * State: a sorted buffer of at most itopk_size candidates, each marked when
+ * expanded; an overflow of the candidates that did not fit (an unsorted
+ * array while nothing has been returned, turned into a min-heap when a
+ * continued search needs it); the exact visited set.
+ */
+#pragma once
+
+#include <algorithm>
+
+#include "parallel.h"
+
+namespace cagra {
+
+template <class Accessor>
+Searcher<Accessor>::Searcher(const Accessor &graph, const float *query, const SearchParams &params,
+                             const std::vector<uint32_t> &entry_nodes)
+    : g_(graph), query_(query), params_(params), entries_(entry_nodes), s_(nullptr)
+{
+    validate_search_params(params, 0);
+    if (params_.max_iterations == 0)
+        params_.max_iterations = auto_max_iterations(params_);
+    s_ = detail::acquire_scratch();
+}
+
+template <class Accessor>
+Searcher<Accessor>::~Searcher()
+{
+    detail::release_scratch(s_);
+}
+
+template <class Accessor>
+void Searcher<Accessor>::start()
+{
+    started_ = true;
+    const uint32_t n = g_.size();
+    const uint32_t degree = g_.degree();
+    s_->buffer.resize(params_.itopk_size);
+    s_->overflow.clear();
+    s_->ids.resize((size_t)std::max(params_.search_width * degree, params_.random_entries + (uint32_t)entries_.size()));
+    s_->dists.resize(s_->ids.size());
+    s_->row.resize(degree);
+    s_->visited.reset(3 * params_.itopk_size * degree);
+    if (n == 0)
+        return;
+
+    uint32_t count = 0;
+    for (uint32_t e : entries_)
+        if (e < n && s_->visited.insert(e))
+            s_->ids[count++] = e;
+    detail::Rng rng(params_.seed);
+    uint32_t want = std::min(params_.random_entries, n);
+    for (uint32_t tries = 0; tries < 2 * want + 8 && count < want + entries_.size(); tries++) {
+        uint32_t id = (uint32_t)rng.below(n);
+        if (s_->visited.insert(id))
+            s_->ids[count++] = id;
+    }
+    g_.distances(query_, s_->ids.data(), count, s_->dists.data());
+    distance_count_ += count;
+    for (uint32_t i = 0; i < count; i++)
+        insert(s_->dists[i], s_->ids[i]);
+}
+
+template <class Accessor>
+void Searcher<Accessor>::push_overflow(const detail::Candidate &c)
+{
+    s_->overflow.push_back(c);
+    if (overflow_heap_)
+        std::push_heap(s_->overflow.begin(), s_->overflow.end(),
+                       [](const detail::Candidate &a, const detail::Candidate &b) { return a.dist > b.dist; });
+    overflow_min_ = std::min(overflow_min_, c.dist);
+}
+
+template <class Accessor>
+void Searcher<Accessor>::insert(float dist, uint32_t id)
+{
+    detail::Candidate *buf = s_->buffer.data();
+    if (size_ == params_.itopk_size) {
+        if (dist >= buf[size_ - 1].dist) {
+            push_overflow({dist, id, 0});
+            return;
+        }
+        push_overflow(buf[size_ - 1]);
+        size_--;
+    }
+    uint32_t pos = size_;
+    while (pos > 0 && buf[pos - 1].dist > dist) {
+        buf[pos] = buf[pos - 1];
+        pos--;
+    }
+    buf[pos] = {dist, id, 0};
+    size_++;
+}
+
+/* Gather the unvisited neighbours of `parents`, compute their distances in
+ * one batch, and offer them to the buffer. */
+template <class Accessor>
+void Searcher<Accessor>::expand(const uint32_t *parents, uint32_t count)
+{
+    const uint32_t degree = g_.degree();
+    uint32_t *ids = s_->ids.data();
+    uint32_t m = 0;
+    for (uint32_t p = 0; p < count; p++) {
+        const uint32_t *row = g_.neighbors(parents[p], s_->row.data());
+        for (uint32_t j = 0; j < degree; j++) {
+            uint32_t v = row[j];
+            if (v != kInvalidNode && s_->visited.insert(v))
+                ids[m++] = v;
+        }
+    }
+    g_.distances(query_, ids, m, s_->dists.data());
+    distance_count_ += m;
+    for (uint32_t i = 0; i < m; i++)
+        insert(s_->dists[i], ids[i]);
+}
+
+/* One iteration: expand the `width` best unexpanded candidates.  False when
+ * every candidate in the buffer is already expanded. */
+template <class Accessor>
+bool Searcher<Accessor>::iterate(uint32_t width)
+{
+    uint32_t parents[64];
+    uint32_t count = 0;
+    width = std::min<uint32_t>(width, 64);
+    detail::Candidate *buf = s_->buffer.data();
+    for (uint32_t i = 0; i < size_ && count < width; i++)
+        if (!buf[i].expanded) {
+            buf[i].expanded = 1;
+            parents[count++] = buf[i].id;
+        }
+    if (count == 0)
+        return false;
+    iterations_++;
+    expand(parents, count);
+    return true;
+}
+
+/* Restore "every overflow entry is at least every buffer entry" after
+ * results were taken from the buffer: move the closest overflow entries in
+ * while they beat the buffer's worst or the buffer has room. */
+template <class Accessor>
+bool Searcher<Accessor>::refill()
+{
+    auto &ov = s_->overflow;
+    auto greater = [](const detail::Candidate &a, const detail::Candidate &b) { return a.dist > b.dist; };
+    if (!overflow_heap_) {
+        std::make_heap(ov.begin(), ov.end(), greater);
+        overflow_heap_ = true;
+    }
+    bool moved = false;
+    detail::Candidate *buf = s_->buffer.data();
+    while (!ov.empty() && (size_ < params_.itopk_size || ov.front().dist < buf[size_ - 1].dist)) {
+        detail::Candidate c = ov.front();
+        std::pop_heap(ov.begin(), ov.end(), greater);
+        ov.pop_back();
+        if (size_ == params_.itopk_size) {
+            detail::Candidate worst = buf[--size_];
+            ov.push_back(worst);
+            std::push_heap(ov.begin(), ov.end(), greater);
+        }
+        uint32_t pos = size_;
+        while (pos > 0 && buf[pos - 1].dist > c.dist) {
+            buf[pos] = buf[pos - 1];
+            pos--;
+        }
+        buf[pos] = c;
+        size_++;
+        moved = true;
+    }
+    overflow_min_ = ov.empty() ? std::numeric_limits<float>::infinity() : ov.front().dist;
+    return moved;
+}
+
+template <class Accessor>
+template <class Filter>
+uint32_t Searcher<Accessor>::next(uint32_t k, Filter &&accept, Neighbor *out)
+{
+    if (!started_)
+        start();
+    uint32_t produced = 0;
+    uint32_t iterations = 0;
+    detail::Candidate *buf = s_->buffer.data();
+    while (produced < k) {
+        if (iterations < params_.max_iterations && iterate(params_.search_width)) {
+            iterations++;
+            continue;
+        }
+        /* The head may only be returned when nothing set aside is closer. */
+        if (size_ == 0 || buf[0].dist > overflow_min_) {
+            if (refill())
+                continue;
+            if (size_ == 0)
+                break;
+        }
+        if (!buf[0].expanded) {
+            /* Past the iteration cap: still expand a node before returning
+             * it, so that a continued search goes on from it. */
+            buf[0].expanded = 1;
+            uint32_t id = buf[0].id;
+            expand(&id, 1);
+            continue;
+        }
+        detail::Candidate head = buf[0];
+        std::memmove(buf, buf + 1, (size_ - 1) * sizeof(detail::Candidate));
+        size_--;
+        if (head.dist >= last_ && accept(head.id)) {
+            out[produced++] = {head.id, head.dist};
+            last_ = head.dist;
+        }
+    }
+    return produced;
+}
+
+template <class Accessor>
+std::vector<Neighbor> search(const Accessor &graph, const float *query, uint32_t k, const SearchParams &params,
+                             const std::vector<uint32_t> &entry_nodes)
+{
+    validate_search_params(params, k);
+    Searcher<Accessor> s(graph, query, params, entry_nodes);
+    std::vector<Neighbor> out(k);
+    out.resize(s.next(k, out.data()));
+    return out;
+}
+
+} // namespace cagra

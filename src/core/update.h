@@ -1,0 +1,56 @@
+/*
+ * update.h — changes to a built graph, as plans the caller applies to its
+ * own storage (memory, or PostgreSQL pages under generic WAL):
+ *   insert: search for candidates, prune them to a row, and give the closest
+ *           chosen neighbours a reverse edge by replacing their weakest edge;
+ *   repair: rewrite the rows that point at removed nodes.
+ * The Accessor is the one of search.h (including vector()).  Planning only
+ * reads through the accessor; apply_insert / apply_repair apply a plan to an
+ * in-memory Graph.
+ */
+#pragma once
+
+#include "search.h"
+
+namespace cagra {
+
+struct EdgeUpdate {
+    uint32_t node; /* row to change */
+    uint32_t slot; /* position in the row */
+    uint32_t target;
+};
+
+struct InsertPlan {
+    std::vector<uint32_t> row;       /* the new node's row, g.degree() entries */
+    std::vector<EdgeUpdate> updates; /* reverse edges into existing rows */
+};
+
+struct RowRewrite {
+    uint32_t node;
+    std::vector<uint32_t> row;
+};
+
+/* Plan the insert of `vec` (prepared) as node `new_id` (normally g.size();
+ * if new_id < g.size() that node is never chosen as its own neighbour).
+ * Rows are padded with kInvalidNode only while the graph has no more than
+ * degree other nodes. */
+template <class Accessor>
+InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
+                       const std::vector<uint32_t> &entry_nodes = {});
+
+/* Plan the repair of every live row that holds an edge to a node with
+ * removed(id): its live edges stay, the removed ones are replaced by the
+ * closest live nodes among the removed nodes' neighbours (a search fills in
+ * when those are too few).  Rows of removed nodes are left alone. */
+template <class Accessor, class Removed>
+std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const SearchParams &params,
+                                    const std::vector<uint32_t> &entry_nodes = {});
+
+/* Apply plans to an in-memory graph (apply_insert appends the new row, so
+ * plan.row must be for node g.size()). */
+void apply_insert(Graph &g, const InsertPlan &plan);
+void apply_repair(Graph &g, const std::vector<RowRewrite> &rewrites);
+
+} // namespace cagra
+
+#include "update_impl.h"

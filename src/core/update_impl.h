@@ -1,0 +1,218 @@
+/*
+ * update_impl.h — the template code of plan_insert and plan_repair
+ * (included by update.h).
+ */
+#pragma once
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace cagra {
+namespace detail {
+
+/*
+ * Rank-based pruning of a candidate list sorted by distance: candidate j is
+ * detourable through an earlier candidate i when j is in i's row.  Only the
+ * first rank condition applies here: rows of the final graph are not in
+ * distance order, so a rank of j inside i's row means nothing.
+ */
+template <class Accessor>
+std::vector<uint32_t> prune_candidates(const Accessor &g, const std::vector<Neighbor> &cands, uint32_t degree)
+{
+    const uint32_t m = (uint32_t)cands.size();
+    std::vector<uint32_t> detours(m, 0);
+    std::vector<std::pair<uint32_t, uint32_t>> rank_of; /* (id, rank), sorted by id */
+    rank_of.reserve(m);
+    for (uint32_t r = 0; r < m; r++)
+        rank_of.push_back({cands[r].id, r});
+    std::sort(rank_of.begin(), rank_of.end());
+    std::vector<uint32_t> scratch(g.degree());
+    for (uint32_t i = 0; i + 1 < m; i++) {
+        const uint32_t *row = g.neighbors(cands[i].id, scratch.data());
+        for (uint32_t j = 0; j < g.degree(); j++) {
+            auto it = std::lower_bound(rank_of.begin(), rank_of.end(), std::make_pair(row[j], 0u));
+            if (it != rank_of.end() && it->first == row[j] && it->second > i)
+                detours[it->second]++;
+        }
+    }
+    std::vector<uint32_t> order(m);
+    for (uint32_t r = 0; r < m; r++)
+        order[r] = r;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return detours[x] < detours[y]; });
+    std::vector<uint32_t> row;
+    for (uint32_t j = 0; j < m && row.size() < degree; j++)
+        row.push_back(cands[order[j]].id);
+    return row;
+}
+
+/* All nodes accepted by `accept`, closest first (for graphs too small or too
+ * broken for a search to find enough candidates). */
+template <class Accessor, class Accept>
+std::vector<Neighbor> exhaustive_candidates(const Accessor &g, const float *vec, Accept &&accept, uint32_t limit)
+{
+    std::vector<uint32_t> ids;
+    for (uint32_t v = 0; v < g.size(); v++)
+        if (accept(v))
+            ids.push_back(v);
+    std::vector<float> d(ids.size());
+    g.distances(vec, ids.data(), (uint32_t)ids.size(), d.data());
+    std::vector<Neighbor> out(ids.size());
+    for (size_t i = 0; i < ids.size(); i++)
+        out[i] = {ids[i], d[i]};
+    std::sort(out.begin(), out.end(), [](const Neighbor &a, const Neighbor &b) {
+        return a.distance < b.distance || (a.distance == b.distance && a.id < b.id);
+    });
+    if (out.size() > limit)
+        out.resize(limit);
+    return out;
+}
+
+/* Search parameters for finding `want` candidates. */
+inline SearchParams candidate_params(const SearchParams &params, uint32_t want)
+{
+    SearchParams p = params;
+    p.itopk_size = std::min<uint32_t>(1024, std::max(p.itopk_size, want));
+    p.search_width = std::min(p.search_width, p.itopk_size);
+    return p;
+}
+
+} // namespace detail
+
+template <class Accessor>
+InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
+                       const std::vector<uint32_t> &entry_nodes)
+{
+    const uint32_t degree = g.degree();
+    const uint32_t n = g.size();
+    validate_search_params(params, 0);
+    const uint32_t others = new_id < n ? n - 1 : n;
+    const uint32_t want = std::min(others, std::max(2 * degree, params.itopk_size));
+    auto not_self = [new_id](uint32_t id) { return id != new_id; };
+
+    std::vector<Neighbor> cands;
+    if (want > 0) {
+        SearchParams p = detail::candidate_params(params, want);
+        Searcher<Accessor> s(g, vec, p, entry_nodes);
+        cands.resize(std::min(want, p.itopk_size));
+        cands.resize(s.next((uint32_t)cands.size(), not_self, cands.data()));
+        if (cands.size() < std::min(others, degree))
+            cands = detail::exhaustive_candidates(g, vec, not_self, want);
+    }
+
+    InsertPlan plan;
+    plan.row = detail::prune_candidates(g, cands, degree);
+    plan.row.resize(degree, kInvalidNode);
+
+    /* Reverse edges into the first half of the row (the edges pruning ranks
+     * best): a neighbour takes the new node in place of padding, or of its
+     * farthest edge when the new node is closer than that edge.  The closest
+     * neighbour always takes it, so the new node is reachable. */
+    const MetricKernel dist = metric_kernel(g.metric());
+    const uint32_t dim = g.dim();
+    std::vector<uint32_t> row_scratch(degree);
+    std::vector<float> vec_scratch(dim), d(degree);
+    const uint32_t reverse_count = std::max(1u, degree / 2);
+    for (uint32_t j = 0; j < reverse_count && j < plan.row.size(); j++) {
+        uint32_t b = plan.row[j];
+        if (b == kInvalidNode)
+            break;
+        const uint32_t *row = g.neighbors(b, row_scratch.data());
+        uint32_t slot = kInvalidNode;
+        for (uint32_t s = 0; s < degree && slot == kInvalidNode; s++)
+            if (row[s] == kInvalidNode)
+                slot = s;
+        if (slot == kInvalidNode) {
+            std::vector<uint32_t> ids(row, row + degree);
+            const float *vb = g.vector(b, vec_scratch.data());
+            g.distances(vb, ids.data(), degree, d.data());
+            uint32_t worst = 0;
+            for (uint32_t s = 1; s < degree; s++)
+                if (d[s] > d[worst])
+                    worst = s;
+            if (j == 0 || dist(vb, vec, dim) < d[worst])
+                slot = worst;
+        }
+        if (slot != kInvalidNode)
+            plan.updates.push_back({b, slot, new_id});
+    }
+    return plan;
+}
+
+template <class Accessor, class Removed>
+std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const SearchParams &params,
+                                    const std::vector<uint32_t> &entry_nodes)
+{
+    validate_search_params(params, 0);
+    const uint32_t n = g.size();
+    const uint32_t degree = g.degree();
+    const uint32_t dim = g.dim();
+    std::vector<RowRewrite> out;
+    std::vector<uint32_t> row_scratch(degree), nrow_scratch(degree);
+    std::vector<float> vec_scratch(dim);
+    std::vector<uint32_t> keep, cand_ids;
+    std::vector<float> cand_d;
+    std::vector<Neighbor> cands;
+
+    for (uint32_t a = 0; a < n; a++) {
+        if (removed(a))
+            continue;
+        const uint32_t *row = g.neighbors(a, row_scratch.data());
+        bool touched = false;
+        for (uint32_t j = 0; j < degree; j++)
+            touched |= row[j] != kInvalidNode && removed(row[j]);
+        if (!touched)
+            continue;
+
+        keep.clear();
+        std::vector<uint32_t> gone;
+        for (uint32_t j = 0; j < degree; j++) {
+            if (row[j] == kInvalidNode)
+                continue;
+            if (removed(row[j]))
+                gone.push_back(row[j]);
+            else
+                keep.push_back(row[j]);
+        }
+        auto usable = [&](uint32_t v) {
+            return v != kInvalidNode && v != a && !removed(v) && std::find(keep.begin(), keep.end(), v) == keep.end() &&
+                   std::find(cand_ids.begin(), cand_ids.end(), v) == cand_ids.end();
+        };
+        /* Candidates: live neighbours of the removed neighbours. */
+        cand_ids.clear();
+        for (uint32_t r : gone) {
+            const uint32_t *rrow = g.neighbors(r, nrow_scratch.data());
+            for (uint32_t j = 0; j < degree; j++)
+                if (usable(rrow[j]))
+                    cand_ids.push_back(rrow[j]);
+        }
+        const float *va = g.vector(a, vec_scratch.data());
+        cand_d.resize(cand_ids.size());
+        g.distances(va, cand_ids.data(), (uint32_t)cand_ids.size(), cand_d.data());
+        cands.clear();
+        for (size_t i = 0; i < cand_ids.size(); i++)
+            cands.push_back({cand_ids[i], cand_d[i]});
+        const uint32_t need = degree - (uint32_t)keep.size();
+        if (cands.size() < need) {
+            /* Too few: search from a's own vector for more live nodes. */
+            SearchParams p = detail::candidate_params(params, 2 * need);
+            Searcher<Accessor> s(g, va, p, entry_nodes);
+            std::vector<Neighbor> more(std::min(2 * need, p.itopk_size));
+            more.resize(s.next((uint32_t)more.size(), usable, more.data()));
+            for (const Neighbor &m : more) {
+                cands.push_back(m);
+                cand_ids.push_back(m.id);
+            }
+        }
+        std::sort(cands.begin(), cands.end(), [](const Neighbor &x, const Neighbor &y) {
+            return x.distance < y.distance || (x.distance == y.distance && x.id < y.id);
+        });
+        RowRewrite rw{a, keep};
+        for (size_t i = 0; i < cands.size() && rw.row.size() < degree; i++)
+            rw.row.push_back(cands[i].id);
+        rw.row.resize(degree, kInvalidNode);
+        out.push_back(std::move(rw));
+    }
+    return out;
+}
+
+} // namespace cagra

@@ -1,0 +1,211 @@
+/*
+ * test_build.cpp — graph construction: invariants of every row, the small
+ * n <= degree cases, kNN-graph recall against brute force, determinism,
+ * progress and cancel.
+ */
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "build.h"
+#include "test_util.h"
+
+using namespace cagra;
+using cagra_test::clustered;
+
+namespace {
+
+/* Every row full (padding only while n <= degree), no self edge, no
+ * duplicate, ids in range. */
+void expect_valid_graph(const Graph &g, uint64_t n, uint32_t degree)
+{
+    ASSERT_EQ(g.degree, degree);
+    ASSERT_EQ(g.size(), n);
+    for (uint64_t i = 0; i < n; i++) {
+        std::set<uint32_t> seen;
+        uint32_t padding = 0;
+        for (uint32_t j = 0; j < degree; j++) {
+            uint32_t e = g.row(i)[j];
+            if (e == kInvalidNode) {
+                padding++;
+                continue;
+            }
+            ASSERT_LT(e, n) << "row " << i;
+            ASSERT_NE(e, i) << "self edge in row " << i;
+            ASSERT_TRUE(seen.insert(e).second) << "duplicate " << e << " in row " << i;
+        }
+        if (n > degree)
+            ASSERT_EQ(padding, 0u) << "row " << i << " not full";
+        else
+            ASSERT_EQ(padding, degree - (n - 1)) << "row " << i;
+    }
+}
+
+BuiltGraph build(const std::vector<float> &data, uint32_t dim, BuildParams p, Metric m = Metric::L2)
+{
+    return build_graph(DatasetView{data.data(), data.size() / dim, dim}, m, p);
+}
+
+} // namespace
+
+TEST(Build, InvariantsOnClusteredData)
+{
+    const uint32_t dim = 24;
+    auto data = clustered(5000, dim, 1);
+    BuildParams p;
+    p.threads = 2;
+    BuiltGraph b = build(data, dim, p);
+    expect_valid_graph(b.graph, 5000, p.graph_degree);
+    ASSERT_FALSE(b.entry_nodes.empty());
+    for (uint32_t e : b.entry_nodes)
+        EXPECT_LT(e, 5000u);
+}
+
+TEST(Build, InvariantsForEveryMetricAndOddDegrees)
+{
+    const uint32_t dim = 17;
+    auto data = clustered(3000, dim, 2);
+    for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {
+        std::vector<float> prepared(data.size());
+        for (size_t i = 0; i < data.size(); i += dim)
+            prepare_vector(m, &data[i], &prepared[i], dim);
+        BuildParams p;
+        p.graph_degree = 13;
+        p.intermediate_degree = 27;
+        p.threads = 2;
+        expect_valid_graph(build(prepared, dim, p, m).graph, 3000, 13);
+    }
+}
+
+TEST(Build, SmallInputs)
+{
+    const uint32_t dim = 5;
+    BuildParams p;
+    p.graph_degree = 8;
+    p.intermediate_degree = 16;
+    for (uint64_t n : {1ull, 2ull, 3ull, 8ull, 9ull, 10ull, 16ull, 17ull, 40ull, 300ull}) {
+        auto data = clustered(n, dim, n);
+        BuiltGraph b = build(data, dim, p);
+        expect_valid_graph(b.graph, n, 8);
+        ASSERT_FALSE(b.entry_nodes.empty());
+    }
+    /* n = 1: one row of padding. */
+    auto one = clustered(1, dim, 3);
+    BuiltGraph b = build(one, dim, p);
+    for (uint32_t j = 0; j < 8; j++)
+        EXPECT_EQ(b.graph.row(0)[j], kInvalidNode);
+    EXPECT_EQ(b.entry_nodes, std::vector<uint32_t>{0});
+}
+
+TEST(Build, DuplicateVectors)
+{
+    const uint32_t dim = 8;
+    std::vector<float> data(3000 * dim, 0.5f); /* all the same point */
+    for (size_t i = 2000 * dim; i < data.size(); i++)
+        data[i] = (float)(i % 7);
+    BuildParams p;
+    p.threads = 2;
+    expect_valid_graph(build(data, dim, p).graph, 3000, 32);
+}
+
+TEST(Build, NnDescentRecallAgainstBruteForce)
+{
+    const uint32_t dim = 32;
+    auto data = clustered(6000, dim, 4);
+    DatasetView view{data.data(), 6000, dim};
+    BuildParams p;
+    p.threads = 2;
+    KnnGraph approx = nn_descent(view, Metric::L2, p);
+    KnnGraph exact = brute_force_knn(view, Metric::L2, p.intermediate_degree, 2);
+    ASSERT_EQ(approx.k, 64u);
+    ASSERT_EQ(approx.size(), 6000u);
+    uint64_t hits = 0;
+    for (uint64_t i = 0; i < 6000; i++) {
+        std::set<uint32_t> truth(&exact.ids[i * 64], &exact.ids[i * 64] + 64);
+        for (uint32_t j = 0; j < 64; j++) {
+            hits += truth.count(approx.ids[i * 64 + j]);
+            if (j > 0)
+                ASSERT_LE(approx.distances[i * 64 + j - 1], approx.distances[i * 64 + j]) << "row " << i;
+        }
+    }
+    double recall = (double)hits / (6000.0 * 64);
+    EXPECT_GE(recall, 0.90);
+    RecordProperty("knn_recall", std::to_string(recall));
+}
+
+TEST(Build, DeterministicWithOneThread)
+{
+    const uint32_t dim = 16;
+    auto data = clustered(4000, dim, 5);
+    BuildParams p;
+    p.threads = 1;
+    p.seed = 1234;
+    BuiltGraph a = build(data, dim, p), b = build(data, dim, p);
+    EXPECT_EQ(a.graph.edges, b.graph.edges);
+    EXPECT_EQ(a.entry_nodes, b.entry_nodes);
+    p.seed = 99;
+    BuiltGraph c = build(data, dim, p);
+    EXPECT_NE(a.graph.edges, c.graph.edges);
+}
+
+TEST(Build, ProgressReachesDone)
+{
+    const uint32_t dim = 16;
+    auto data = clustered(3000, dim, 6);
+    BuildProgress progress;
+    BuildParams p;
+    build_graph(DatasetView{data.data(), 3000, dim}, Metric::L2, p, &progress);
+    EXPECT_EQ(progress.phase.load(), (uint32_t)BuildPhase::Done);
+    EXPECT_EQ(progress.done.load(), progress.total.load());
+}
+
+/* Cancel before the start, in the middle of NN-descent and during pruning:
+ * each time the build throws Error(Cancelled) within 100 ms. */
+TEST(Build, CancelStopsPromptly)
+{
+    const uint32_t dim = 64;
+    const uint64_t n = 40000;
+    auto data = clustered(n, dim, 7);
+    BuildParams p;
+    p.threads = 2;
+    struct When {
+        BuildPhase phase;
+        uint64_t min_done;
+    };
+    for (When when : {When{BuildPhase::Validating, 0}, When{BuildPhase::KnnGraph, n / 2},
+                      When{BuildPhase::Pruning, 1}}) {
+        BuildProgress progress;
+        std::atomic<bool> finished{false};
+        std::chrono::steady_clock::time_point cancelled_at;
+        if (when.phase == BuildPhase::Validating) {
+            progress.cancel.store(true);
+            cancelled_at = std::chrono::steady_clock::now();
+        }
+        std::thread canceller([&] {
+            while (!finished.load() && !progress.cancel.load()) {
+                if (progress.phase.load() == (uint32_t)when.phase && progress.done.load() >= when.min_done) {
+                    cancelled_at = std::chrono::steady_clock::now();
+                    progress.cancel.store(true);
+                }
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
+        });
+        try {
+            build_graph(DatasetView{data.data(), n, dim}, Metric::L2, p, &progress);
+            finished.store(true);
+            canceller.join();
+            ADD_FAILURE() << "build was not cancelled in phase " << (uint32_t)when.phase;
+        } catch (const Error &e) {
+            auto stopped = std::chrono::steady_clock::now();
+            finished.store(true);
+            canceller.join();
+            EXPECT_EQ(e.code(), ErrorCode::Cancelled);
+            EXPECT_STREQ(e.what(), "graph build cancelled");
+            EXPECT_EQ(progress.phase.load(), (uint32_t)when.phase);
+            auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(stopped - cancelled_at).count();
+            EXPECT_LT(ms, 100) << "phase " << (uint32_t)when.phase;
+        }
+    }
+}

@@ -1,0 +1,252 @@
+/*
+ * test_search.cpp — search recall on a clustered 20,000 x 64 set with the
+ * default parameters, filters, continued searches and small graphs.
+ */
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "build.h"
+#include "search.h"
+#include "test_util.h"
+
+using namespace cagra;
+using cagra_test::clustered;
+
+namespace {
+
+/* One shared 20,000 x 64 index (built once for the whole suite). */
+struct Fixture {
+    static constexpr uint32_t dim = 64;
+    static constexpr uint64_t n = 20000;
+    std::vector<float> base = clustered(n, dim, 42);
+    std::vector<float> queries = clustered(200, dim, 4242);
+    BuiltGraph built;
+    Fixture()
+    {
+        BuildParams p;
+        p.threads = 2;
+        built = build_graph(DatasetView{base.data(), n, dim}, Metric::L2, p);
+    }
+    InMemoryGraph graph() const { return InMemoryGraph(built.graph, DatasetView{base.data(), n, dim}, Metric::L2); }
+    const float *query(size_t q) const { return &queries[q * dim]; }
+};
+
+const Fixture &fixture()
+{
+    static Fixture f;
+    return f;
+}
+
+} // namespace
+
+TEST(Search, RecallAt10WithDefaultParameters)
+{
+    const Fixture &f = fixture();
+    auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10);
+    InMemoryGraph g = f.graph();
+    SearchParams params;
+    double total = 0;
+    for (size_t q = 0; q < truth.size(); q++) {
+        auto res = search(g, f.query(q), 10, params, f.built.entry_nodes);
+        ASSERT_EQ(res.size(), 10u);
+        for (size_t i = 1; i < res.size(); i++)
+            ASSERT_LE(res[i - 1].distance, res[i].distance);
+        for (const auto &r : res)
+            ASSERT_FLOAT_EQ(r.distance, l2_squared(f.query(q), &f.base[r.id * f.dim], f.dim));
+        total += cagra_test::recall(res, truth[q]);
+    }
+    double recall = total / truth.size();
+    EXPECT_GE(recall, 0.95);
+    RecordProperty("recall_at_10", std::to_string(recall));
+}
+
+TEST(Search, LargerItopkGivesHigherRecall)
+{
+    const Fixture &f = fixture();
+    auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10);
+    InMemoryGraph g = f.graph();
+    double small = 0, large = 0;
+    SearchParams ps, pl;
+    ps.itopk_size = 16;
+    pl.itopk_size = 256;
+    for (size_t q = 0; q < truth.size(); q++) {
+        small += cagra_test::recall(search(g, f.query(q), 10, ps, f.built.entry_nodes), truth[q]);
+        large += cagra_test::recall(search(g, f.query(q), 10, pl, f.built.entry_nodes), truth[q]);
+    }
+    EXPECT_GE(large / truth.size(), 0.99);
+    EXPECT_GT(large, small);
+}
+
+TEST(Search, WiderSearchAndNoFixedEntries)
+{
+    const Fixture &f = fixture();
+    auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10);
+    InMemoryGraph g = f.graph();
+    SearchParams p;
+    p.search_width = 4;
+    double total = 0;
+    for (size_t q = 0; q < truth.size(); q++)
+        total += cagra_test::recall(search(g, f.query(q), 10, p, {}), truth[q]);
+    EXPECT_GE(total / truth.size(), 0.95);
+}
+
+TEST(Search, FilterTraversesButNeverReturns)
+{
+    const Fixture &f = fixture();
+    InMemoryGraph g = f.graph();
+    auto even = [](uint32_t id) { return id % 2 == 0; };
+    auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10, Metric::L2, even);
+    SearchParams p;
+    double total = 0;
+    for (size_t q = 0; q < 100; q++) {
+        Searcher<InMemoryGraph> s(g, f.query(q), p, f.built.entry_nodes);
+        std::vector<Neighbor> out(10);
+        out.resize(s.next(10, even, out.data()));
+        ASSERT_EQ(out.size(), 10u);
+        for (const auto &r : out)
+            ASSERT_EQ(r.id % 2, 0u);
+        total += cagra_test::recall(out, truth[q]);
+    }
+    EXPECT_GE(total / 100, 0.90);
+}
+
+TEST(Search, SelectiveFilterStillFindsResults)
+{
+    /* 1 node in 500 passes: far more than itopk candidates are rejected,
+     * the continued traversal must still reach the accepted ones. */
+    const Fixture &f = fixture();
+    InMemoryGraph g = f.graph();
+    auto rare = [](uint32_t id) { return id % 500 == 7; };
+    auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 5, Metric::L2, rare);
+    SearchParams p;
+    double total = 0;
+    for (size_t q = 0; q < 20; q++) {
+        Searcher<InMemoryGraph> s(g, f.query(q), p, f.built.entry_nodes);
+        std::vector<Neighbor> out(5);
+        out.resize(s.next(5, rare, out.data()));
+        ASSERT_EQ(out.size(), 5u);
+        total += cagra_test::recall(out, truth[q]);
+    }
+    EXPECT_GE(total / 20, 0.8);
+}
+
+TEST(Search, ContinuedSearchHasNoDuplicatesAndNonDecreasingDistances)
+{
+    const Fixture &f = fixture();
+    InMemoryGraph g = f.graph();
+    SearchParams p;
+    p.itopk_size = 32;
+    for (size_t q = 0; q < 20; q++) {
+        Searcher<InMemoryGraph> s(g, f.query(q), p, f.built.entry_nodes);
+        std::set<uint32_t> seen;
+        float last = -1;
+        size_t total = 0;
+        Neighbor out[25];
+        /* 40 calls of 25: far beyond the first itopk_size candidates. */
+        for (int call = 0; call < 40; call++) {
+            uint32_t got = s.next(25, out);
+            ASSERT_EQ(got, 25u) << "query " << q << " call " << call;
+            for (uint32_t i = 0; i < got; i++) {
+                ASSERT_TRUE(seen.insert(out[i].id).second) << "duplicate " << out[i].id;
+                ASSERT_GE(out[i].distance, last);
+                last = out[i].distance;
+            }
+            total += got;
+        }
+        EXPECT_EQ(total, 1000u);
+    }
+}
+
+TEST(Search, ContinuedSearchFirstResultsMatchOneShot)
+{
+    const Fixture &f = fixture();
+    InMemoryGraph g = f.graph();
+    SearchParams p;
+    for (size_t q = 0; q < 20; q++) {
+        auto once = search(g, f.query(q), 10, p, f.built.entry_nodes);
+        Searcher<InMemoryGraph> s(g, f.query(q), p, f.built.entry_nodes);
+        Neighbor a[4], b[6];
+        ASSERT_EQ(s.next(4, a), 4u);
+        ASSERT_EQ(s.next(6, b), 6u);
+        for (int i = 0; i < 4; i++)
+            EXPECT_EQ(a[i].id, once[i].id);
+        for (int i = 0; i < 6; i++)
+            EXPECT_EQ(b[i].id, once[4 + i].id);
+    }
+}
+
+TEST(Search, ContinuedSearchExhaustsSmallGraph)
+{
+    const uint32_t dim = 8;
+    auto base = clustered(700, dim, 9);
+    BuildParams bp;
+    bp.graph_degree = 16;
+    bp.intermediate_degree = 32;
+    BuiltGraph built = build_graph(DatasetView{base.data(), 700, dim}, Metric::L2, bp);
+    InMemoryGraph g(built.graph, DatasetView{base.data(), 700, dim}, Metric::L2);
+    SearchParams p;
+    p.itopk_size = 16;
+    Searcher<InMemoryGraph> s(g, base.data(), p, built.entry_nodes);
+    std::set<uint32_t> seen;
+    Neighbor out[64];
+    float last = -1;
+    for (;;) {
+        uint32_t got = s.next(64, out);
+        for (uint32_t i = 0; i < got; i++) {
+            ASSERT_TRUE(seen.insert(out[i].id).second);
+            ASSERT_GE(out[i].distance, last);
+            last = out[i].distance;
+        }
+        if (got < 64)
+            break;
+    }
+    EXPECT_EQ(s.next(10, out), 0u);
+    /* Strict order may drop a few nodes found late; nearly all are returned. */
+    EXPECT_GE(seen.size(), 690u);
+    EXPECT_TRUE(seen.count(0)); /* the query is node 0 itself */
+}
+
+TEST(Search, TinyGraphsWithPadding)
+{
+    const uint32_t dim = 3;
+    for (uint64_t n : {1ull, 2ull, 5ull}) {
+        auto base = clustered(n, dim, n + 100);
+        BuildParams bp;
+        bp.graph_degree = 8;
+        bp.intermediate_degree = 8;
+        BuiltGraph built = build_graph(DatasetView{base.data(), n, dim}, Metric::L2, bp);
+        InMemoryGraph g(built.graph, DatasetView{base.data(), n, dim}, Metric::L2);
+        SearchParams p;
+        p.itopk_size = 8;
+        auto res = search(g, base.data(), 8, p, built.entry_nodes);
+        ASSERT_EQ(res.size(), n);
+        EXPECT_EQ(res[0].id, 0u);
+        EXPECT_EQ(res[0].distance, 0.0f);
+    }
+}
+
+TEST(Search, InnerProductAndCosine)
+{
+    const uint32_t dim = 32;
+    auto raw = clustered(5000, dim, 11);
+    auto queries = clustered(50, dim, 12);
+    for (Metric m : {Metric::InnerProduct, Metric::Cosine}) {
+        std::vector<float> base(raw.size()), qs(queries.size());
+        for (size_t i = 0; i < raw.size(); i += dim)
+            prepare_vector(m, &raw[i], &base[i], dim);
+        for (size_t i = 0; i < queries.size(); i += dim)
+            prepare_vector(m, &queries[i], &qs[i], dim);
+        BuildParams bp;
+        bp.threads = 2;
+        BuiltGraph built = build_graph(DatasetView{base.data(), 5000, dim}, m, bp);
+        InMemoryGraph g(built.graph, DatasetView{base.data(), 5000, dim}, m);
+        auto truth = cagra_test::exact_knn(base, qs, dim, 10, m);
+        SearchParams p;
+        p.itopk_size = 128;
+        double total = 0;
+        for (size_t q = 0; q < 50; q++)
+            total += cagra_test::recall(search(g, &qs[q * dim], 10, p, built.entry_nodes), truth[q]);
+        EXPECT_GE(total / 50, m == Metric::Cosine ? 0.95 : 0.85) << metric_name(m);
+    }
+}

@@ -1,0 +1,168 @@
+/*
+ * test_update.cpp — inserts and tombstone deletes with repair on an
+ * in-memory index (MutableIndex), checking graph invariants and recall.
+ */
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "mutable_index.h"
+#include "test_util.h"
+
+using namespace cagra;
+using cagra_test::clustered;
+
+namespace {
+
+constexpr uint32_t kDim = 32;
+
+void expect_rows_valid(const MutableIndex &idx, bool allow_removed_targets)
+{
+    const Graph &g = idx.graph();
+    for (uint32_t i = 0; i < idx.size(); i++) {
+        if (idx.removed(i))
+            continue;
+        std::set<uint32_t> seen;
+        for (uint32_t j = 0; j < g.degree; j++) {
+            uint32_t e = g.row(i)[j];
+            ASSERT_NE(e, kInvalidNode) << "row " << i;
+            ASSERT_LT(e, idx.size());
+            ASSERT_NE(e, i);
+            ASSERT_TRUE(seen.insert(e).second) << "duplicate in row " << i;
+            if (!allow_removed_targets)
+                ASSERT_FALSE(idx.removed(e)) << "row " << i << " still points at removed " << e;
+        }
+    }
+}
+
+double recall_of(const MutableIndex &idx, const std::vector<float> &queries, const SearchParams &p)
+{
+    std::vector<float> all(idx.vector(0), idx.vector(0) + (size_t)idx.size() * kDim);
+    auto truth = cagra_test::exact_knn(all, queries, kDim, 10, Metric::L2, [&](uint32_t id) { return !idx.removed(id); });
+    double total = 0;
+    for (size_t q = 0; q < truth.size(); q++) {
+        auto res = idx.search(&queries[q * kDim], 10, p);
+        for (const auto &r : res)
+            EXPECT_FALSE(idx.removed(r.id));
+        total += cagra_test::recall(res, truth[q]);
+    }
+    return total / truth.size();
+}
+
+} // namespace
+
+TEST(Update, TenPercentInserts)
+{
+    const uint64_t n = 10000, extra = 1000;
+    auto data = clustered(n + extra, kDim, 21);
+    auto queries = clustered(200, kDim, 22);
+    BuildParams bp;
+    bp.threads = 2;
+    MutableIndex idx(data.data(), n, kDim, Metric::L2, bp);
+    SearchParams p;
+    for (uint64_t i = n; i < n + extra; i++)
+        ASSERT_EQ(idx.insert(&data[i * kDim], p), i);
+    ASSERT_EQ(idx.size(), n + extra);
+    expect_rows_valid(idx, false);
+    /* Every inserted node is reachable: searching for it finds it. */
+    uint32_t found = 0;
+    for (uint64_t i = n; i < n + extra; i++) {
+        auto res = idx.search(&data[i * kDim], 1, p);
+        found += !res.empty() && res[0].distance == 0.0f;
+    }
+    EXPECT_GE(found, (uint32_t)(extra * 0.99));
+    EXPECT_GE(recall_of(idx, queries, p), 0.95);
+}
+
+TEST(Update, TenPercentDeletesWithRepair)
+{
+    const uint64_t n = 10000;
+    auto data = clustered(n, kDim, 23);
+    auto queries = clustered(200, kDim, 24);
+    BuildParams bp;
+    bp.threads = 2;
+    MutableIndex idx(data.data(), n, kDim, Metric::L2, bp);
+    SearchParams p;
+    for (uint32_t i = 0; i < n; i += 10)
+        idx.remove(i + 3);
+    EXPECT_EQ(idx.live_count(), n - n / 10);
+    /* Before repair: tombstones are traversed but never returned. */
+    double before = recall_of(idx, queries, p);
+    EXPECT_GE(before, 0.90);
+    size_t rewritten = idx.repair(p);
+    EXPECT_GT(rewritten, 0u);
+    expect_rows_valid(idx, false);
+    EXPECT_GE(recall_of(idx, queries, p), 0.95);
+    /* A second repair has nothing left to do. */
+    EXPECT_EQ(idx.repair(p), 0u);
+}
+
+TEST(Update, InsertIntoTinyGraphFillsPadding)
+{
+    auto data = clustered(12, kDim, 25);
+    BuildParams bp;
+    bp.graph_degree = 4;
+    bp.intermediate_degree = 8;
+    MutableIndex idx(data.data(), 2, kDim, Metric::L2, bp);
+    SearchParams p;
+    p.itopk_size = 8;
+    for (uint32_t i = 2; i < 12; i++)
+        idx.insert(&data[i * kDim], p);
+    const Graph &g = idx.graph();
+    for (uint32_t i = 0; i < idx.size(); i++) {
+        std::set<uint32_t> seen;
+        for (uint32_t j = 0; j < 4; j++) {
+            uint32_t e = g.row(i)[j];
+            ASSERT_NE(e, kInvalidNode) << "row " << i; /* 12 nodes > degree 4: no padding left */
+            ASSERT_NE(e, i);
+            ASSERT_TRUE(seen.insert(e).second);
+        }
+    }
+    for (uint32_t i = 0; i < 12; i++) {
+        auto res = idx.search(&data[i * kDim], 1, p);
+        ASSERT_EQ(res.size(), 1u);
+        EXPECT_EQ(res[0].id, i);
+    }
+}
+
+TEST(Update, HeavyDeletesStillRepairable)
+{
+    const uint64_t n = 3000;
+    auto data = clustered(n, kDim, 26);
+    BuildParams bp;
+    MutableIndex idx(data.data(), n, kDim, Metric::L2, bp);
+    SearchParams p;
+    for (uint32_t i = 0; i < n; i++)
+        if (i % 5 != 0)
+            idx.remove(i); /* 80% deleted */
+    idx.repair(p);
+    expect_rows_valid(idx, false);
+    auto queries = clustered(50, kDim, 27);
+    EXPECT_GE(recall_of(idx, queries, p), 0.9);
+}
+
+TEST(Update, PlanInsertRejectsBadParameters)
+{
+    auto data = clustered(100, kDim, 28);
+    MutableIndex idx(data.data(), 100, kDim, Metric::L2, BuildParams{});
+    SearchParams p;
+    p.itopk_size = 0;
+    try {
+        idx.insert(data.data(), p);
+        FAIL() << "no error";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidParameter);
+        EXPECT_STREQ(e.what(), "itopk_size must be at least 1");
+    }
+    EXPECT_EQ(idx.size(), 100u); /* nothing changed */
+    std::vector<float> bad(kDim, 1.0f);
+    bad[5] = std::nanf("");
+    try {
+        idx.insert(bad.data(), SearchParams{});
+        FAIL() << "no error";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidData);
+        EXPECT_STREQ(e.what(), "vector holds NaN or infinity at position 5");
+    }
+    EXPECT_EQ(idx.size(), 100u);
+}

@@ -1,0 +1,107 @@
+/*
+ * test_util.h — shared helpers of the core tests: a clustered data set like
+ * shared/bench/gen.py (clusters in a low-dimensional subspace plus noise),
+ * exact neighbours by brute force, and recall.
+ */
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "distance.h"
+#include "types.h"
+
+namespace cagra_test {
+
+/* n vectors of dim: 256 Gaussian clusters in a random min(dim, 24)-dim
+ * subspace, spread 0.5..2, plus isotropic noise 0.05. */
+inline std::vector<float> clustered(uint64_t n, uint32_t dim, uint64_t seed)
+{
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::uniform_real_distribution<double> spread(0.5, 2.0);
+    const uint32_t k = std::min<uint32_t>(dim, 24);
+    std::vector<double> centers(256 * k);
+    for (auto &c : centers)
+        c = normal(rng) * 4.0;
+    /* Orthonormal basis (k x dim) by Gram-Schmidt. */
+    std::vector<double> basis(k * dim);
+    for (uint32_t i = 0; i < k; i++) {
+        double *b = &basis[i * dim];
+        for (uint32_t j = 0; j < dim; j++)
+            b[j] = normal(rng);
+        for (uint32_t p = 0; p < i; p++) {
+            const double *q = &basis[p * dim];
+            double dot = 0;
+            for (uint32_t j = 0; j < dim; j++)
+                dot += b[j] * q[j];
+            for (uint32_t j = 0; j < dim; j++)
+                b[j] -= dot * q[j];
+        }
+        double norm = 0;
+        for (uint32_t j = 0; j < dim; j++)
+            norm += b[j] * b[j];
+        norm = std::sqrt(norm);
+        for (uint32_t j = 0; j < dim; j++)
+            b[j] /= norm;
+    }
+    std::vector<float> out(n * dim);
+    std::vector<double> z(k);
+    for (uint64_t r = 0; r < n; r++) {
+        const double *c = &centers[(rng() % 256) * k];
+        double s = spread(rng);
+        for (uint32_t i = 0; i < k; i++)
+            z[i] = c[i] + normal(rng) * s;
+        for (uint32_t j = 0; j < dim; j++) {
+            double v = normal(rng) * 0.05;
+            for (uint32_t i = 0; i < k; i++)
+                v += z[i] * basis[i * dim + j];
+            out[r * dim + j] = (float)v;
+        }
+    }
+    return out;
+}
+
+/* Exact k nearest ids of each query among the base rows accepted by `keep`. */
+template <class Keep>
+std::vector<std::vector<uint32_t>> exact_knn(const std::vector<float> &base, const std::vector<float> &queries,
+                                             uint32_t dim, uint32_t k, cagra::Metric metric, Keep &&keep)
+{
+    const uint64_t n = base.size() / dim, nq = queries.size() / dim;
+    std::vector<std::vector<uint32_t>> out(nq);
+    std::vector<std::pair<float, uint32_t>> all;
+    for (uint64_t q = 0; q < nq; q++) {
+        all.clear();
+        for (uint64_t i = 0; i < n; i++)
+            if (keep((uint32_t)i))
+                all.push_back({cagra::distance(metric, &queries[q * dim], &base[i * dim], dim), (uint32_t)i});
+        std::partial_sort(all.begin(), all.begin() + std::min<size_t>(k, all.size()), all.end());
+        for (uint32_t j = 0; j < k && j < all.size(); j++)
+            out[q].push_back(all[j].second);
+    }
+    return out;
+}
+
+inline std::vector<std::vector<uint32_t>> exact_knn(const std::vector<float> &base,
+                                                    const std::vector<float> &queries, uint32_t dim, uint32_t k,
+                                                    cagra::Metric metric = cagra::Metric::L2)
+{
+    return exact_knn(base, queries, dim, k, metric, [](uint32_t) { return true; });
+}
+
+/* Fraction of the true k nearest found among the results. */
+inline double recall(const std::vector<cagra::Neighbor> &got, const std::vector<uint32_t> &truth)
+{
+    size_t hit = 0;
+    for (uint32_t t : truth)
+        for (const auto &g : got)
+            if (g.id == t) {
+                hit++;
+                break;
+            }
+    return truth.empty() ? 1.0 : (double)hit / truth.size();
+}
+
+} // namespace cagra_test
