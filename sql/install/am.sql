@@ -17,7 +17,7 @@ CREATE FUNCTION cagra_cosine_support(internal) RETURNS integer
     AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 CREATE OPERATOR CLASS vector_l2_ops
-    FOR TYPE vector USING cagra AS
+    DEFAULT FOR TYPE vector USING cagra AS
     OPERATOR 1 <-> (vector, vector) FOR ORDER BY float_ops,
     FUNCTION 1 cagra_l2_support(internal);
 

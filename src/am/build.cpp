@@ -47,6 +47,7 @@ typedef struct CagraBuildState
 	uint64		capacity;
 	uint64		skipped_zero;	/* zero vectors under cosine, not indexed */
 	double		mem_limit;		/* bytes */
+	double		estimated_rows; /* the table's reltuples, for the memory hint */
 	MemoryContext cxt;
 	MemoryContext tuple_cxt;
 } CagraBuildState;
@@ -64,18 +65,27 @@ cagra_build_bytes_per_node(const CagraBuildState *bs)
 static void
 cagra_check_build_memory(const CagraBuildState *bs, uint64 n)
 {
-	double		need = cagra_build_bytes_per_node(bs) * (double) n;
+	double		per_node = cagra_build_bytes_per_node(bs);
 
-	if (need > bs->mem_limit)
+	if (per_node * (double) n <= bs->mem_limit)
+		return;
+	/* suggest enough for the whole table when its size is known */
+	if (bs->estimated_rows > (double) n)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("cagra index build needs more memory than maintenance_work_mem (%d kB) allows",
 						maintenance_work_mem),
-				 errdetail("%llu vectors of %u dimensions need about %.0f MB.",
-						   (unsigned long long) n, bs->dims,
-						   cagra_build_bytes_per_node(bs) * (double) n / (1024.0 * 1024.0)),
+				 errdetail("Each vector of %u dimensions needs about %.0f bytes during the build; the table has about %.0f rows.",
+						   bs->dims, per_node, bs->estimated_rows),
 				 errhint("Raise maintenance_work_mem, for example SET maintenance_work_mem = '%.0fMB'.",
-						 ceil(need * 1.25 / (1024.0 * 1024.0)) + 1)));
+						 ceil(per_node * bs->estimated_rows * 1.2 / (1024.0 * 1024.0)) + 1)));
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("cagra index build needs more memory than maintenance_work_mem (%d kB) allows",
+					maintenance_work_mem),
+			 errdetail("Each vector of %u dimensions needs about %.0f bytes during the build; %llu vectors do not fit.",
+					   bs->dims, per_node, (unsigned long long) n),
+			 errhint("Raise maintenance_work_mem.")));
 }
 
 /* prepare_vector behind a boundary: the core must never throw into the callback. */
@@ -452,6 +462,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	bs->graph_degree = (uint32) cagra_option_graph_degree(index);
 	bs->intermediate_degree = (uint32) cagra_option_intermediate_degree(index);
 	bs->mem_limit = (double) maintenance_work_mem * 1024.0;
+	bs->estimated_rows = Max((double) heap->rd_rel->reltuples, 0.0);
 	bs->cxt = cxt;
 	bs->tuple_cxt = AllocSetContextCreate(cxt, "cagra build tuple", ALLOCSET_DEFAULT_SIZES);
 	bs->vectors = (float *) palloc(sizeof(float));

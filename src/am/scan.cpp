@@ -176,7 +176,8 @@ typedef struct CagraScanOpaqueData
 	CagraOwner *owner;
 	CagraScanState *state;
 	bool		started;		/* the search has been set up since the last rescan */
-	bool		empty;			/* nothing to return (empty index, NULL query) */
+	bool		empty;			/* nothing to return (empty index) */
+	bool		null_query;		/* ORDER BY v <-> NULL: any order, NULL values */
 } CagraScanOpaqueData;
 
 typedef CagraScanOpaqueData *CagraScanOpaque;
@@ -324,17 +325,26 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cagra index scans need an ORDER BY distance operator")));
-	if (scan->orderByData[0].sk_flags & SK_ISNULL)
-		return false;
-
 	cagra_read_meta(scan->indexRelation, &meta);
 	if (meta.n == 0 || meta.live == 0)
 		return false;
 
-	Vector	   *q = DatumGetVector(scan->orderByData[0].sk_argument);
+	const float *raw;
 
-	cagra_check_dims(scan->indexRelation, meta.dims, q->dim);
-	cagra_start_search(so->state, scan->indexRelation, &meta, q->x, &st);
+	so->null_query = (scan->orderByData[0].sk_flags & SK_ISNULL) != 0;
+	if (so->null_query)
+	{
+		/* every distance is NULL: walk from the zero vector, any order will do */
+		raw = (const float *) palloc0(meta.dims * sizeof(float));
+	}
+	else
+	{
+		Vector	   *q = DatumGetVector(scan->orderByData[0].sk_argument);
+
+		cagra_check_dims(scan->indexRelation, meta.dims, q->dim);
+		raw = q->x;
+	}
+	cagra_start_search(so->state, scan->indexRelation, &meta, raw, &st);
 	if (!st.ok)
 		cagra_report_status(&st);
 	return true;
@@ -373,8 +383,8 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 			scan->xs_heaptid = tid;
 			scan->xs_recheck = false;
 			scan->xs_recheckorderby = false;
-			scan->xs_orderbyvals[0] = Float8GetDatum(value);
-			scan->xs_orderbynulls[0] = false;
+			scan->xs_orderbyvals[0] = so->null_query ? (Datum) 0 : Float8GetDatum(value);
+			scan->xs_orderbynulls[0] = so->null_query;
 			return true;
 		}
 		if (s->exhausted || s->returned >= (uint64) cagra_max_scan_tuples)

@@ -1,0 +1,150 @@
+-- The cagra access method on small tables: builds (empty, one row, small),
+-- each operator class, NULL and zero vectors, inserts, wrong dimensions,
+-- reloptions, unlogged tables, plans, cagra_index_info / cagra_index_check.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS cagra;
+RESET client_min_messages;
+
+-- small tables: the planner may prefer a sort, so make it use the index
+SET enable_seqscan = off;
+
+-- an empty table gives a valid empty index (meta page only)
+CREATE TABLE t_empty (id int, v vector(3));
+CREATE INDEX t_empty_idx ON t_empty USING cagra (v vector_l2_ops);
+SELECT dimensions, metric, graph_degree, intermediate_graph_degree, build_device,
+       nodes, live_nodes, deleted_nodes, entry_nodes, pages, generation
+  FROM cagra_index_info('t_empty_idx');
+SELECT * FROM cagra_index_check('t_empty_idx');
+SELECT id FROM t_empty ORDER BY v <-> '[1,2,3]' LIMIT 5;
+-- inserts into the empty index
+INSERT INTO t_empty VALUES (1, '[1,2,3]'), (2, '[3,2,1]'), (3, NULL);
+SELECT id FROM t_empty ORDER BY v <-> '[1,2,3]' LIMIT 5;
+SELECT nodes, live_nodes, entry_nodes, generation FROM cagra_index_info('t_empty_idx');
+SELECT * FROM cagra_index_check('t_empty_idx');
+
+-- one row
+CREATE TABLE t_one (id int, v vector(2));
+INSERT INTO t_one VALUES (1, '[0,1]');
+CREATE INDEX t_one_idx ON t_one USING cagra (v);
+SELECT id, v <-> '[0,0]' AS dist FROM t_one ORDER BY v <-> '[0,0]' LIMIT 3;
+SELECT nodes, live_nodes FROM cagra_index_info('t_one_idx');
+SELECT * FROM cagra_index_check('t_one_idx');
+
+-- a small table, fewer rows than graph_degree, then inserts beyond it:
+-- rows start with padding that the inserts fill in
+CREATE TABLE t_small (id int, v vector(3));
+INSERT INTO t_small SELECT i, ARRAY[i, i % 5, i % 3]::vector FROM generate_series(1, 10) i;
+CREATE INDEX t_small_idx ON t_small USING cagra (v vector_l2_ops)
+  WITH (graph_degree = 8, intermediate_graph_degree = 16);
+SELECT id, v <-> '[4,4,1]' AS dist FROM t_small ORDER BY v <-> '[4,4,1]' LIMIT 4;
+INSERT INTO t_small SELECT i, ARRAY[i, i % 5, i % 3]::vector FROM generate_series(11, 200) i;
+SELECT nodes, live_nodes FROM cagra_index_info('t_small_idx');
+SELECT * FROM cagra_index_check('t_small_idx');
+-- the same five as the exact order (sorted: equal distances may swap)
+SELECT array_agg(id ORDER BY id) AS ids FROM (SELECT id FROM t_small ORDER BY v <-> '[50,2,1]' LIMIT 5) s;
+SET enable_indexscan = off;
+SET enable_seqscan = on;
+SELECT array_agg(id ORDER BY id) AS ids FROM (SELECT id FROM t_small ORDER BY v <-> '[50,2,1]' LIMIT 5) s;
+RESET enable_indexscan;
+SET enable_seqscan = off;
+
+-- each operator class returns the operator's own values, in order
+CREATE TABLE t_ops (id int, v vector(2));
+INSERT INTO t_ops SELECT i, ARRAY[cos(i * 0.1) * (1 + i % 4), sin(i * 0.1) * (1 + i % 4)]::vector
+  FROM generate_series(1, 300) i;
+CREATE INDEX t_ops_l2 ON t_ops USING cagra (v vector_l2_ops);
+SELECT id, round((v <-> '[2,0]')::numeric, 6) AS dist FROM t_ops ORDER BY v <-> '[2,0]' LIMIT 3;
+DROP INDEX t_ops_l2;
+CREATE INDEX t_ops_ip ON t_ops USING cagra (v vector_ip_ops);
+SELECT id, round((v <#> '[1,0]')::numeric, 6) AS dist FROM t_ops ORDER BY v <#> '[1,0]' LIMIT 3;
+SELECT metric FROM cagra_index_info('t_ops_ip');
+DROP INDEX t_ops_ip;
+CREATE INDEX t_ops_cos ON t_ops USING cagra (v vector_cosine_ops);
+SELECT id, round((v <=> '[1,0]')::numeric, 6) AS dist FROM t_ops ORDER BY v <=> '[1,0]' LIMIT 3;
+SELECT metric FROM cagra_index_info('t_ops_cos');
+SELECT * FROM cagra_index_check('t_ops_cos');
+EXPLAIN (COSTS OFF) SELECT id FROM t_ops ORDER BY v <=> '[1,0]' LIMIT 3;
+-- an operator the index does not serve: no index scan
+EXPLAIN (COSTS OFF) SELECT id FROM t_ops ORDER BY v <-> '[1,0]' LIMIT 3;
+DROP INDEX t_ops_cos;
+
+-- cosine: zero vectors are not indexed (their cosine distance is undefined)
+CREATE TABLE t_zero (id int, v vector(2));
+INSERT INTO t_zero VALUES (1, '[1,0]'), (2, '[0,0]'), (3, '[0,1]'), (4, NULL);
+CREATE INDEX t_zero_idx ON t_zero USING cagra (v vector_cosine_ops);
+INSERT INTO t_zero VALUES (5, '[0,0]'), (6, '[1,1]');
+SELECT nodes, live_nodes FROM cagra_index_info('t_zero_idx');
+SELECT id FROM t_zero ORDER BY v <=> '[1,0.1]' LIMIT 10;
+
+-- a column without typmod: the first vector fixes the dimensions
+CREATE TABLE t_any (id int, v vector);
+CREATE INDEX t_any_idx ON t_any USING cagra (v vector_l2_ops);
+SELECT dimensions, nodes_per_page FROM cagra_index_info('t_any_idx');
+INSERT INTO t_any VALUES (1, '[1,2]'), (2, '[2,3]');
+SELECT dimensions, nodes FROM cagra_index_info('t_any_idx');
+-- wrong dimensions on insert: a clear error, nothing changes
+INSERT INTO t_any VALUES (3, '[1,2,3]');
+SELECT nodes FROM cagra_index_info('t_any_idx');
+-- and for a query vector
+SELECT id FROM t_any ORDER BY v <-> '[1,2,3]' LIMIT 1;
+-- a build over mixed dimensions fails the same way
+CREATE TABLE t_mixed (v vector);
+INSERT INTO t_mixed VALUES ('[1,2]'), ('[1,2,3]');
+CREATE INDEX ON t_mixed USING cagra (v vector_l2_ops);
+
+-- the typmod catches it first on a constrained column
+INSERT INTO t_small VALUES (0, '[1,2]');
+
+-- reloptions
+CREATE INDEX ON t_small USING cagra (v) WITH (graph_degree = 64, intermediate_graph_degree = 32);
+CREATE INDEX ON t_small USING cagra (v) WITH (graph_degree = 1);
+CREATE INDEX ON t_small USING cagra (v) WITH (graph_degree = 5000);
+CREATE INDEX ON t_small USING cagra (v) WITH (intermediate_graph_degree = 1);
+CREATE INDEX ON t_small USING cagra (v) WITH (build_device = tpu);
+CREATE INDEX ON t_small USING cagra (v) WITH (build_device = gpu);
+CREATE INDEX ON t_small USING cagra (v) WITH (ef_construction = 10);
+CREATE INDEX t_small_cpu ON t_small USING cagra (v) WITH (build_device = cpu, graph_degree = 4, intermediate_graph_degree = 4);
+SELECT graph_degree, intermediate_graph_degree, build_device FROM cagra_index_info('t_small_cpu');
+ALTER INDEX t_small_cpu SET (graph_degree = 16);
+DROP INDEX t_small_cpu;
+-- only one column, no INCLUDE, no UNIQUE
+CREATE INDEX ON t_small USING cagra (v, id);
+CREATE UNIQUE INDEX ON t_small USING cagra (v);
+
+-- maintenance_work_mem too small for the build
+SET maintenance_work_mem = '1MB';
+CREATE TABLE t_mem (v vector(64));
+INSERT INTO t_mem SELECT array_fill(i::real, ARRAY[64])::vector FROM generate_series(1, 1000) i;
+CREATE INDEX ON t_mem USING cagra (v);
+ANALYZE t_mem;
+CREATE INDEX ON t_mem USING cagra (v);
+RESET maintenance_work_mem;
+
+-- an unlogged table (its index has an init fork)
+CREATE UNLOGGED TABLE t_unlogged (id int, v vector(3));
+INSERT INTO t_unlogged SELECT i, ARRAY[i, 2 * i, 0]::vector FROM generate_series(1, 100) i;
+CREATE INDEX t_unlogged_idx ON t_unlogged USING cagra (v);
+SELECT id FROM t_unlogged ORDER BY v <-> '[10,20,1]' LIMIT 3;
+INSERT INTO t_unlogged VALUES (1000, '[10,20,1]');
+SELECT id FROM t_unlogged ORDER BY v <-> '[10,20,1]' LIMIT 3;
+SELECT * FROM cagra_index_check('t_unlogged_idx');
+
+-- a NULL query vector (not a constant, so the index is used): rows come
+-- with NULL distances, in no particular order
+SELECT count(*), count(d) FROM (SELECT id, v <-> (SELECT NULL::vector) AS d FROM t_small
+  ORDER BY v <-> (SELECT NULL::vector) LIMIT 50) s;
+EXPLAIN (COSTS OFF) SELECT id FROM t_small ORDER BY v <-> (SELECT NULL::vector) LIMIT 50;
+
+-- the index is never used without an ORDER BY distance
+RESET enable_seqscan;
+EXPLAIN (COSTS OFF) SELECT id FROM t_small WHERE v = '[1,1,1]';
+EXPLAIN (COSTS OFF) SELECT count(*) FROM t_small;
+
+-- info and check refuse other relations
+SELECT * FROM cagra_index_info('t_small');
+SELECT * FROM cagra_index_check('t_small');
+
+-- opclass validation
+SELECT amvalidate(oid) FROM pg_opclass WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'cagra') ORDER BY opcname;
+
+DROP TABLE t_empty, t_one, t_small, t_ops, t_zero, t_any, t_mixed, t_mem, t_unlogged;

@@ -1,0 +1,138 @@
+-- Recall and scans on a generated 10,000-row clustered table: recall@10
+-- against exact results for each operator class, scans that continue past
+-- itopk_size (filters, large LIMIT), inserts after the build, deletes and
+-- VACUUM, REINDEX.  Only booleans and counts are printed: the graph may
+-- differ from run to run (threads), the answers' quality may not.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS cagra;
+RESET client_min_messages;
+
+-- 40 clusters in 16 dimensions, deterministic
+SELECT setseed(0.42);
+CREATE TABLE items (id int PRIMARY KEY, v vector(16));
+INSERT INTO items
+SELECT i, (SELECT array_agg(((((i % 40) * 7919 + d * 104729) % 1009)::real / 1009 * 4
+                             + (random() - 0.5) * 0.8)::real ORDER BY d)
+             FROM generate_series(1, 16) d)::vector
+  FROM generate_series(1, 10000) i;
+-- 50 queries near the clusters, not in the table
+CREATE TABLE queries (qid int, v vector(16));
+INSERT INTO queries
+SELECT q, (SELECT array_agg(((((q % 40) * 7919 + d * 104729) % 1009)::real / 1009 * 4
+                             + (random() - 0.5) * 0.8)::real ORDER BY d)
+             FROM generate_series(1, 16) d)::vector
+  FROM generate_series(1, 50) q;
+ANALYZE items;
+
+-- exact top-10 of each query for an operator, by a sequential scan
+CREATE FUNCTION exact_top10(op text) RETURNS TABLE (qid int, id int) LANGUAGE plpgsql AS $$
+BEGIN
+    SET LOCAL enable_indexscan = off;
+    SET LOCAL enable_bitmapscan = off;
+    RETURN QUERY EXECUTE format(
+        'SELECT q.qid, x.id FROM queries q CROSS JOIN LATERAL
+           (SELECT i.id FROM items i ORDER BY i.v %s q.v LIMIT 10) x', op);
+END $$;
+-- the index's top-10
+CREATE FUNCTION index_top10(op text) RETURNS TABLE (qid int, id int) LANGUAGE plpgsql AS $$
+BEGIN
+    SET LOCAL enable_seqscan = off;
+    RETURN QUERY EXECUTE format(
+        'SELECT q.qid, x.id FROM queries q CROSS JOIN LATERAL
+           (SELECT i.id FROM items i ORDER BY i.v %s q.v LIMIT 10) x', op);
+END $$;
+CREATE FUNCTION recall(op text) RETURNS float8 LANGUAGE sql AS $$
+    SELECT count(*)::float8 / (SELECT count(*) FROM exact_top10(op))
+      FROM index_top10(op) a JOIN exact_top10(op) e USING (qid, id)
+$$;
+
+-- L2
+CREATE INDEX items_l2 ON items USING cagra (v vector_l2_ops);
+SELECT nodes, live_nodes, dimensions FROM cagra_index_info('items_l2');
+SELECT * FROM cagra_index_check('items_l2');
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY v <-> '[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]' LIMIT 10;
+EXPLAIN (COSTS OFF) SELECT q.qid, x.id FROM queries q CROSS JOIN LATERAL
+  (SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10) x;
+SELECT recall('<->') >= 0.95 AS l2_recall_ok;
+
+-- results come in order of the operator's value
+SELECT bool_and(d >= prev - 1e-6) AS ordered, count(*) AS rows FROM (
+    SELECT d, lag(d) OVER (ORDER BY n) AS prev FROM (
+        SELECT row_number() OVER () AS n, d FROM (
+            SELECT i.v <-> (SELECT v FROM queries WHERE qid = 1) AS d FROM items i
+             ORDER BY i.v <-> (SELECT v FROM queries WHERE qid = 1) LIMIT 300) s) s2) s3;
+
+-- the scan continues past itopk_size when the executor keeps asking
+SET cagra.itopk_size = 32;
+SELECT count(*) AS rows, count(DISTINCT id) AS distinct_rows FROM
+  (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 2) LIMIT 500) s;
+-- a selective WHERE filter: still 10 rows, the right ones
+SELECT count(*) AS rows FROM (SELECT id FROM items WHERE id % 17 = 3
+  ORDER BY v <-> (SELECT v FROM queries WHERE qid = 3) LIMIT 10) s;
+SET enable_indexscan = off;
+CREATE TEMP TABLE filtered_exact AS SELECT id FROM items WHERE id % 17 = 3
+  ORDER BY v <-> (SELECT v FROM queries WHERE qid = 3) LIMIT 10;
+RESET enable_indexscan;
+SELECT count(*) >= 9 AS filtered_recall_ok FROM (SELECT id FROM items WHERE id % 17 = 3
+  ORDER BY v <-> (SELECT v FROM queries WHERE qid = 3) LIMIT 10) s JOIN filtered_exact USING (id);
+EXPLAIN (COSTS OFF) SELECT id FROM items WHERE id % 17 = 3 ORDER BY v <-> '[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]' LIMIT 10;
+-- cagra.max_scan_tuples bounds what one scan returns
+SET cagra.max_scan_tuples = 100;
+SELECT count(*) AS rows FROM
+  (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 2) LIMIT 500) s;
+RESET cagra.max_scan_tuples;
+RESET cagra.itopk_size;
+-- search settings are checked
+SET cagra.itopk_size = 0;
+SET cagra.itopk_size = 2000;
+SET cagra.search_width = 0;
+SET cagra.max_scan_tuples = 0;
+
+-- inserts after the build: the new rows are found
+SELECT setseed(0.17);
+INSERT INTO items
+SELECT i, (SELECT array_agg(((((i % 40) * 7919 + d * 104729) % 1009)::real / 1009 * 4
+                             + (random() - 0.5) * 0.8)::real ORDER BY d)
+             FROM generate_series(1, 16) d)::vector
+  FROM generate_series(10001, 11000) i;
+SELECT nodes, live_nodes FROM cagra_index_info('items_l2');
+SELECT * FROM cagra_index_check('items_l2');
+SELECT recall('<->') >= 0.95 AS l2_recall_after_inserts_ok;
+-- an inserted row is its own nearest neighbour
+SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 10500) LIMIT 1;
+
+-- deletes and VACUUM: deleted rows never come back, recall holds
+DELETE FROM items WHERE id % 3 = 0;
+VACUUM items;
+SELECT nodes, live_nodes, deleted_nodes FROM cagra_index_info('items_l2');
+SELECT * FROM cagra_index_check('items_l2');
+SELECT count(*) AS deleted_rows_returned FROM index_top10('<->') WHERE id % 3 = 0;
+SELECT recall('<->') >= 0.95 AS l2_recall_after_vacuum_ok;
+-- rows inserted after the vacuum
+INSERT INTO items SELECT id + 20000, v FROM items WHERE id <= 300;
+SELECT * FROM cagra_index_check('items_l2');
+SELECT recall('<->') >= 0.95 AS l2_recall_after_more_inserts_ok;
+
+-- REINDEX compacts: deleted slots go away
+REINDEX INDEX items_l2;
+SELECT nodes = live_nodes AS compact FROM cagra_index_info('items_l2');
+REINDEX INDEX CONCURRENTLY items_l2;
+SELECT nodes = live_nodes AS compact, live_nodes FROM cagra_index_info('items_l2');
+SELECT * FROM cagra_index_check('items_l2');
+SELECT recall('<->') >= 0.95 AS l2_recall_after_reindex_ok;
+DROP INDEX items_l2;
+
+-- cosine
+CREATE INDEX items_cos ON items USING cagra (v vector_cosine_ops);
+SELECT * FROM cagra_index_check('items_cos');
+SELECT recall('<=>') >= 0.95 AS cosine_recall_ok;
+DROP INDEX items_cos;
+
+-- inner product
+CREATE INDEX items_ip ON items USING cagra (v vector_ip_ops);
+SELECT * FROM cagra_index_check('items_ip');
+SELECT recall('<#>') >= 0.95 AS ip_recall_ok;
+DROP INDEX items_ip;
+
+DROP FUNCTION recall(text), exact_top10(text), index_top10(text);
+DROP TABLE items, queries;
