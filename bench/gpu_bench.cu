@@ -1,0 +1,378 @@
+/*
+ * gpu_bench.cu — the H200 benchmark of libcagra_gpu on a texmex-format set
+ * (bench/gen.py): GPU build seconds, CPU build seconds (core build_graph),
+ * exact brute-force search on the GPU (cuBLAS GEMM + a warp top-k), and the
+ * GPU CAGRA search's recall@10 and queries/s for batches of 1, 100 and
+ * 10,000 over an itopk sweep.  Prints a markdown table; figures, not asserts.
+ *
+ * usage: gpu_bench DIR [--cpu-build THREADS] [--out FILE]
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "build.h"
+#include "cagra_gpu.h"
+#include "search.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t)
+{
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void die(const std::string &msg)
+{
+    std::fprintf(stderr, "gpu_bench: %s\n", msg.c_str());
+    std::exit(1);
+}
+
+#define CUDA_OK(x)                                                                            \
+    do {                                                                                      \
+        cudaError_t e_ = (x);                                                                 \
+        if (e_ != cudaSuccess)                                                                \
+            die(std::string(#x) + ": " + cudaGetErrorString(e_));                            \
+    } while (0)
+
+#define GPU_OK(x)                                                                             \
+    do {                                                                                      \
+        if ((x) != CAGRA_GPU_OK)                                                              \
+            die(std::string(#x) + ": " + cagra_gpu_last_error());                            \
+    } while (0)
+
+template <class T>
+std::vector<T> read_vecs(const std::string &path, uint32_t &dim, uint64_t &rows)
+{
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (!f)
+        die("cannot open " + path);
+    int32_t d = 0;
+    if (std::fread(&d, 4, 1, f) != 1)
+        die("empty " + path);
+    std::fseek(f, 0, SEEK_END);
+    long size = std::ftell(f);
+    std::fseek(f, 0, SEEK_SET);
+    dim = (uint32_t)d;
+    rows = (uint64_t)size / (4 + 4ull * dim);
+    std::vector<T> out(rows * dim);
+    std::vector<int32_t> buf(dim + 1);
+    for (uint64_t i = 0; i < rows; i++) {
+        if (std::fread(buf.data(), 4, dim + 1, f) != dim + 1)
+            die("short read in " + path);
+        std::memcpy(&out[i * dim], buf.data() + 1, 4ull * dim);
+    }
+    std::fclose(f);
+    return out;
+}
+
+double recall_at(const std::vector<uint32_t> &ids, uint32_t k, const std::vector<int32_t> &gt,
+                 uint32_t gt_dim, uint32_t nq)
+{
+    uint64_t hit = 0;
+    for (uint32_t q = 0; q < nq; q++) {
+        std::set<int32_t> t(&gt[(uint64_t)q * gt_dim], &gt[(uint64_t)q * gt_dim] + k);
+        for (uint32_t j = 0; j < k; j++)
+            hit += t.count((int32_t)ids[(uint64_t)q * k + j]);
+    }
+    return (double)hit / (double)(nq * k);
+}
+
+/* ---- exact search: C = B Q^T by cuBLAS, then a warp keeps each query's top 10 ---- */
+
+constexpr int kTop = 10;
+
+__global__ void norms_kernel(const float *b, uint64_t n, uint32_t dim, float *out)
+{
+    uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float s = 0.0f;
+    for (uint32_t j = 0; j < dim; j++)
+        s = fmaf(b[i * dim + j], b[i * dim + j], s);
+    out[i] = s;
+}
+
+/* dots: nq rows of `cols` (query-major); best: nq x kTop (dist, id), running */
+__global__ void topk_kernel(const float *dots, uint32_t nq, uint32_t cols, uint64_t col0,
+                            const float *norms, float *best_d, uint32_t *best_i)
+{
+    uint32_t q = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
+    if (q >= nq)
+        return;
+    float d[kTop];
+    uint32_t id[kTop];
+#pragma unroll
+    for (int t = 0; t < kTop; t++) {
+        d[t] = lane == 0 ? best_d[q * kTop + t] : INFINITY;
+        id[t] = lane == 0 ? best_i[q * kTop + t] : 0xFFFFFFFFu;
+    }
+    const float *row = dots + (uint64_t)q * cols;
+    for (uint32_t c = lane; c < cols; c += 32) {
+        float v = norms[col0 + c] - 2.0f * row[c];
+        if (v < d[kTop - 1]) {
+            d[kTop - 1] = v;
+            id[kTop - 1] = (uint32_t)(col0 + c);
+#pragma unroll
+            for (int t = kTop - 1; t > 0; t--)
+                if (d[t] < d[t - 1]) {
+                    float td = d[t];
+                    d[t] = d[t - 1];
+                    d[t - 1] = td;
+                    uint32_t ti = id[t];
+                    id[t] = id[t - 1];
+                    id[t - 1] = ti;
+                }
+        }
+    }
+    /* merge the 32 sorted lists: kTop rounds of warp argmin over the heads */
+    for (int r = 0; r < kTop; r++) {
+        float head = d[0];
+        float m = head;
+        for (int o = 16; o > 0; o >>= 1)
+            m = fminf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+        uint32_t owner = __ffs(__ballot_sync(0xFFFFFFFFu, head == m)) - 1;
+        uint32_t win = __shfl_sync(0xFFFFFFFFu, id[0], owner);
+        if (lane == 0) {
+            best_d[q * kTop + r] = m;
+            best_i[q * kTop + r] = win;
+        }
+        if (lane == owner) {
+#pragma unroll
+            for (int t = 0; t < kTop - 1; t++) {
+                d[t] = d[t + 1];
+                id[t] = id[t + 1];
+            }
+            d[kTop - 1] = INFINITY;
+        }
+    }
+}
+
+struct BruteForce {
+    double seconds = 0;
+    std::vector<uint32_t> ids;
+};
+
+BruteForce brute_force(const float *dbase, uint64_t n, uint32_t dim,
+                       const std::vector<float> &queries, uint32_t nq)
+{
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+        die("cublasCreate");
+    const uint64_t chunk = 1 << 16;
+    float *dq, *dots, *norms, *bd;
+    uint32_t *bi;
+    CUDA_OK(cudaMalloc(&dq, (uint64_t)nq * dim * 4));
+    CUDA_OK(cudaMalloc(&dots, (uint64_t)nq * chunk * 4));
+    CUDA_OK(cudaMalloc(&norms, n * 4));
+    CUDA_OK(cudaMalloc(&bd, (uint64_t)nq * kTop * 4));
+    CUDA_OK(cudaMalloc(&bi, (uint64_t)nq * kTop * 4));
+    norms_kernel<<<(unsigned)((n + 255) / 256), 256>>>(dbase, n, dim, norms);
+    CUDA_OK(cudaDeviceSynchronize());
+    BruteForce out;
+    for (int rep = 0; rep < 2; rep++) { /* the first run warms cuBLAS up */
+        auto t0 = Clock::now();
+        CUDA_OK(cudaMemcpy(dq, queries.data(), (uint64_t)nq * dim * 4, cudaMemcpyHostToDevice));
+        std::vector<float> inf((uint64_t)nq * kTop, INFINITY);
+        CUDA_OK(cudaMemcpy(bd, inf.data(), inf.size() * 4, cudaMemcpyHostToDevice));
+        for (uint64_t c0 = 0; c0 < n; c0 += chunk) {
+            uint32_t cols = (uint32_t)std::min<uint64_t>(chunk, n - c0);
+            const float one = 1.0f, zero = 0.0f;
+            /* column-major: dots (cols x nq) = B_chunk^T(cols x dim) * Q(dim x nq) */
+            if (cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, cols, nq, dim, &one, dbase + c0 * dim,
+                            dim, dq, dim, &zero, dots, cols) != CUBLAS_STATUS_SUCCESS)
+                die("cublasSgemm");
+            topk_kernel<<<(nq * 32 + 255) / 256, 256>>>(dots, nq, cols, c0, norms, bd, bi);
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        out.ids.resize((uint64_t)nq * kTop);
+        CUDA_OK(cudaMemcpy(out.ids.data(), bi, out.ids.size() * 4, cudaMemcpyDeviceToHost));
+        out.seconds = seconds_since(t0);
+    }
+    cudaFree(dq);
+    cudaFree(dots);
+    cudaFree(norms);
+    cudaFree(bd);
+    cudaFree(bi);
+    cublasDestroy(h);
+    return out;
+}
+
+struct Row {
+    uint32_t itopk, batch;
+    double recall, qps, latency_ms;
+};
+
+/* Runs the 1000 queries (tiled up to the batch size) in batches; recall
+ * over the first nq results, throughput over every query sent. */
+Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq,
+                uint32_t dim, const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk,
+                uint32_t batch)
+{
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    sp.itopk_size = itopk;
+    const uint32_t k = 10;
+    uint32_t total = std::max(batch, nq);
+    std::vector<float> q((uint64_t)total * dim);
+    for (uint32_t i = 0; i < total; i++)
+        std::memcpy(&q[(uint64_t)i * dim], &queries[(uint64_t)(i % nq) * dim], 4ull * dim);
+    std::vector<uint32_t> ids((uint64_t)total * k);
+    std::vector<float> dist((uint64_t)total * k);
+    GPU_OK(cagra_gpu_search(ix, q.data(), std::min(batch, total), k, &sp, nullptr, ids.data(),
+                            dist.data())); /* warm-up */
+    std::vector<double> lat;
+    auto t0 = Clock::now();
+    for (uint32_t s = 0; s < total; s += batch) {
+        uint32_t b = std::min(batch, total - s);
+        auto t1 = Clock::now();
+        GPU_OK(cagra_gpu_search(ix, &q[(uint64_t)s * dim], b, k, &sp, nullptr,
+                                &ids[(uint64_t)s * k], &dist[(uint64_t)s * k]));
+        lat.push_back(seconds_since(t1));
+    }
+    double secs = seconds_since(t0);
+    std::sort(lat.begin(), lat.end());
+    Row r;
+    r.itopk = itopk;
+    r.batch = batch;
+    r.recall = recall_at(ids, k, gt, gt_dim, nq);
+    r.qps = total / secs;
+    r.latency_ms = lat[lat.size() / 2] * 1e3;
+    return r;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        die("usage: gpu_bench DIR [--cpu-build THREADS] [--out FILE]");
+    std::string dir = argv[1], out_path;
+    uint32_t cpu_threads = 0;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--cpu-build"))
+            cpu_threads = (uint32_t)std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--out"))
+            out_path = argv[i + 1];
+        else
+            die(std::string("unknown option ") + argv[i]);
+    }
+    uint32_t dim, qdim, gt_dim;
+    uint64_t n, nq64, ngt;
+    auto base = read_vecs<float>(dir + "/base.fvecs", dim, n);
+    auto queries = read_vecs<float>(dir + "/query.fvecs", qdim, nq64);
+    auto gt = read_vecs<int32_t>(dir + "/gt.ivecs", gt_dim, ngt);
+    const uint32_t nq = (uint32_t)nq64;
+    if (qdim != dim || ngt != nq64)
+        die("inconsistent data set");
+
+    cagra_gpu_device_info info;
+    GPU_OK(cagra_gpu_get_device_info(0, &info));
+    std::string report;
+    char line[512];
+    auto emit = [&](const char *s) {
+        std::fputs(s, stdout);
+        std::fflush(stdout);
+        report += s;
+    };
+    std::snprintf(line, sizeof line,
+                  "device: %s, %d SMs, %.1f GiB; data: %s, n=%llu dim=%u queries=%u; library %s\n\n",
+                  info.name, info.multiprocessors, info.total_memory / 1073741824.0, dir.c_str(),
+                  (unsigned long long)n, dim, nq, cagra_gpu_version());
+    emit(line);
+
+    /* GPU build (after a small warm-up build that creates the context) */
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    std::vector<uint32_t> graph(n * bp.graph_degree), entries(16);
+    uint32_t entry_count = 0;
+    {
+        std::vector<uint32_t> g(4000 * bp.graph_degree);
+        GPU_OK(cagra_gpu_build(0, base.data(), 4000, dim, CAGRA_GPU_L2, &bp, g.data(), nullptr, 0,
+                               nullptr));
+    }
+    auto t0 = Clock::now();
+    GPU_OK(cagra_gpu_build(0, base.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(),
+                           entries.data(), 16, &entry_count));
+    double gpu_build = seconds_since(t0);
+    entries.resize(entry_count);
+    std::snprintf(line, sizeof line,
+                  "| GPU build (graph_degree %u, intermediate %u, host->graph incl. copies) | %.2f s |\n",
+                  bp.graph_degree, bp.intermediate_degree, gpu_build);
+    emit(line);
+
+    /* exact brute force over batches of 10,000 (the queries tiled) */
+    {
+        const uint32_t bq = 10000;
+        std::vector<float> q((uint64_t)bq * dim);
+        for (uint32_t i = 0; i < bq; i++)
+            std::memcpy(&q[(uint64_t)i * dim], &queries[(uint64_t)(i % nq) * dim], 4ull * dim);
+        float *dbase;
+        CUDA_OK(cudaMalloc(&dbase, n * dim * 4));
+        CUDA_OK(cudaMemcpy(dbase, base.data(), n * dim * 4, cudaMemcpyHostToDevice));
+        BruteForce bf = brute_force(dbase, n, dim, q, bq);
+        cudaFree(dbase);
+        std::snprintf(line, sizeof line,
+                      "| exact brute force on the GPU, batch 10,000 (cuBLAS SGEMM + top-10) | "
+                      "%.0f q/s, recall@10 %.4f |\n\n",
+                      bq / bf.seconds, recall_at(bf.ids, kTop, gt, gt_dim, nq));
+        emit(line);
+    }
+
+    auto run_sweep = [&](const char *title, const std::vector<uint32_t> &g, uint32_t degree,
+                         const std::vector<uint32_t> &ent) {
+        cagra_gpu_index *ix = nullptr;
+        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, g.data(), degree,
+                                    CAGRA_GPU_L2, ent.data(), (uint32_t)ent.size(), &ix));
+        std::snprintf(line, sizeof line,
+                      "%s\n\n| itopk | batch | recall@10 | queries/s | median batch latency |\n"
+                      "|---:|---:|---:|---:|---:|\n",
+                      title);
+        emit(line);
+        for (uint32_t batch : {10000u, 100u, 1u})
+            for (uint32_t itopk : {16u, 32u, 64u, 128u, 256u}) {
+                Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, itopk, batch);
+                std::snprintf(line, sizeof line, "| %u | %u | %.4f | %.0f | %.3f ms |\n", r.itopk,
+                              r.batch, r.recall, r.qps, r.latency_ms);
+                emit(line);
+            }
+        emit("\n");
+        cagra_gpu_index_free(ix);
+    };
+    run_sweep("GPU search of the GPU-built graph (fp32 vectors, search_width 1)", graph,
+              bp.graph_degree, entries);
+
+    /* last, so a slow CPU build cannot cost the GPU figures */
+    cagra::BuiltGraph cpu;
+    if (cpu_threads) {
+        cagra::BuildParams cp;
+        cp.threads = cpu_threads;
+        t0 = Clock::now();
+        cpu = cagra::build_graph(cagra::DatasetView{base.data(), n, dim}, cagra::Metric::L2, cp);
+        std::snprintf(line, sizeof line, "| CPU build (core build_graph, %u threads) | %.2f s |\n",
+                      cpu_threads, seconds_since(t0));
+        emit(line);
+    }
+
+    if (cpu_threads)
+        run_sweep("GPU search of the CPU-built graph", cpu.graph.edges, cpu.graph.degree,
+                  cpu.entry_nodes);
+
+    if (!out_path.empty()) {
+        FILE *f = std::fopen(out_path.c_str(), "w");
+        if (f) {
+            std::fputs(report.c_str(), f);
+            std::fclose(f);
+        }
+    }
+    return 0;
+}

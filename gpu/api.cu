@@ -1,0 +1,625 @@
+/*
+ * api.cu — the C interface of libcagra_gpu.so (cagra_gpu.h): argument
+ * checks, device selection, memory checks before any allocation, and the
+ * boundary where internal failures become a status and a message.  No C++
+ * exception leaves this file.
+ */
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "internal.cuh"
+#include "search.cuh"
+
+#define CAGRA_GPU_VERSION_STRING "0.1.0"
+
+namespace cagra_gpu {
+
+namespace {
+
+thread_local std::string last_error;
+
+constexpr uint64_t kMaxNodes = 0x7FFFFFFEULL; /* ids keep bit 31 free for flags */
+constexpr uint32_t kMaxDim = 16000;
+constexpr uint32_t kMaxRandomEntries = 1024;
+constexpr uint32_t kMaxEntryNodes = 1024;
+constexpr uint32_t kMaxCandidates = 4096; /* search_width * degree */
+/* Kept free beside our own buffers: the context, CUB scratch, fragmentation. */
+constexpr uint64_t kHeadroom = 64ULL << 20;
+
+std::string mib(uint64_t bytes)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+template <class F>
+cagra_gpu_status guarded(F &&body)
+{
+    try {
+        body();
+        last_error.clear();
+        return CAGRA_GPU_OK;
+    } catch (const Failure &f) {
+        last_error = f.message;
+        return f.status;
+    } catch (const std::bad_alloc &) {
+        last_error = "out of host memory";
+        return CAGRA_GPU_OUT_OF_MEMORY;
+    } catch (const std::exception &e) {
+        last_error = e.what();
+        return CAGRA_GPU_DEVICE_ERROR;
+    } catch (...) {
+        last_error = "unknown failure";
+        return CAGRA_GPU_DEVICE_ERROR;
+    }
+}
+
+void invalid(const std::string &message) { fail(CAGRA_GPU_INVALID_ARGUMENT, message); }
+
+void check_metric(cagra_gpu_metric metric)
+{
+    if (metric != CAGRA_GPU_L2 && metric != CAGRA_GPU_INNER_PRODUCT && metric != CAGRA_GPU_COSINE)
+        invalid("unknown metric " + std::to_string((int)metric));
+}
+
+void check_shape(uint64_t n, uint32_t dim)
+{
+    if (n == 0)
+        invalid("the data has no rows");
+    if (n > kMaxNodes)
+        invalid("too many rows: " + std::to_string(n) + " (at most " + std::to_string(kMaxNodes) +
+                ")");
+    if (dim == 0 || dim > kMaxDim)
+        invalid("dimension " + std::to_string(dim) + " is out of range 1.." +
+                std::to_string(kMaxDim));
+}
+
+void check_build_params(const cagra_gpu_build_params *p)
+{
+    if (!p)
+        invalid("build parameters are NULL");
+    if (p->graph_degree < 2 || p->graph_degree > kMaxIntermediateDegree)
+        invalid("graph_degree " + std::to_string(p->graph_degree) + " is out of range 2.." +
+                std::to_string(kMaxIntermediateDegree));
+    if (p->intermediate_degree < p->graph_degree ||
+        p->intermediate_degree > kMaxIntermediateDegree)
+        invalid("intermediate_degree " + std::to_string(p->intermediate_degree) +
+                " must lie between graph_degree (" + std::to_string(p->graph_degree) + ") and " +
+                std::to_string(kMaxIntermediateDegree));
+    if (p->nn_descent_max_iterations < 1)
+        invalid("nn_descent_max_iterations must be at least 1");
+    if (!(p->nn_descent_termination >= 0.0f && p->nn_descent_termination < 1.0f))
+        invalid("nn_descent_termination must lie in [0, 1)");
+}
+
+struct Stream {
+    cudaStream_t s = nullptr;
+    Stream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
+    ~Stream()
+    {
+        if (s)
+            cudaStreamDestroy(s);
+    }
+};
+
+uint64_t build_bytes(uint64_t n, uint32_t dim, uint32_t k, uint32_t degree)
+{
+    uint64_t dim16 = round_up(dim, 16);
+    uint64_t half = n * dim16 * 2 + n * 4;
+    uint64_t upload = n * (uint64_t)dim * 4;
+    uint64_t knn = n * k * 4;
+    uint64_t phase = std::max({upload, knn + (n > kExactKnnLimit ? knn_phase_bytes(n, k) : 0),
+                               optimize_phase_bytes(n, k, degree)});
+    return half + phase;
+}
+
+float host_distance(cagra_gpu_metric metric, const float *a, const float *b, uint32_t dim)
+{
+    float acc = 0.0f;
+    for (uint32_t j = 0; j < dim; j++)
+        acc += metric == CAGRA_GPU_L2 ? (a[j] - b[j]) * (a[j] - b[j]) : a[j] * b[j];
+    return metric == CAGRA_GPU_L2 ? acc : (metric == CAGRA_GPU_INNER_PRODUCT ? -acc : 1.0f - acc);
+}
+
+/* Fixed entry nodes as the core chooses them: the node nearest the mean
+ * (found on the device), then farthest-point picks over a seeded sample so
+ * each cluster of clustered data tends to own an entry. */
+std::vector<uint32_t> entry_nodes(const float *data, uint64_t n, uint32_t dim,
+                                  cagra_gpu_metric metric, uint32_t first, uint64_t seed,
+                                  uint32_t capacity)
+{
+    constexpr uint64_t kSampleSize = 512;
+    constexpr uint32_t kEntries = 8;
+    std::vector<uint32_t> entries{first};
+    uint64_t want = std::min<uint64_t>({kEntries, n, capacity});
+    if (want <= 1)
+        return entries;
+    std::vector<uint32_t> sample;
+    for (uint64_t i = 0; i < std::min(kSampleSize, n); i++)
+        sample.push_back(n <= kSampleSize ? (uint32_t)i
+                                          : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 20)) % n));
+    std::vector<float> nearest(sample.size());
+    for (size_t s = 0; s < sample.size(); s++)
+        nearest[s] = host_distance(metric, data + (uint64_t)sample[s] * dim,
+                                   data + (uint64_t)first * dim, dim);
+    while (entries.size() < want) {
+        size_t far = 0;
+        for (size_t s = 1; s < sample.size(); s++)
+            if (nearest[s] > nearest[far])
+                far = s;
+        uint32_t id = sample[far];
+        if (std::find(entries.begin(), entries.end(), id) != entries.end())
+            break;
+        entries.push_back(id);
+        for (size_t s = 0; s < sample.size(); s++)
+            nearest[s] = std::min(nearest[s], host_distance(metric, data + (uint64_t)sample[s] * dim,
+                                                            data + (uint64_t)id * dim, dim));
+    }
+    return entries;
+}
+
+uint32_t stride_for(uint32_t dim, cagra_gpu_dtype dtype)
+{
+    return (uint32_t)round_up(dim, dtype == CAGRA_GPU_FLOAT16 ? 8 : 4);
+}
+
+uint64_t index_bytes(uint64_t n, uint32_t dim, uint32_t degree, cagra_gpu_dtype dtype)
+{
+    uint64_t elt = dtype == CAGRA_GPU_FLOAT16 ? 2 : 4;
+    return n * stride_for(dim, dtype) * elt + n * degree * 4 + kMaxEntryNodes * 4;
+}
+
+} // namespace
+
+bool verbose()
+{
+    static const bool on = std::getenv("CAGRA_GPU_VERBOSE") != nullptr;
+    return on;
+}
+
+namespace {
+
+/* Phase timer for CAGRA_GPU_VERBOSE (host clock after a stream sync). */
+struct PhaseTimer {
+    cudaStream_t stream;
+    std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+    void lap(const char *phase)
+    {
+        if (!verbose())
+            return;
+        cudaStreamSynchronize(stream);
+        auto now = std::chrono::steady_clock::now();
+        std::fprintf(stderr, "cagra_gpu: %s %.3f s\n", phase,
+                     std::chrono::duration<double>(now - t).count());
+        t = now;
+    }
+};
+
+} // namespace
+
+[[noreturn]] void fail_cuda(cudaError_t err, const char *what)
+{
+    cudaGetLastError(); /* clear a non-sticky error so later calls can proceed */
+    std::string msg = std::string(what) + ": " + cudaGetErrorString(err);
+    switch (err) {
+    case cudaErrorMemoryAllocation:
+        fail(CAGRA_GPU_OUT_OF_MEMORY, "device out of memory in " + msg);
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInitializationError:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+        fail(CAGRA_GPU_NO_DEVICE, msg);
+    default:
+        fail(CAGRA_GPU_DEVICE_ERROR, msg);
+    }
+}
+
+void require_free_memory(uint64_t need, const char *what)
+{
+    size_t free_b = 0, total_b = 0;
+    check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    if (need + kHeadroom > free_b)
+        fail(CAGRA_GPU_OUT_OF_MEMORY, std::string(what) + " needs " + mib(need) +
+                                          " of device memory, but only " + mib(free_b) +
+                                          " of " + mib(total_b) + " are free");
+}
+
+void use_device(int device)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        fail(CAGRA_GPU_NO_DEVICE, std::string("no CUDA device: ") +
+                                      (err != cudaSuccess ? cudaGetErrorString(err)
+                                                          : "none found"));
+    }
+    if (device < 0 || device >= count)
+        invalid("device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                " present)");
+    check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+} // namespace cagra_gpu
+
+using namespace cagra_gpu;
+
+struct cagra_gpu_index {
+    int device = 0;
+    cagra_gpu_dtype dtype = CAGRA_GPU_FLOAT32;
+    cagra_gpu_metric metric = CAGRA_GPU_L2;
+    uint64_t n = 0;
+    uint32_t dim = 0, stride = 0, degree = 0, entry_count = 0;
+    DeviceBuffer<unsigned char> vectors;
+    DeviceBuffer<uint32_t> graph;
+    DeviceBuffer<uint32_t> entries;
+    Stream stream;
+    /* per-batch buffers, kept and grown so small batches allocate nothing */
+    DeviceBuffer<float> queries;
+    DeviceBuffer<uint32_t> ids;
+    DeviceBuffer<float> dists;
+    DeviceBuffer<uint64_t> filter;
+};
+
+namespace {
+
+template <class T>
+void ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
+{
+    if (b.size() >= count)
+        return;
+    b.release();
+    require_free_memory(count * sizeof(T), what);
+    b.allocate(count);
+}
+
+} // namespace
+
+extern "C" {
+
+const char *cagra_gpu_version(void) { return CAGRA_GPU_VERSION_STRING; }
+
+int cagra_gpu_api_version(void) { return CAGRA_GPU_API_VERSION; }
+
+const char *cagra_gpu_last_error(void) { return last_error.c_str(); }
+
+void cagra_gpu_default_build_params(cagra_gpu_build_params *p)
+{
+    if (!p)
+        return;
+    p->graph_degree = 32;
+    p->intermediate_degree = 64;
+    p->nn_descent_max_iterations = 20;
+    p->nn_descent_termination = 0.001f;
+    p->seed = 0x5eedcafeULL;
+}
+
+void cagra_gpu_default_search_params(cagra_gpu_search_params *p)
+{
+    if (!p)
+        return;
+    p->itopk_size = 64;
+    p->search_width = 1;
+    p->max_iterations = 0;
+    p->random_entries = 32;
+    p->seed = 0x5eedcafeULL;
+}
+
+cagra_gpu_status cagra_gpu_device_count(int *count)
+{
+    if (count)
+        *count = 0;
+    return guarded([&] {
+        if (!count)
+            invalid("count is NULL");
+        int c = 0;
+        cudaError_t err = cudaGetDeviceCount(&c);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
+            fail(CAGRA_GPU_NO_DEVICE,
+                 std::string("no usable CUDA device: ") + cudaGetErrorString(err));
+        }
+        if (c == 0)
+            fail(CAGRA_GPU_NO_DEVICE, "no CUDA device found");
+        *count = c;
+    });
+}
+
+cagra_gpu_status cagra_gpu_get_device_info(int device, cagra_gpu_device_info *info)
+{
+    return guarded([&] {
+        if (!info)
+            invalid("info is NULL");
+        use_device(device);
+        cudaDeviceProp prop;
+        check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+        size_t free_b = 0, total_b = 0;
+        check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+        std::memset(info, 0, sizeof *info);
+        std::snprintf(info->name, sizeof info->name, "%s", prop.name);
+        info->total_memory = total_b;
+        info->free_memory = free_b;
+        info->compute_major = prop.major;
+        info->compute_minor = prop.minor;
+        info->multiprocessors = prop.multiProcessorCount;
+    });
+}
+
+cagra_gpu_status cagra_gpu_build_memory(uint64_t n, uint32_t dim,
+                                        const cagra_gpu_build_params *params, uint64_t *bytes)
+{
+    return guarded([&] {
+        if (!bytes)
+            invalid("bytes is NULL");
+        check_shape(n, dim);
+        check_build_params(params);
+        *bytes = build_bytes(n, dim, params->intermediate_degree, params->graph_degree);
+    });
+}
+
+cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degree,
+                                        cagra_gpu_dtype dtype, uint64_t *bytes)
+{
+    return guarded([&] {
+        if (!bytes)
+            invalid("bytes is NULL");
+        check_shape(n, dim);
+        if (degree == 0)
+            invalid("degree must be at least 1");
+        *bytes = index_bytes(n, dim, degree, dtype);
+    });
+}
+
+cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint32_t dim,
+                                 cagra_gpu_metric metric, const cagra_gpu_build_params *params,
+                                 uint32_t *graph_out, uint32_t *entries_out,
+                                 uint32_t entry_capacity, uint32_t *entry_count)
+{
+    if (entry_count)
+        *entry_count = 0;
+    return guarded([&] {
+        if (!data || !graph_out)
+            invalid("data and graph_out must not be NULL");
+        if (entry_capacity && !entries_out)
+            invalid("entries_out is NULL but entry_capacity is " +
+                    std::to_string(entry_capacity));
+        check_shape(n, dim);
+        check_metric(metric);
+        check_build_params(params);
+        use_device(device);
+        const uint32_t k = params->intermediate_degree, degree = params->graph_degree;
+        require_free_memory(build_bytes(n, dim, k, degree), "this build");
+
+        Stream stream;
+        PhaseTimer timer{stream.s};
+        HalfDataset half;
+        make_half_dataset(data, n, dim, half, stream.s);
+        timer.lap("upload and fp16 conversion");
+        DeviceBuffer<uint32_t> graph(n * degree);
+        if (n == 1) {
+            check(cudaMemsetAsync(graph.get(), 0xFF, graph.bytes(), stream.s), "cudaMemset");
+        } else {
+            DeviceBuffer<uint32_t> knn(n * k);
+            build_knn(half, metric, k, *params, knn.get(), stream.s);
+            timer.lap("kNN graph");
+            optimize_graph(knn.get(), n, k, degree, graph.get(), stream.s);
+            timer.lap("pruning, reverse edges, merge");
+        }
+        check(cudaMemcpyAsync(graph_out, graph.get(), graph.bytes(), cudaMemcpyDeviceToHost,
+                              stream.s),
+              "copying the graph to the host");
+        uint32_t entry = n == 1 ? 0 : central_node(half, stream.s);
+        check(cudaStreamSynchronize(stream.s), "the build");
+        timer.lap("graph download and entry node");
+        if (entry_capacity) {
+            std::vector<uint32_t> e =
+                entry_nodes(data, n, dim, metric, entry, params->seed, entry_capacity);
+            std::copy(e.begin(), e.end(), entries_out);
+            if (entry_count)
+                *entry_count = (uint32_t)e.size();
+        }
+    });
+}
+
+cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n, uint32_t dim,
+                                     cagra_gpu_metric metric, const cagra_gpu_build_params *params,
+                                     uint32_t *knn_out)
+{
+    return guarded([&] {
+        if (!data || !knn_out)
+            invalid("data and knn_out must not be NULL");
+        check_shape(n, dim);
+        check_metric(metric);
+        check_build_params(params);
+        if (n < 2)
+            invalid("a kNN graph needs at least 2 rows");
+        use_device(device);
+        const uint32_t k = params->intermediate_degree;
+        require_free_memory(build_bytes(n, dim, k, params->graph_degree), "this kNN build");
+        Stream stream;
+        HalfDataset half;
+        make_half_dataset(data, n, dim, half, stream.s);
+        DeviceBuffer<uint32_t> knn(n * k);
+        build_knn(half, metric, k, *params, knn.get(), stream.s);
+        check(cudaMemcpyAsync(knn_out, knn.get(), knn.bytes(), cudaMemcpyDeviceToHost, stream.s),
+              "copying the kNN graph to the host");
+        check(cudaStreamSynchronize(stream.s), "the kNN build");
+    });
+}
+
+cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu_dtype dtype,
+                                      uint64_t n, uint32_t dim, const uint32_t *graph,
+                                      uint32_t degree, cagra_gpu_metric metric,
+                                      const uint32_t *entries, uint32_t entry_count,
+                                      cagra_gpu_index **index)
+{
+    if (index)
+        *index = nullptr;
+    return guarded([&] {
+        if (!vectors || !graph || !index)
+            invalid("vectors, graph and index must not be NULL");
+        if (dtype != CAGRA_GPU_FLOAT32 && dtype != CAGRA_GPU_FLOAT16)
+            invalid("unknown vector type " + std::to_string((int)dtype));
+        check_shape(n, dim);
+        check_metric(metric);
+        if (degree == 0 || degree > kMaxCandidates)
+            invalid("degree " + std::to_string(degree) + " is out of range 1.." +
+                    std::to_string(kMaxCandidates));
+        if (entry_count > kMaxEntryNodes || (entry_count && !entries))
+            invalid("entry_count must be at most " + std::to_string(kMaxEntryNodes) +
+                    " with a non-NULL entries array");
+        use_device(device);
+        require_free_memory(index_bytes(n, dim, degree, dtype), "this index");
+        /* a bad id would send the kernel outside the vectors: check them all */
+        for (uint64_t i = 0; i < n * degree; i++)
+            if (graph[i] >= n && graph[i] != kInvalid)
+                invalid("graph edge " + std::to_string(i) + " points at node " +
+                        std::to_string(graph[i]) + ", beyond the " + std::to_string(n) +
+                        " nodes");
+        for (uint32_t i = 0; i < entry_count; i++)
+            if (entries[i] >= n)
+                invalid("entry node " + std::to_string(entries[i]) + " is beyond the " +
+                        std::to_string(n) + " nodes");
+
+        auto *ix = new cagra_gpu_index;
+        try {
+            ix->device = device;
+            ix->dtype = dtype;
+            ix->metric = metric;
+            ix->n = n;
+            ix->dim = dim;
+            ix->degree = degree;
+            ix->entry_count = entry_count;
+            ix->stride = stride_for(dim, dtype);
+            const uint64_t elt = dtype == CAGRA_GPU_FLOAT16 ? 2 : 4;
+            ix->vectors.allocate(n * ix->stride * elt);
+            ix->graph.allocate(n * degree);
+            ix->entries.allocate(std::max<uint32_t>(entry_count, 1));
+            cudaStream_t s = ix->stream.s;
+            check(cudaMemsetAsync(ix->vectors.get(), 0, ix->vectors.bytes(), s), "cudaMemset");
+            check(cudaMemcpy2DAsync(ix->vectors.get(), ix->stride * elt, vectors, dim * elt,
+                                    dim * elt, n, cudaMemcpyHostToDevice, s),
+                  "copying the vectors to the device");
+            check(cudaMemcpyAsync(ix->graph.get(), graph, n * degree * 4, cudaMemcpyHostToDevice,
+                                  s),
+                  "copying the graph to the device");
+            if (entry_count)
+                check(cudaMemcpyAsync(ix->entries.get(), entries, entry_count * 4,
+                                      cudaMemcpyHostToDevice, s),
+                      "copying the entry nodes to the device");
+            check(cudaStreamSynchronize(s), "loading the index");
+        } catch (...) {
+            delete ix;
+            throw;
+        }
+        *index = ix;
+    });
+}
+
+cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uint32_t nq,
+                                  uint32_t k, const cagra_gpu_search_params *p,
+                                  const uint64_t *filter, uint32_t *ids_out, float *distances_out)
+{
+    return guarded([&] {
+        if (!ix || !p)
+            invalid("index and params must not be NULL");
+        if (nq == 0)
+            return;
+        if (!queries || !ids_out || !distances_out)
+            invalid("queries, ids_out and distances_out must not be NULL");
+        if (k == 0 || k > CAGRA_GPU_MAX_K)
+            invalid("k " + std::to_string(k) + " is out of range 1.." +
+                    std::to_string(CAGRA_GPU_MAX_K));
+        if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
+            invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" +
+                    std::to_string(k) + ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
+        if (p->search_width == 0 || (uint64_t)p->search_width * ix->degree > kMaxCandidates)
+            invalid("search_width " + std::to_string(p->search_width) +
+                    " must be at least 1 and search_width * degree at most " +
+                    std::to_string(kMaxCandidates));
+        if (p->random_entries > kMaxRandomEntries)
+            invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
+        if (p->random_entries == 0 && ix->entry_count == 0)
+            invalid("no entry nodes: give the index entry nodes or random_entries > 0");
+        check(cudaSetDevice(ix->device), "cudaSetDevice");
+
+        SearchArgs a{};
+        a.vectors = ix->vectors.get();
+        a.graph = ix->graph.get();
+        a.entries = ix->entries.get();
+        a.n = (uint32_t)ix->n;
+        a.dim = ix->dim;
+        a.stride = ix->stride;
+        a.degree = ix->degree;
+        a.entry_count = ix->entry_count;
+        a.metric = ix->metric;
+        a.k = k;
+        a.random_entries = p->random_entries;
+        a.seed = p->seed;
+        a.max_iterations = search_max_iterations(p->itopk_size, p->search_width,
+                                                 p->max_iterations);
+        plan_search(a, p->search_width, ix->degree, p->itopk_size);
+        int max_smem = 0;
+        check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                     ix->device),
+              "cudaDeviceGetAttribute");
+        if (a.smem_bytes + 64 > (size_t)max_smem)
+            invalid("this search needs " + std::to_string(a.smem_bytes) +
+                    " bytes of shared memory per query, more than the device's " +
+                    std::to_string(max_smem) + ": lower itopk_size or search_width");
+
+        const uint64_t fwords = filter ? div_up(ix->n, 64) : 0;
+        ensure(ix->queries, (uint64_t)nq * ix->stride, "this search batch");
+        ensure(ix->ids, (uint64_t)nq * k, "this search batch");
+        ensure(ix->dists, (uint64_t)nq * k, "this search batch");
+        ensure(ix->filter, fwords, "this search batch");
+        DeviceBuffer<float> &dq = ix->queries;
+        DeviceBuffer<uint32_t> &dids = ix->ids;
+        DeviceBuffer<float> &ddist = ix->dists;
+        DeviceBuffer<uint64_t> &dfilter = ix->filter;
+        cudaStream_t s = ix->stream.s;
+        if (ix->stride != ix->dim)
+            check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
+        check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, queries, ix->dim * 4, ix->dim * 4, nq,
+                                cudaMemcpyHostToDevice, s),
+              "copying the queries to the device");
+        if (filter)
+            check(cudaMemcpyAsync(dfilter.get(), filter, fwords * 8, cudaMemcpyHostToDevice, s),
+                  "copying the filter to the device");
+        a.queries = dq.get();
+        a.filter = filter ? dfilter.get() : nullptr;
+        a.ids_out = dids.get();
+        a.dist_out = ddist.get();
+        run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);
+        check(cudaMemcpyAsync(ids_out, dids.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
+              "copying the results to the host");
+        check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4,
+                              cudaMemcpyDeviceToHost, s),
+              "copying the results to the host");
+        check(cudaStreamSynchronize(s), "the search");
+    });
+}
+
+uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *ix)
+{
+    return ix ? ix->vectors.bytes() + ix->graph.bytes() + ix->entries.bytes() : 0;
+}
+
+void cagra_gpu_index_free(cagra_gpu_index *ix)
+{
+    if (!ix)
+        return;
+    cudaSetDevice(ix->device);
+    delete ix;
+}
+
+} /* extern "C" */

@@ -1,0 +1,164 @@
+/*
+ * cagra_gpu.h — the plain C interface of libcagra_gpu.so: device queries,
+ * CAGRA graph builds on the device, device-resident indexes and batched
+ * searches.  The GPU worker process opens the library with dlopen() and
+ * resolves these names; nothing here uses C++ or PostgreSQL types.
+ *
+ * Conventions
+ *   - Every call returns a cagra_gpu_status.  On failure the thread's last
+ *     error message (cagra_gpu_last_error) says what went wrong.
+ *   - Vectors are row-major and already prepared for the metric the way
+ *     src/core's prepare_vector() does it (cosine: normalised to unit
+ *     length, distance = 1 - dot).  Metric values equal cagra::Metric.
+ *   - A graph is n rows of `degree` uint32 ids, row-major, no self edge,
+ *     no duplicate; CAGRA_GPU_INVALID_NODE pads rows only when n <= degree.
+ *   - An index handle may be used by one thread at a time.
+ */
+#ifndef CAGRA_GPU_H
+#define CAGRA_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CAGRA_GPU_EXPORT __attribute__((visibility("default")))
+#else
+#define CAGRA_GPU_EXPORT
+#endif
+
+/* Bumped whenever a signature or struct below changes; compare
+ * cagra_gpu_api_version() with this after dlopen(). */
+#define CAGRA_GPU_API_VERSION 1
+
+#define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
+#define CAGRA_GPU_MAX_K 512
+#define CAGRA_GPU_MAX_ITOPK 512
+
+typedef enum {
+    CAGRA_GPU_OK = 0,
+    CAGRA_GPU_NO_DEVICE = 1,        /* no usable CUDA device or driver */
+    CAGRA_GPU_OUT_OF_MEMORY = 2,    /* the device has too little free memory */
+    CAGRA_GPU_INVALID_ARGUMENT = 3, /* a parameter out of range; nothing was done */
+    CAGRA_GPU_DEVICE_ERROR = 4      /* any other CUDA failure */
+} cagra_gpu_status;
+
+typedef enum {
+    CAGRA_GPU_L2 = 0,            /* squared Euclidean distance */
+    CAGRA_GPU_INNER_PRODUCT = 1, /* negative inner product */
+    CAGRA_GPU_COSINE = 2         /* 1 - dot of unit vectors */
+} cagra_gpu_metric;
+
+typedef enum {
+    CAGRA_GPU_FLOAT32 = 0,
+    CAGRA_GPU_FLOAT16 = 1 /* IEEE half, stored as uint16_t */
+} cagra_gpu_dtype;
+
+typedef struct {
+    char name[256];
+    uint64_t total_memory; /* bytes */
+    uint64_t free_memory;  /* bytes, at the time of the call */
+    int compute_major;
+    int compute_minor;
+    int multiprocessors;
+} cagra_gpu_device_info;
+
+typedef struct {
+    uint32_t graph_degree;              /* out-degree of the final graph */
+    uint32_t intermediate_degree;       /* out-degree of the kNN graph, >= graph_degree */
+    uint32_t nn_descent_max_iterations; /* >= 1 */
+    float nn_descent_termination;       /* stop when updates < this * n * intermediate_degree */
+    uint64_t seed;
+} cagra_gpu_build_params;
+
+typedef struct {
+    uint32_t itopk_size;     /* candidates kept, k <= itopk_size <= 512 */
+    uint32_t search_width;   /* parents expanded per iteration, >= 1 */
+    uint32_t max_iterations; /* 0: chosen from itopk_size and search_width */
+    uint32_t random_entries; /* random entry nodes besides the fixed ones */
+    uint64_t seed;
+} cagra_gpu_search_params;
+
+typedef struct cagra_gpu_index cagra_gpu_index;
+
+/* Library version, e.g. "0.1.0", and CAGRA_GPU_API_VERSION it was built with. */
+CAGRA_GPU_EXPORT const char *cagra_gpu_version(void);
+CAGRA_GPU_EXPORT int cagra_gpu_api_version(void);
+
+/* The message of the last failed call on this thread ("" after success). */
+CAGRA_GPU_EXPORT const char *cagra_gpu_last_error(void);
+
+/* Defaults matching cagra::BuildParams and cagra::SearchParams. */
+CAGRA_GPU_EXPORT void cagra_gpu_default_build_params(cagra_gpu_build_params *params);
+CAGRA_GPU_EXPORT void cagra_gpu_default_search_params(cagra_gpu_search_params *params);
+
+/* Number of usable devices.  Any CUDA error (no driver, driver too old)
+ * gives *count = 0 and CAGRA_GPU_NO_DEVICE; it never aborts. */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_device_count(int *count);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_get_device_info(int device, cagra_gpu_device_info *info);
+
+/* Device bytes a build or a loaded index needs (estimates from the same
+ * formulas the calls check against free memory before allocating). */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build_memory(uint64_t n, uint32_t dim,
+                                                          const cagra_gpu_build_params *params,
+                                                          uint64_t *bytes);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degree,
+                                                          cagra_gpu_dtype dtype, uint64_t *bytes);
+
+/*
+ * Build a CAGRA graph on `device` from n x dim float32 host vectors.
+ * graph_out: caller buffer of n * graph_degree uint32.
+ * entries_out: caller buffer of entry_capacity uint32 (may be 0/NULL);
+ * *entry_count receives how many entry nodes were written.
+ */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n,
+                                                  uint32_t dim, cagra_gpu_metric metric,
+                                                  const cagra_gpu_build_params *params,
+                                                  uint32_t *graph_out, uint32_t *entries_out,
+                                                  uint32_t entry_capacity, uint32_t *entry_count);
+
+/* Only the first step of a build: the kNN graph by NN-descent (exact up to
+ * 1024 nodes), n x intermediate_degree ids into knn_out, nearest first,
+ * CAGRA_GPU_INVALID_NODE padding when n - 1 < intermediate_degree. */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n,
+                                                      uint32_t dim, cagra_gpu_metric metric,
+                                                      const cagra_gpu_build_params *params,
+                                                      uint32_t *knn_out);
+
+/* Copy vectors (n x dim, dtype) and the graph to the device.  The host
+ * buffers may be freed after the call. */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors,
+                                                       cagra_gpu_dtype dtype, uint64_t n,
+                                                       uint32_t dim, const uint32_t *graph,
+                                                       uint32_t degree, cagra_gpu_metric metric,
+                                                       const uint32_t *entries,
+                                                       uint32_t entry_count,
+                                                       cagra_gpu_index **index);
+
+/*
+ * Search nq prepared float32 queries (nq x dim, host) for their k nearest
+ * nodes.  filter: NULL, or ceil(n / 64) uint64 words where bit (i % 64) of
+ * word i / 64 set means node i may be returned; other nodes are traversed
+ * but never returned.  ids_out / distances_out: nq x k, each row sorted by
+ * exact float32 distance; rows with fewer than k results are padded with
+ * CAGRA_GPU_INVALID_NODE and +infinity.
+ */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search(cagra_gpu_index *index, const float *queries,
+                                                   uint32_t nq, uint32_t k,
+                                                   const cagra_gpu_search_params *params,
+                                                   const uint64_t *filter, uint32_t *ids_out,
+                                                   float *distances_out);
+
+/* Device bytes the index holds, and its shape. */
+CAGRA_GPU_EXPORT uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *index);
+
+CAGRA_GPU_EXPORT void cagra_gpu_index_free(cagra_gpu_index *index);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CAGRA_GPU_H */

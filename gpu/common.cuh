@@ -1,0 +1,147 @@
+/*
+ * common.cuh — what every CUDA file of libcagra_gpu shares: the exception
+ * that carries a cagra_gpu_status to the C boundary, checked CUDA calls,
+ * an owning device buffer, and small device helpers (ordered float keys,
+ * hashing).
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "cagra_gpu.h"
+
+namespace cagra_gpu {
+
+constexpr uint32_t kInvalid = CAGRA_GPU_INVALID_NODE;
+
+/* Thrown inside the library, caught in api.cu and turned into a status. */
+struct Failure {
+    cagra_gpu_status status;
+    std::string message;
+};
+
+[[noreturn]] inline void fail(cagra_gpu_status status, std::string message)
+{
+    throw Failure{status, std::move(message)};
+}
+
+[[noreturn]] void fail_cuda(cudaError_t err, const char *what);
+
+inline void check(cudaError_t err, const char *what)
+{
+    if (err != cudaSuccess)
+        fail_cuda(err, what);
+}
+
+/* After a launch: a launch error now, an execution error at the next sync. */
+inline void check_launch(const char *kernel) { check(cudaGetLastError(), kernel); }
+
+inline uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+inline uint64_t round_up(uint64_t a, uint64_t b) { return div_up(a, b) * b; }
+
+__host__ __device__ inline uint32_t pow2_at_least(uint32_t x)
+{
+    uint32_t p = 1;
+    while (p < x)
+        p <<= 1;
+    return p;
+}
+
+/* Owning device allocation; an allocation failure becomes OUT_OF_MEMORY. */
+template <class T>
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(uint64_t count) { allocate(count); }
+    ~DeviceBuffer() { release(); }
+    DeviceBuffer(const DeviceBuffer &) = delete;
+    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+    DeviceBuffer(DeviceBuffer &&o) noexcept : ptr_(o.ptr_), count_(o.count_)
+    {
+        o.ptr_ = nullptr;
+        o.count_ = 0;
+    }
+    DeviceBuffer &operator=(DeviceBuffer &&o) noexcept
+    {
+        if (this != &o) {
+            release();
+            std::swap(ptr_, o.ptr_);
+            std::swap(count_, o.count_);
+        }
+        return *this;
+    }
+
+    void allocate(uint64_t count)
+    {
+        release();
+        if (count == 0)
+            return;
+        cudaError_t err = cudaMalloc(&ptr_, count * sizeof(T));
+        if (err != cudaSuccess) {
+            ptr_ = nullptr;
+            fail_cuda(err, "cudaMalloc");
+        }
+        count_ = count;
+    }
+    void release()
+    {
+        if (ptr_)
+            cudaFree(ptr_);
+        ptr_ = nullptr;
+        count_ = 0;
+    }
+    T *get() const { return ptr_; }
+    uint64_t size() const { return count_; }
+    uint64_t bytes() const { return count_ * sizeof(T); }
+
+private:
+    T *ptr_ = nullptr;
+    uint64_t count_ = 0;
+};
+
+/* Fails with OUT_OF_MEMORY, before anything is allocated, when `need`
+ * bytes exceed what the device has free. */
+void require_free_memory(uint64_t need, const char *what);
+
+/* Selects `device`, failing with NO_DEVICE / INVALID_ARGUMENT as fits. */
+void use_device(int device);
+
+/* ---- device helpers ---- */
+
+/* A float mapped to a uint32 whose unsigned order is the float order
+ * (negative values too), so (key << 32 | id) sorts by distance, then id. */
+__device__ inline uint32_t ordered_key(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ inline float key_to_float(uint32_t k)
+{
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k;
+    return __uint_as_float(u);
+}
+
+__host__ __device__ inline uint32_t hash32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+__host__ __device__ inline uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+} // namespace cagra_gpu

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# device-check.sh — the one command for the GPU machine: builds the GPU
+# library, its tests and the benchmark with CMake, runs the GPU GoogleTests,
+# generates the c1m set and runs bench/gpu_bench on it.  Logs and the
+# benchmark table go to OUTDIR.  Stops itself before BUDGET seconds.
+#
+# usage (repository root): gpu/device-check.sh [OUTDIR]
+#   env: BUDGET=520        seconds for the whole script
+#        BENCH_N=1000000   rows of the generated set (DIM 128, 1000 queries)
+#        CPU_BUILD=16      threads of the CPU build in the benchmark (0: skip)
+#        SANITIZE=0        1: also run one GPU test under compute-sanitizer
+#        NCU=0             1: profile the search and join kernels with ncu
+#        GTEST_SRC=.device/googletest  GoogleTest sources when the machine has none
+set -uo pipefail
+out=${1:-${OUT:-device-out}}
+mkdir -p "$out"
+budget=${BUDGET:-520}
+bench_n=${BENCH_N:-1000000}
+cpu_build=${CPU_BUILD:-16}
+gtest_src=${GTEST_SRC:-.device/googletest}
+jobs=$(nproc)
+start=$SECONDS
+left() { echo $((budget - (SECONDS - start))); }
+step() { echo "== $* ($(left) s left)"; }
+
+step "device"
+nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version \
+  --format=csv | tee "$out/device.txt"
+nvcc --version | tail -2 | tee -a "$out/device.txt"
+
+prefix=()
+if [ -d "$gtest_src" ] && [ ! -d /tmp/gtest ]; then
+  step "GoogleTest from $gtest_src"
+  cmake -S "$gtest_src" -B /tmp/gtest-build -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+    -DCMAKE_INSTALL_PREFIX=/tmp/gtest >"$out/gtest-build.log" 2>&1 &&
+    cmake --build /tmp/gtest-build -j "$jobs" >>"$out/gtest-build.log" 2>&1 &&
+    cmake --install /tmp/gtest-build >>"$out/gtest-build.log" 2>&1 ||
+    echo "GoogleTest build failed: see gtest-build.log"
+fi
+[ -d /tmp/gtest ] && prefix=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
+
+step "configure and build"
+cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON "${prefix[@]}" \
+  >"$out/build.log" 2>&1 &&
+  cmake --build build-device -j "$jobs" --target cagra_gpu cagra_gpu_tests gpu_bench \
+    >>"$out/build.log" 2>&1
+status=$?
+grep -E "error|warning" "$out/build.log" | head -20
+if [ $status -ne 0 ]; then
+  tail -40 "$out/build.log"
+  exit 1
+fi
+tests=build-device/gpu/test/cagra_gpu_tests
+bench=build-device/gpu/gpu_bench
+
+step "GPU tests"
+timeout $(( $(left) - 200 > 60 ? $(left) - 200 : 60 )) "$tests" \
+  --gtest_output=xml:"$out/gtest.xml" >"$out/tests.log" 2>&1
+echo "tests exit status $?"
+grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|actual|recall|gpu |cpu " "$out/tests.log" | head -40
+
+if [ "${SANITIZE:-0}" = 1 ] && [ "$(left)" -gt 240 ]; then
+  step "compute-sanitizer memcheck"
+  timeout 90 compute-sanitizer --tool memcheck --print-limit 5 "$tests" \
+    --gtest_filter='GpuSearch.BadSearch*:GpuBuild.GraphInvariants*' >"$out/sanitizer.log" 2>&1
+  tail -5 "$out/sanitizer.log"
+fi
+
+step "data set c1m ($bench_n x 128)"
+data=/tmp/c1m
+[ -f $data/gt.ivecs ] || timeout $(( $(left) - 60 )) python3 bench/gen.py $data "$bench_n" 128 1000 7
+
+step "benchmark"
+CAGRA_GPU_VERBOSE=1 timeout $(( $(left) - 15 )) "$bench" $data --cpu-build "$cpu_build" \
+  --out "$out/bench.md" 2>"$out/bench-stderr.log"
+echo "bench exit status $?"
+tail -30 "$out/bench-stderr.log"
+
+if [ "${NCU:-0}" = 1 ] && [ "$(left)" -gt 90 ]; then
+  step "ncu"
+  timeout $(( $(left) - 10 )) ncu --clock-control none -k 'regex:search_kernel|local_join' \
+    -c 4 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    "$bench" $data --cpu-build 0 >"$out/ncu.txt" 2>&1
+  grep -E "search_kernel|local_join|Throughput|Duration|Achieved Occupancy|Registers" "$out/ncu.txt" | head -40
+fi
+step "done"

@@ -1,0 +1,58 @@
+/*
+ * internal.cuh — the library's internal interfaces between its CUDA files:
+ * the device dataset used by the build, the kNN build (nn_descent.cu), the
+ * graph optimisation (optimize.cu) and the memory formulas (api.cu).
+ */
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "common.cuh"
+
+namespace cagra_gpu {
+
+/* Width of the forward samples per list in one NN-descent iteration. */
+constexpr uint32_t kSample = 32;
+/* Candidate slots per node collected between two merges. */
+constexpr uint32_t kCandidateSlots = 64;
+/* Up to this many nodes the kNN graph is computed exactly. */
+constexpr uint64_t kExactKnnLimit = 1024;
+/* Largest intermediate degree the device build takes. */
+constexpr uint32_t kMaxIntermediateDegree = 512;
+
+/* The build's copy of the data: fp16, rows padded with zeros to `dim16`
+ * (a multiple of 16 for the tensor-core tiles), scaled by a power of two
+ * so the largest magnitude fits fp16 comfortably; squared norms in fp32. */
+struct HalfDataset {
+    DeviceBuffer<__half> vectors;
+    DeviceBuffer<float> norms;
+    uint64_t n = 0;
+    uint32_t dim = 0;
+    uint32_t dim16 = 0;
+    float inv_scale2 = 1.0f; /* 1 / scale^2: turns scaled dots back into true ones */
+};
+
+/* Uploads n x dim float32 host rows and converts them (peak: the fp32 copy too). */
+void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out,
+                       cudaStream_t stream);
+
+/* kNN graph, n x k ids, nearest first, no self edge; kInvalid pads when n - 1 < k. */
+void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
+               const cagra_gpu_build_params &params, uint32_t *knn, cudaStream_t stream);
+
+/* Rank-based pruning, reverse edges and merge: knn (n x k) -> graph (n x degree). */
+void optimize_graph(const uint32_t *knn, uint64_t n, uint32_t k, uint32_t degree,
+                    uint32_t *graph, cudaStream_t stream);
+
+/* The node nearest to the mean of the data (a fixed entry node). */
+uint32_t central_node(const HalfDataset &data, cudaStream_t stream);
+
+/* CAGRA_GPU_VERBOSE set: phase timings of builds go to stderr. */
+bool verbose();
+
+/* Device bytes of each phase; the build needs the largest sum alive at once. */
+uint64_t knn_phase_bytes(uint64_t n, uint32_t k);
+uint64_t optimize_phase_bytes(uint64_t n, uint32_t k, uint32_t degree);
+uint64_t half_dataset_bytes(uint64_t n, uint32_t dim);
+
+} // namespace cagra_gpu

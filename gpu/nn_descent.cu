@@ -1,0 +1,630 @@
+/*
+ * nn_descent.cu — the kNN graph on the device.
+ *
+ * NN-descent with fixed-size lists: each node keeps k (id, distance) pairs
+ * sorted by distance, ids flagged "new" until sampled once.  One iteration:
+ *   sample   up to kSample new and kSample old neighbours per node, and the
+ *            reverse lists (who sampled me), all kept on the device;
+ *   join     per node, one CTA gathers new = fwd-new + rev-new and
+ *            old = fwd-old + rev-old (each up to 2 * kSample) in fp16 and
+ *            computes the new x new and new x old distances in one pass over
+ *            the features on the tensor cores (WMMA, fp32 accumulation); each
+ *            member proposes its closest few partners to its own list;
+ *   merge    per node, the proposals (hash slots of atomicMin keys, so a
+ *            repeated proposal dedupes itself and a collision keeps the
+ *            closer one) are merged into the sorted list.
+ * It stops when an iteration changes fewer than termination * n * k entries.
+ * Up to kExactKnnLimit nodes, an exact kNN is computed instead.
+ */
+#include <mma.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "internal.cuh"
+#include "sort.cuh"
+
+namespace cagra_gpu {
+
+namespace {
+
+constexpr uint32_t kNewFlag = 0x80000000u;
+constexpr uint32_t kListEmpty = 0x7FFFFFFFu;
+constexpr uint64_t kEmptyKey = ~0ULL;
+
+/* Join tile: up to 64 new and 64 old members, features in chunks of 128. */
+constexpr int kJoinNew = 2 * kSample;
+constexpr int kJoinMembers = 4 * kSample;
+constexpr int kChunk = 128;
+constexpr int kChunkStride = kChunk + 8; /* halfs; breaks bank conflicts of the tile loads */
+constexpr int kGramStride = kJoinMembers + 4;
+constexpr int kJoinThreads = 256;
+/* Proposals each join member makes (its closest partners in the join). */
+constexpr int kProposals = 3;
+
+__device__ inline float metric_distance(cagra_gpu_metric metric, float norm_a, float norm_b,
+                                        float dot, float inv_scale2)
+{
+    switch (metric) {
+    case CAGRA_GPU_L2:
+        return fmaxf(norm_a + norm_b - 2.0f * dot, 0.0f) * inv_scale2;
+    case CAGRA_GPU_INNER_PRODUCT:
+        return -dot * inv_scale2;
+    default:
+        return 1.0f - dot * inv_scale2;
+    }
+}
+
+/* Dot product of two fp16 rows, by one warp, 16-byte loads. */
+__device__ inline float warp_dot_half(const __half *a, const __half *b, uint32_t dim16,
+                                      uint32_t lane)
+{
+    float acc = 0.0f;
+    const uint4 *va = reinterpret_cast<const uint4 *>(a);
+    const uint4 *vb = reinterpret_cast<const uint4 *>(b);
+    for (uint32_t c = lane; c < dim16 / 8; c += 32) {
+        uint4 x = va[c], y = vb[c];
+        const __half2 *hx = reinterpret_cast<const __half2 *>(&x);
+        const __half2 *hy = reinterpret_cast<const __half2 *>(&y);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 fx = __half22float2(hx[i]);
+            float2 fy = __half22float2(hy[i]);
+            acc = fmaf(fx.x, fy.x, acc);
+            acc = fmaf(fx.y, fy.y, acc);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+    return acc;
+}
+
+__global__ void max_abs_kernel(const float *x, uint64_t count, unsigned int *out)
+{
+    unsigned int m = 0;
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        /* |x| as bits: finite < infinity < NaN, in unsigned order too */
+        m = max(m, __float_as_uint(fabsf(x[i])));
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    if ((threadIdx.x & 31) == 0)
+        atomicMax(out, m);
+}
+
+__global__ void to_half_kernel(const float *x, uint64_t n, uint32_t dim, uint32_t dim16,
+                               float scale, __half *out)
+{
+    uint64_t total = n * dim16;
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < total;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t row = i / dim16;
+        uint32_t col = (uint32_t)(i % dim16);
+        out[i] = col < dim ? __float2half_rn(x[row * dim + col] * scale) : __float2half(0.0f);
+    }
+}
+
+__global__ void norms_kernel(const __half *v, uint64_t n, uint32_t dim16, float *norms)
+{
+    uint64_t warp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
+    uint32_t lane = threadIdx.x & 31;
+    if (warp >= n)
+        return;
+    const __half *row = v + warp * dim16;
+    float d = warp_dot_half(row, row, dim16, lane);
+    if (lane == 0)
+        norms[warp] = d;
+}
+
+/* Exact kNN for small n: one CTA per node sorts all n distances. */
+__global__ void exact_knn_kernel(const __half *v, const float *norms, uint32_t n,
+                                 uint32_t dim16, cagra_gpu_metric metric, float inv_scale2,
+                                 uint32_t k, uint32_t *knn)
+{
+    extern __shared__ uint64_t keys[];
+    uint32_t u = blockIdx.x;
+    uint32_t p = pow2_at_least(n);
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (uint32_t j = threadIdx.x; j < p; j += blockDim.x)
+        keys[j] = kEmptyKey;
+    __syncthreads();
+    for (uint32_t j = warp; j < n; j += warps) {
+        float dot = warp_dot_half(v + (uint64_t)u * dim16, v + (uint64_t)j * dim16, dim16, lane);
+        if (lane == 0 && j != u) {
+            float d = metric_distance(metric, norms[u], norms[j], dot, inv_scale2);
+            keys[j] = ((uint64_t)ordered_key(d) << 32) | j;
+        }
+    }
+    __syncthreads();
+    block_sort(keys, p);
+    for (uint32_t j = threadIdx.x; j < k; j += blockDim.x)
+        knn[(uint64_t)u * k + j] = j + 1 < n ? (uint32_t)keys[j] : kInvalid;
+}
+
+/* Random start: k distinct neighbours u+1+((r + j*stride) mod (n-1)), then sorted. */
+__global__ void init_lists_kernel(const __half *v, const float *norms, uint32_t n,
+                                  uint32_t dim16, cagra_gpu_metric metric, float inv_scale2,
+                                  uint32_t k, uint32_t kp, uint64_t stride, uint64_t seed,
+                                  uint32_t *ids, float *dists)
+{
+    extern __shared__ uint64_t smem[];
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    uint64_t *keys = smem + warp * kp;
+    uint32_t u = blockIdx.x * (blockDim.x / 32) + warp;
+    if (u >= n)
+        return;
+    uint64_t r = splitmix64(seed ^ (u * 0x9E3779B97F4A7C15ULL)) % (n - 1);
+    for (uint32_t j = lane; j < kp; j += 32)
+        keys[j] = kEmptyKey;
+    __syncwarp();
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t id = (uint32_t)((u + 1 + (r + j * stride) % (n - 1)) % n);
+        float dot = warp_dot_half(v + (uint64_t)u * dim16, v + (uint64_t)id * dim16, dim16, lane);
+        if (lane == 0)
+            keys[j] = ((uint64_t)ordered_key(metric_distance(metric, norms[u], norms[id], dot,
+                                                             inv_scale2))
+                       << 32) |
+                      id;
+    }
+    __syncwarp();
+    warp_sort(keys, kp, lane);
+    for (uint32_t j = lane; j < k; j += 32) {
+        ids[(uint64_t)u * k + j] = (uint32_t)keys[j] | kNewFlag;
+        dists[(uint64_t)u * k + j] = key_to_float((uint32_t)(keys[j] >> 32));
+    }
+}
+
+/* Per node: the first kSample new and old entries, and the reverse lists. */
+__global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *new_fwd,
+                              uint32_t *new_cnt, uint32_t *old_fwd, uint32_t *old_cnt,
+                              uint32_t *new_rev, uint32_t *new_rev_cnt, uint32_t *old_rev,
+                              uint32_t *old_rev_cnt)
+{
+    uint32_t lane = threadIdx.x & 31;
+    uint32_t u = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (u >= n)
+        return;
+    uint32_t taken_new = 0, taken_old = 0;
+    uint32_t lt = (1u << lane) - 1;
+    for (uint32_t base = 0; base < k && (taken_new < kSample || taken_old < kSample);
+         base += 32) {
+        uint32_t j = base + lane;
+        uint32_t id = j < k ? ids[(uint64_t)u * k + j] : kListEmpty;
+        bool valid = (id & ~kNewFlag) != kListEmpty;
+        bool is_new = valid && (id & kNewFlag);
+        bool is_old = valid && !(id & kNewFlag);
+        uint32_t mnew = __ballot_sync(0xFFFFFFFFu, is_new);
+        uint32_t mold = __ballot_sync(0xFFFFFFFFu, is_old);
+        uint32_t plain = id & ~kNewFlag;
+        if (is_new) {
+            uint32_t pos = taken_new + __popc(mnew & lt);
+            if (pos < kSample) {
+                new_fwd[(uint64_t)u * kSample + pos] = plain;
+                ids[(uint64_t)u * k + j] = plain; /* sampled: old from now on */
+                uint32_t slot = atomicAdd(&new_rev_cnt[plain], 1u);
+                if (slot < kSample)
+                    new_rev[(uint64_t)plain * kSample + slot] = u;
+            }
+        }
+        if (is_old) {
+            uint32_t pos = taken_old + __popc(mold & lt);
+            if (pos < kSample) {
+                old_fwd[(uint64_t)u * kSample + pos] = plain;
+                uint32_t slot = atomicAdd(&old_rev_cnt[plain], 1u);
+                if (slot < kSample)
+                    old_rev[(uint64_t)plain * kSample + slot] = u;
+            }
+        }
+        taken_new = min(kSample, taken_new + __popc(mnew));
+        taken_old = min(kSample, taken_old + __popc(mold));
+    }
+    if (lane == 0) {
+        new_cnt[u] = taken_new;
+        old_cnt[u] = taken_old;
+    }
+}
+
+struct JoinArgs {
+    const __half *v;
+    const float *norms;
+    uint32_t n, dim16, k;
+    cagra_gpu_metric metric;
+    float inv_scale2;
+    const float *dists;
+    const uint32_t *new_fwd, *new_cnt, *old_fwd, *old_cnt;
+    const uint32_t *new_rev, *new_rev_cnt, *old_rev, *old_rev_cnt;
+    unsigned long long *slots;
+};
+
+struct alignas(128) JoinShared {
+    uint32_t ids[kJoinMembers];
+    float norms[kJoinMembers];
+    float worst[kJoinMembers];
+    union {
+        __half tile[kJoinMembers][kChunkStride];
+        float gram[kJoinNew][kGramStride];
+    };
+};
+
+__device__ inline uint32_t member_id(const JoinArgs &a, uint32_t u, uint32_t i)
+{
+    /* members 0..63: forward new then reverse new; 64..127: the same for old */
+    bool old = i >= kJoinNew;
+    uint32_t j = old ? i - kJoinNew : i;
+    const uint32_t *fwd = old ? a.old_fwd : a.new_fwd;
+    const uint32_t *rev = old ? a.old_rev : a.new_rev;
+    uint32_t nf = old ? a.old_cnt[u] : a.new_cnt[u];
+    uint32_t nr = min(old ? a.old_rev_cnt[u] : a.new_rev_cnt[u], kSample);
+    if (j < nf)
+        return fwd[(uint64_t)u * kSample + j];
+    if (j - nf < nr)
+        return rev[(uint64_t)u * kSample + (j - nf)];
+    return kInvalid;
+}
+
+__global__ void __launch_bounds__(kJoinThreads) local_join_kernel(JoinArgs a)
+{
+    using namespace nvcuda;
+    __shared__ JoinShared sh;
+    uint32_t u = blockIdx.x;
+    if (a.new_cnt[u] + a.new_rev_cnt[u] == 0)
+        return; /* nothing new around u: every pair was joined before */
+    uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+
+    if (tid < kJoinMembers) {
+        uint32_t id = member_id(a, u, tid);
+        sh.ids[tid] = id;
+        sh.norms[tid] = id != kInvalid ? a.norms[id] : 0.0f;
+        sh.worst[tid] = id != kInvalid ? a.dists[(uint64_t)id * a.k + a.k - 1] : -INFINITY;
+    }
+
+    /* Gram rows: the 64 new members; columns: all 128 members. */
+    const int row_tile = warp / 2;
+    const int col_tile0 = (warp % 2) * 4;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4];
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+        wmma::fill_fragment(acc[t], 0.0f);
+
+    const uint32_t vec_per_row = kChunk / 8;
+    for (uint32_t c0 = 0; c0 < a.dim16; c0 += kChunk) {
+        __syncthreads();
+        uint32_t width = min((uint32_t)kChunk, a.dim16 - c0);
+        for (uint32_t e = tid; e < kJoinMembers * vec_per_row; e += kJoinThreads) {
+            uint32_t m = e / vec_per_row, c = (e % vec_per_row) * 8;
+            uint32_t id = sh.ids[m];
+            uint4 val = make_uint4(0, 0, 0, 0);
+            if (id != kInvalid && c < width)
+                val = *reinterpret_cast<const uint4 *>(a.v + (uint64_t)id * a.dim16 + c0 + c);
+            *reinterpret_cast<uint4 *>(&sh.tile[m][c]) = val;
+        }
+        __syncthreads();
+        for (uint32_t kk = 0; kk < width; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, &sh.tile[row_tile * 16][kk], kChunkStride);
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+                wmma::load_matrix_sync(fb, &sh.tile[(col_tile0 + t) * 16][kk], kChunkStride);
+                wmma::mma_sync(acc[t], fa, fb, acc[t]);
+            }
+        }
+    }
+    __syncthreads(); /* the gram overlays the tile */
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+        wmma::store_matrix_sync(&sh.gram[row_tile * 16][(col_tile0 + t) * 16], acc[t],
+                                kGramStride, wmma::mem_row_major);
+    __syncthreads();
+    for (uint32_t e = tid; e < kJoinNew * kJoinMembers; e += kJoinThreads) {
+        uint32_t i = e / kJoinMembers, j = e % kJoinMembers;
+        sh.gram[i][j] =
+            metric_distance(a.metric, sh.norms[i], sh.norms[j], sh.gram[i][j], a.inv_scale2);
+    }
+    __syncthreads();
+
+    /* Each member proposes its closest partners that beat its current worst. */
+    for (uint32_t m = warp; m < kJoinMembers; m += kJoinThreads / 32) {
+        uint32_t mid = sh.ids[m];
+        if (mid == kInvalid)
+            continue;
+        float worst = sh.worst[m];
+        float d[4];
+        uint32_t pid[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            uint32_t j = lane + 32 * r;
+            d[r] = INFINITY;
+            pid[r] = kInvalid;
+            if (m < kJoinNew) {
+                uint32_t id = sh.ids[j];
+                if (j != m && id != kInvalid && id != mid) {
+                    d[r] = sh.gram[m][j];
+                    pid[r] = id;
+                }
+            } else if (j < kJoinNew) {
+                uint32_t id = sh.ids[j];
+                if (id != kInvalid && id != mid) {
+                    d[r] = sh.gram[j][m];
+                    pid[r] = id;
+                }
+            }
+            if (!(d[r] < worst))
+                d[r] = INFINITY;
+        }
+        for (int p = 0; p < kProposals; p++) {
+            float best = d[0];
+            int br = 0;
+#pragma unroll
+            for (int r = 1; r < 4; r++)
+                if (d[r] < best) {
+                    best = d[r];
+                    br = r;
+                }
+            float wbest = best;
+            for (int o = 16; o > 0; o >>= 1)
+                wbest = fminf(wbest, __shfl_xor_sync(0xFFFFFFFFu, wbest, o));
+            if (wbest == INFINITY)
+                break;
+            uint32_t owner = __ffs(__ballot_sync(0xFFFFFFFFu, best == wbest)) - 1;
+            if (lane == owner) {
+                uint32_t cid = pid[br];
+                unsigned long long key = ((unsigned long long)ordered_key(best) << 32) | cid;
+                atomicMin(&a.slots[(uint64_t)mid * kCandidateSlots +
+                                   (hash32(cid) & (kCandidateSlots - 1))],
+                          key);
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    if (r == br)
+                        d[r] = INFINITY;
+            }
+        }
+    }
+}
+
+/* Per node (one warp): merge the candidate slots into the sorted list. */
+__global__ void merge_kernel(uint32_t n, uint32_t k, uint32_t kp, uint32_t *ids, float *dists,
+                             unsigned long long *slots, unsigned long long *updates)
+{
+    extern __shared__ uint64_t smem[];
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    uint64_t *keys = smem + warp * kp;
+    uint32_t u = blockIdx.x * (blockDim.x / 32) + warp;
+    if (u >= n)
+        return;
+    uint32_t *row = ids + (uint64_t)u * k;
+    float *drow = dists + (uint64_t)u * k;
+    for (uint32_t j = lane; j < k; j += 32)
+        keys[j] = ((uint64_t)ordered_key(drow[j]) << 32) | row[j];
+    __syncwarp();
+    float worst = drow[k - 1];
+    constexpr uint32_t per_lane = kCandidateSlots / 32;
+    uint64_t mine[per_lane];
+#pragma unroll
+    for (uint32_t s = 0; s < per_lane; s++) {
+        uint32_t t = lane + 32 * s;
+        unsigned long long c = slots[(uint64_t)u * kCandidateSlots + t];
+        slots[(uint64_t)u * kCandidateSlots + t] = kEmptyKey;
+        uint32_t cid = (uint32_t)c;
+        bool ok = c != kEmptyKey && cid != u && key_to_float((uint32_t)(c >> 32)) < worst;
+        for (uint32_t j = 0; ok && j < k; j++)
+            ok = ((uint32_t)keys[j] & ~kNewFlag) != cid;
+        mine[s] = ok ? (c | kNewFlag) : kEmptyKey;
+    }
+    __syncwarp();
+#pragma unroll
+    for (uint32_t s = 0; s < per_lane; s++)
+        keys[k + lane + 32 * s] = mine[s];
+    for (uint32_t j = k + kCandidateSlots + lane; j < kp; j += 32)
+        keys[j] = kEmptyKey;
+    __syncwarp();
+    warp_sort(keys, kp, lane);
+    uint64_t last = keys[k - 1];
+    uint32_t accepted = 0;
+#pragma unroll
+    for (uint32_t s = 0; s < per_lane; s++)
+        accepted += mine[s] != kEmptyKey && mine[s] <= last;
+    for (uint32_t j = lane; j < k; j += 32) {
+        row[j] = (uint32_t)keys[j];
+        drow[j] = key_to_float((uint32_t)(keys[j] >> 32));
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        accepted += __shfl_xor_sync(0xFFFFFFFFu, accepted, o);
+    if (lane == 0 && accepted)
+        atomicAdd(updates, (unsigned long long)accepted);
+}
+
+__global__ void strip_flags_kernel(const uint32_t *ids, uint64_t count, uint32_t *out)
+{
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        out[i] = ids[i] & ~kNewFlag;
+}
+
+__global__ void centroid_kernel(const __half *v, uint64_t n, uint32_t dim16, float *sum)
+{
+    /* block: a slice of rows; thread: one feature column of that slice */
+    uint64_t r0 = blockIdx.x * 256ULL, r1 = min(n, r0 + 256);
+    for (uint32_t c = threadIdx.x; c < dim16; c += blockDim.x) {
+        float s = 0.0f;
+        for (uint64_t r = r0; r < r1; r++)
+            s += __half2float(v[r * dim16 + c]);
+        atomicAdd(&sum[c], s);
+    }
+}
+
+__global__ void nearest_to_kernel(const __half *v, uint64_t n, uint32_t dim16, const float *sum,
+                                  float inv_n, unsigned long long *best)
+{
+    uint64_t u = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
+    uint32_t lane = threadIdx.x & 31;
+    if (u >= n)
+        return;
+    float acc = 0.0f;
+    for (uint32_t c = lane; c < dim16; c += 32) {
+        float diff = __half2float(v[u * dim16 + c]) - sum[c] * inv_n;
+        acc = fmaf(diff, diff, acc);
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+    if (lane == 0)
+        atomicMin(best, ((unsigned long long)ordered_key(acc) << 32) | (uint32_t)u);
+}
+
+uint64_t coprime_stride(uint64_t m)
+{
+    static const uint64_t primes[] = {1000003ULL, 998244353ULL, 1000000007ULL, 2147483647ULL};
+    for (uint64_t p : primes)
+        if (m % p != 0)
+            return p % m == 0 ? 1 : p;
+    return 1;
+}
+
+int grid_for(uint64_t threads, int block)
+{
+    return (int)std::min<uint64_t>(div_up(threads, block), 1u << 20);
+}
+
+} // namespace
+
+uint64_t half_dataset_bytes(uint64_t n, uint32_t dim)
+{
+    uint64_t dim16 = round_up(dim, 16);
+    return n * dim * 4 + n * dim16 * 2 + n * 4;
+}
+
+uint64_t knn_phase_bytes(uint64_t n, uint32_t k)
+{
+    /* lists (ids, dists), candidate slots, four sample lists, four counters */
+    return n * k * 8 + n * kCandidateSlots * 8 + n * kSample * 4 * 4 + n * 4 * 4 + 4096;
+}
+
+void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out,
+                       cudaStream_t stream)
+{
+    out.n = n;
+    out.dim = dim;
+    out.dim16 = (uint32_t)round_up(dim, 16);
+    DeviceBuffer<float> raw(n * dim);
+    check(cudaMemcpyAsync(raw.get(), host, n * dim * sizeof(float), cudaMemcpyHostToDevice,
+                          stream),
+          "copying the build data to the device");
+    DeviceBuffer<unsigned int> maxabs(1);
+    check(cudaMemsetAsync(maxabs.get(), 0, 4, stream), "cudaMemset");
+    max_abs_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(raw.get(), n * dim, maxabs.get());
+    check_launch("max_abs_kernel");
+    unsigned int bits = 0;
+    check(cudaMemcpyAsync(&bits, maxabs.get(), 4, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+    check(cudaStreamSynchronize(stream), "max_abs_kernel");
+    if (bits >= 0x7F800000u)
+        fail(CAGRA_GPU_INVALID_ARGUMENT, "the data contains NaN or infinity");
+    float maxabs_f;
+    std::memcpy(&maxabs_f, &bits, 4);
+    /* a power of two that brings the largest magnitude near 256: exact to apply,
+     * and squares summed over the features stay far from fp16's range */
+    int e = 0;
+    if (maxabs_f > 0.0f)
+        std::frexp(maxabs_f, &e);
+    float scale = std::ldexp(1.0f, 8 - e);
+    out.inv_scale2 = 1.0f / (scale * scale);
+    out.vectors.allocate(n * out.dim16);
+    out.norms.allocate(n);
+    to_half_kernel<<<grid_for(n * out.dim16, 256), 256, 0, stream>>>(raw.get(), n, dim, out.dim16,
+                                                                     scale, out.vectors.get());
+    check_launch("to_half_kernel");
+    norms_kernel<<<grid_for(n * 32, 256), 256, 0, stream>>>(out.vectors.get(), n, out.dim16,
+                                                            out.norms.get());
+    check_launch("norms_kernel");
+    check(cudaStreamSynchronize(stream), "converting the build data to fp16");
+}
+
+uint32_t central_node(const HalfDataset &data, cudaStream_t stream)
+{
+    DeviceBuffer<float> sum(data.dim16);
+    DeviceBuffer<unsigned long long> best(1);
+    check(cudaMemsetAsync(sum.get(), 0, data.dim16 * 4, stream), "cudaMemset");
+    check(cudaMemsetAsync(best.get(), 0xFF, 8, stream), "cudaMemset");
+    centroid_kernel<<<(unsigned)div_up(data.n, 256), 128, 0, stream>>>(data.vectors.get(), data.n,
+                                                                       data.dim16, sum.get());
+    check_launch("centroid_kernel");
+    nearest_to_kernel<<<grid_for(data.n * 32, 256), 256, 0, stream>>>(
+        data.vectors.get(), data.n, data.dim16, sum.get(), 1.0f / (float)data.n, best.get());
+    check_launch("nearest_to_kernel");
+    unsigned long long key = 0;
+    check(cudaMemcpyAsync(&key, best.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+    check(cudaStreamSynchronize(stream), "finding the central node");
+    return (uint32_t)key;
+}
+
+void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
+               const cagra_gpu_build_params &params, uint32_t *knn, cudaStream_t stream)
+{
+    const uint32_t n = (uint32_t)data.n;
+    if (data.n <= kExactKnnLimit) {
+        uint32_t p = pow2_at_least(n);
+        exact_knn_kernel<<<n, 256, p * sizeof(uint64_t), stream>>>(
+            data.vectors.get(), data.norms.get(), n, data.dim16, metric, data.inv_scale2, k, knn);
+        check_launch("exact_knn_kernel");
+        check(cudaStreamSynchronize(stream), "exact kNN");
+        return;
+    }
+
+    DeviceBuffer<uint32_t> ids((uint64_t)n * k);
+    DeviceBuffer<float> dists((uint64_t)n * k);
+    DeviceBuffer<unsigned long long> slots((uint64_t)n * kCandidateSlots);
+    DeviceBuffer<uint32_t> samples((uint64_t)n * kSample * 4);
+    DeviceBuffer<uint32_t> counts((uint64_t)n * 4);
+    DeviceBuffer<unsigned long long> updates(1);
+    uint32_t *new_fwd = samples.get(), *old_fwd = new_fwd + (uint64_t)n * kSample;
+    uint32_t *new_rev = old_fwd + (uint64_t)n * kSample, *old_rev = new_rev + (uint64_t)n * kSample;
+    uint32_t *new_cnt = counts.get(), *old_cnt = new_cnt + n;
+    uint32_t *new_rev_cnt = old_cnt + n, *old_rev_cnt = new_rev_cnt + n;
+
+    const uint32_t kp = pow2_at_least(k);
+    const uint32_t warps_per_block = 4;
+    const unsigned list_blocks = (unsigned)div_up(n, warps_per_block);
+    init_lists_kernel<<<list_blocks, 32 * warps_per_block, warps_per_block * kp * 8, stream>>>(
+        data.vectors.get(), data.norms.get(), n, data.dim16, metric, data.inv_scale2, k, kp,
+        coprime_stride(n - 1), params.seed, ids.get(), dists.get());
+    check_launch("init_lists_kernel");
+    check(cudaMemsetAsync(slots.get(), 0xFF, slots.bytes(), stream), "cudaMemset");
+
+    JoinArgs ja{data.vectors.get(), data.norms.get(), n, data.dim16, k, metric, data.inv_scale2,
+                dists.get(), new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev,
+                old_rev_cnt, slots.get()};
+    const uint32_t kpm = pow2_at_least(k + kCandidateSlots);
+    const double stop = (double)params.nn_descent_termination * n * k;
+    for (uint32_t it = 0; it < params.nn_descent_max_iterations; it++) {
+        check(cudaMemsetAsync(counts.get(), 0, counts.bytes(), stream), "cudaMemset");
+        check(cudaMemsetAsync(updates.get(), 0, 8, stream), "cudaMemset");
+        sample_kernel<<<(unsigned)div_up((uint64_t)n * 32, 256), 256, 0, stream>>>(
+            n, k, ids.get(), new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev,
+            old_rev_cnt);
+        check_launch("sample_kernel");
+        local_join_kernel<<<n, kJoinThreads, 0, stream>>>(ja);
+        check_launch("local_join_kernel");
+        merge_kernel<<<list_blocks, 32 * warps_per_block, warps_per_block * kpm * 8, stream>>>(
+            n, k, kpm, ids.get(), dists.get(), slots.get(), updates.get());
+        check_launch("merge_kernel");
+        unsigned long long changed = 0;
+        check(cudaMemcpyAsync(&changed, updates.get(), 8, cudaMemcpyDeviceToHost, stream),
+              "cudaMemcpy");
+        check(cudaStreamSynchronize(stream), "NN-descent iteration");
+        if (verbose())
+            std::fprintf(stderr, "cagra_gpu: nn-descent iteration %u: %llu updates\n", it + 1,
+                         changed);
+        if ((double)changed <= stop)
+            break;
+    }
+    strip_flags_kernel<<<grid_for((uint64_t)n * k, 256), 256, 0, stream>>>(ids.get(),
+                                                                          (uint64_t)n * k, knn);
+    check_launch("strip_flags_kernel");
+    check(cudaStreamSynchronize(stream), "NN-descent");
+}
+
+} // namespace cagra_gpu

@@ -1,0 +1,344 @@
+/*
+ * search.cu — batched CAGRA search, one CTA per query.
+ *
+ * Shared memory per CTA: the query (fp32), the itopk buffer and the
+ * candidate buffer as sorted 64-bit keys (ordered distance << 32 | id, bit
+ * 31 of the id marking an expanded parent), and a visited hash (open
+ * addressing).  Each iteration picks up to search_width unexpanded parents
+ * from the first itopk_size entries, gathers their neighbours not yet in
+ * the hash, computes exact fp32 distances with a team of threads per vector
+ * (16-byte loads), sorts the candidates with a bitonic network and merges
+ * them into itopk (half-cleaner, then a bitonic merge).
+ *
+ * The hash forgets: when it passes half full it is cleared and refilled
+ * with the ids now in itopk.  A forgotten node can only come back with a
+ * distance no better than the current itopk's worst (which only decreases),
+ * so forgetting never duplicates results; it costs recomputed distances.
+ */
+#include <algorithm>
+#include <cuda_fp16.h>
+
+#include "search.cuh"
+#include "sort.cuh"
+
+namespace cagra_gpu {
+
+namespace {
+
+constexpr uint32_t kExpanded = 0x80000000u;
+constexpr uint64_t kEmptyKey = ~0ULL;
+
+template <class T>
+struct Row;
+
+template <>
+struct Row<float> {
+    static constexpr uint32_t per_chunk = 4;
+    /* partial L2 (or dot) over one 16-byte chunk */
+    __device__ static inline float chunk(const float *row, const float *q, uint32_t c, bool l2,
+                                         float acc)
+    {
+        float4 x = __ldg(reinterpret_cast<const float4 *>(row) + c);
+        float4 y = reinterpret_cast<const float4 *>(q)[c];
+        if (l2) {
+            float d0 = x.x - y.x, d1 = x.y - y.y, d2 = x.z - y.z, d3 = x.w - y.w;
+            acc = fmaf(d0, d0, acc);
+            acc = fmaf(d1, d1, acc);
+            acc = fmaf(d2, d2, acc);
+            acc = fmaf(d3, d3, acc);
+        } else {
+            acc = fmaf(x.x, y.x, acc);
+            acc = fmaf(x.y, y.y, acc);
+            acc = fmaf(x.z, y.z, acc);
+            acc = fmaf(x.w, y.w, acc);
+        }
+        return acc;
+    }
+};
+
+template <>
+struct Row<__half> {
+    static constexpr uint32_t per_chunk = 8;
+    __device__ static inline float chunk(const __half *row, const float *q, uint32_t c, bool l2,
+                                         float acc)
+    {
+        uint4 raw = __ldg(reinterpret_cast<const uint4 *>(row) + c);
+        const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
+        const float4 *qv = reinterpret_cast<const float4 *>(q) + 2 * c;
+        float4 qa = qv[0], qb = qv[1];
+        float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 f = __half22float2(h[i]);
+            if (l2) {
+                float d0 = f.x - qs[2 * i], d1 = f.y - qs[2 * i + 1];
+                acc = fmaf(d0, d0, acc);
+                acc = fmaf(d1, d1, acc);
+            } else {
+                acc = fmaf(f.x, qs[2 * i], acc);
+                acc = fmaf(f.y, qs[2 * i + 1], acc);
+            }
+        }
+        return acc;
+    }
+};
+
+__device__ inline bool hash_insert(uint32_t *hash, uint32_t mask, uint32_t *count, uint32_t id)
+{
+    uint32_t h = hash32(id) & mask;
+    for (;;) {
+        uint32_t prev = atomicCAS(&hash[h], kInvalid, id);
+        if (prev == kInvalid) {
+            atomicAdd(count, 1u);
+            return true;
+        }
+        if (prev == id)
+            return false;
+        h = (h + 1) & mask;
+    }
+}
+
+/* Computes distances for cand[0..count), pads up to the sort size, sorts,
+ * and merges into itopk.  All threads call it. */
+template <class T, int TEAM>
+__device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_t *itopk,
+                                    uint32_t itopk_cap, uint64_t *cand, uint32_t count)
+{
+    const bool l2 = a.metric == CAGRA_GPU_L2;
+    const uint32_t chunks = a.stride / Row<T>::per_chunk;
+    const uint32_t team = threadIdx.x / TEAM, tl = threadIdx.x % TEAM;
+    const uint32_t teams = blockDim.x / TEAM;
+    const T *vectors = static_cast<const T *>(a.vectors);
+    for (uint32_t base = 0; base < count; base += teams) {
+        uint32_t c = base + team;
+        bool valid = c < count;
+        uint32_t id = valid ? (uint32_t)cand[c] : 0;
+        float acc = 0.0f;
+        if (valid) {
+            const T *row = vectors + (uint64_t)id * a.stride;
+#pragma unroll 4
+            for (uint32_t ch = tl; ch < chunks; ch += TEAM)
+                acc = Row<T>::chunk(row, q, ch, l2, acc);
+        }
+#pragma unroll
+        for (int o = TEAM / 2; o > 0; o >>= 1)
+            acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o, TEAM);
+        if (valid && tl == 0) {
+            float d = l2 ? acc : (a.metric == CAGRA_GPU_INNER_PRODUCT ? -acc : 1.0f - acc);
+            cand[c] = ((uint64_t)ordered_key(d) << 32) | id;
+        }
+    }
+    const uint32_t sort_n = pow2_at_least(count);
+    for (uint32_t c = count + threadIdx.x; c < sort_n; c += blockDim.x)
+        cand[c] = kEmptyKey;
+    __syncthreads();
+    if (sort_n > 1)
+        block_sort(cand, sort_n);
+    const uint32_t m = min(sort_n, itopk_cap);
+    for (uint32_t t = threadIdx.x; t < m; t += blockDim.x) {
+        uint32_t i = itopk_cap - m + t;
+        uint64_t x = itopk[i], y = cand[m - 1 - t];
+        itopk[i] = x < y ? x : y;
+    }
+    __syncthreads();
+    block_bitonic_merge(itopk, itopk_cap);
+}
+
+template <class T, int TEAM>
+__global__ void search_kernel(SearchArgs a)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ uint32_t s_cand_count, s_hash_count, s_parents;
+    float *q = reinterpret_cast<float *>(smem + a.query_off);
+    uint64_t *itopk = reinterpret_cast<uint64_t *>(smem + a.itopk_off);
+    uint64_t *cand = reinterpret_cast<uint64_t *>(smem + a.cand_off);
+    uint32_t *hash = reinterpret_cast<uint32_t *>(smem + a.hash_off);
+    uint32_t *parents = reinterpret_cast<uint32_t *>(smem + a.parents_off);
+    const uint32_t qi = blockIdx.x;
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+    const uint32_t hmask = a.hash_slots - 1;
+    const uint32_t lt = (1u << lane) - 1;
+
+    for (uint32_t i = tid; i < a.stride; i += blockDim.x)
+        q[i] = a.queries[(uint64_t)qi * a.stride + i];
+    for (uint32_t i = tid; i < a.itopk_cap; i += blockDim.x)
+        itopk[i] = kEmptyKey;
+    for (uint32_t i = tid; i < a.hash_slots; i += blockDim.x)
+        hash[i] = kInvalid;
+    if (tid == 0) {
+        s_cand_count = 0;
+        s_hash_count = 0;
+    }
+    __syncthreads();
+
+    /* Entry nodes: the fixed ones, then random ones, a candidate buffer at a time. */
+    const uint32_t entries = a.entry_count + a.random_entries;
+    for (uint32_t base = 0; base < entries; base += a.cand_cap) {
+        for (uint32_t t = tid; t < a.cand_cap && base + t < entries; t += blockDim.x) {
+            uint32_t idx = base + t;
+            uint32_t id = idx < a.entry_count
+                              ? a.entries[idx]
+                              : (uint32_t)(splitmix64(a.seed ^ ((uint64_t)qi << 32 | idx)) % a.n);
+            if (hash_insert(hash, hmask, &s_hash_count, id))
+                cand[atomicAdd(&s_cand_count, 1u)] = id;
+        }
+        __syncthreads();
+        uint32_t count = s_cand_count;
+        __syncthreads();
+        if (tid == 0)
+            s_cand_count = 0;
+        if (count)
+            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count);
+        __syncthreads();
+    }
+
+    for (uint32_t iter = 0; iter < a.max_iterations; iter++) {
+        /* Forget: refill the hash with what itopk holds. */
+        if (s_hash_count + a.cand_cap > a.hash_slots / 2) {
+            __syncthreads();
+            for (uint32_t i = tid; i < a.hash_slots; i += blockDim.x)
+                hash[i] = kInvalid;
+            if (tid == 0)
+                s_hash_count = 0;
+            __syncthreads();
+            for (uint32_t i = tid; i < a.itopk_cap; i += blockDim.x) {
+                uint32_t id = (uint32_t)itopk[i];
+                if (id != kInvalid)
+                    hash_insert(hash, hmask, &s_hash_count, id & ~kExpanded);
+            }
+            __syncthreads();
+        }
+        if (warp == 0) {
+            uint32_t found = 0;
+            for (uint32_t base = 0; base < a.itopk && found < a.width; base += 32) {
+                uint32_t i = base + lane;
+                uint64_t key = i < a.itopk ? itopk[i] : kEmptyKey;
+                uint32_t id = (uint32_t)key;
+                bool ok = id != kInvalid && !(id & kExpanded);
+                uint32_t mask = __ballot_sync(0xFFFFFFFFu, ok);
+                uint32_t r = found + __popc(mask & lt);
+                if (ok && r < a.width) {
+                    parents[r] = id;
+                    itopk[i] = key | kExpanded;
+                }
+                found += __popc(mask);
+            }
+            if (lane == 0)
+                s_parents = min(found, a.width);
+        }
+        __syncthreads();
+        const uint32_t np = s_parents;
+        if (np == 0)
+            break;
+        for (uint32_t t = tid; t < np * a.degree; t += blockDim.x) {
+            uint32_t p = t / a.degree, e = t - p * a.degree;
+            uint32_t id = __ldg(a.graph + (uint64_t)parents[p] * a.degree + e);
+            if (id != kInvalid && hash_insert(hash, hmask, &s_hash_count, id))
+                cand[atomicAdd(&s_cand_count, 1u)] = id;
+        }
+        __syncthreads();
+        uint32_t count = s_cand_count;
+        __syncthreads();
+        if (tid == 0)
+            s_cand_count = 0;
+        if (count)
+            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count);
+        __syncthreads();
+    }
+
+    /* The first k accepted entries, in order. */
+    if (warp == 0) {
+        uint32_t written = 0;
+        for (uint32_t base = 0; base < a.itopk_cap && written < a.k; base += 32) {
+            uint32_t i = base + lane;
+            uint64_t key = i < a.itopk_cap ? itopk[i] : kEmptyKey;
+            uint32_t id = (uint32_t)key;
+            bool ok = id != kInvalid;
+            id &= ~kExpanded;
+            if (ok && a.filter)
+                ok = (a.filter[id >> 6] >> (id & 63)) & 1ULL;
+            uint32_t mask = __ballot_sync(0xFFFFFFFFu, ok);
+            uint32_t r = written + __popc(mask & lt);
+            if (ok && r < a.k) {
+                a.ids_out[(uint64_t)qi * a.k + r] = id;
+                a.dist_out[(uint64_t)qi * a.k + r] = key_to_float((uint32_t)(key >> 32));
+            }
+            written += __popc(mask);
+        }
+        for (uint32_t r = written + lane; r < a.k; r += 32) {
+            a.ids_out[(uint64_t)qi * a.k + r] = kInvalid;
+            a.dist_out[(uint64_t)qi * a.k + r] = INFINITY;
+        }
+    }
+}
+
+template <class T, int TEAM>
+void launch(const SearchArgs &a, uint32_t nq, uint32_t threads, cudaStream_t stream)
+{
+    if (a.smem_bytes > 48 * 1024)
+        check(cudaFuncSetAttribute(search_kernel<T, TEAM>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)a.smem_bytes),
+              "raising the search kernel's shared memory limit");
+    search_kernel<T, TEAM><<<nq, threads, a.smem_bytes, stream>>>(a);
+    check_launch("search_kernel");
+}
+
+template <class T>
+void launch_team(const SearchArgs &a, uint32_t nq, uint32_t threads, cudaStream_t stream)
+{
+    /* about four 16-byte loads per thread of a team */
+    uint32_t chunks = a.stride / Row<T>::per_chunk;
+    if (chunks <= 16)
+        launch<T, 4>(a, nq, threads, stream);
+    else if (chunks <= 32)
+        launch<T, 8>(a, nq, threads, stream);
+    else if (chunks <= 64)
+        launch<T, 16>(a, nq, threads, stream);
+    else
+        launch<T, 32>(a, nq, threads, stream);
+}
+
+} // namespace
+
+uint32_t search_max_iterations(uint32_t itopk, uint32_t width, uint32_t requested)
+{
+    if (requested)
+        return requested;
+    return 2 * (itopk / width) + 32; /* the core's auto_max_iterations */
+}
+
+void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
+{
+    a.itopk = itopk;
+    a.width = width;
+    a.itopk_cap = std::max<uint32_t>(32, pow2_at_least(itopk));
+    a.cand_cap = std::max<uint32_t>(32, pow2_at_least(width * degree));
+    /* room for the entry nodes at once, and for itopk plus a round of
+     * candidates below half load after each forgetting */
+    a.hash_slots = std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.cand_cap)),
+                             pow2_at_least(2 * (a.entry_count + a.random_entries + a.cand_cap))});
+    size_t off = 0;
+    a.query_off = off;
+    off += round_up(a.stride * sizeof(float), 16);
+    a.itopk_off = off;
+    off += a.itopk_cap * sizeof(uint64_t);
+    a.cand_off = off;
+    off += a.cand_cap * sizeof(uint64_t);
+    a.hash_off = off;
+    off += a.hash_slots * sizeof(uint32_t);
+    a.parents_off = off;
+    off += round_up(width * sizeof(uint32_t), 16);
+    a.smem_bytes = off;
+}
+
+void run_search(const SearchArgs &a, bool half, uint32_t nq, cudaStream_t stream)
+{
+    uint32_t threads = a.itopk_cap >= 256 || a.cand_cap >= 256 ? 256 : 128;
+    if (half)
+        launch_team<__half>(a, nq, threads, stream);
+    else
+        launch_team<float>(a, nq, threads, stream);
+}
+
+} // namespace cagra_gpu

@@ -1,0 +1,584 @@
+/*
+ * gpu_test.cpp — GoogleTests of libcagra_gpu.so through its C API: the
+ * library loads and reports "no device" cleanly, bad arguments are refused
+ * with a message, and on a device: graph invariants, kNN recall, search
+ * recall against the core CPU search of the same graph, CPU and GPU graphs
+ * searched on the other device, batch sizes, metrics, fp16 vectors,
+ * filters, and memory limits.  Without a device the device tests skip.
+ */
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "build.h"
+#include "cagra_gpu.h"
+#include "distance.h"
+#include "search.h"
+
+namespace {
+
+bool device_present(std::string *why)
+{
+    int count = 0;
+    cagra_gpu_status st = cagra_gpu_device_count(&count);
+    if (st != CAGRA_GPU_OK)
+        *why = cagra_gpu_last_error();
+    return st == CAGRA_GPU_OK && count > 0;
+}
+
+#define REQUIRE_DEVICE()                                                                      \
+    do {                                                                                      \
+        std::string why_;                                                                     \
+        if (!device_present(&why_))                                                           \
+            GTEST_SKIP() << "no CUDA device: " << why_;                                       \
+    } while (0)
+
+/* Clustered data like bench/gen.py: centres in a low-dimensional subspace. */
+std::vector<float> clustered(uint64_t n, uint32_t dim, uint32_t seed, cagra::Metric metric)
+{
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    const uint32_t clusters = 32, intrinsic = std::min<uint32_t>(dim, 12);
+    std::vector<float> centres(clusters * intrinsic), basis(intrinsic * dim);
+    for (float &c : centres)
+        c = 4.0f * g(rng);
+    for (float &b : basis)
+        b = g(rng) / std::sqrt((float)dim);
+    std::vector<float> out(n * dim), z(intrinsic), raw(dim);
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t c = rng() % clusters;
+        for (uint32_t t = 0; t < intrinsic; t++)
+            z[t] = centres[c * intrinsic + t] + g(rng);
+        for (uint32_t j = 0; j < dim; j++) {
+            float v = 0.05f * g(rng);
+            for (uint32_t t = 0; t < intrinsic; t++)
+                v += z[t] * basis[t * dim + j];
+            raw[j] = v;
+        }
+        cagra::prepare_vector(metric, raw.data(), &out[i * dim], dim);
+    }
+    return out;
+}
+
+struct Exact {
+    std::vector<std::vector<uint32_t>> ids;
+};
+
+Exact exact_knn(const std::vector<float> &base, const std::vector<float> &queries, uint32_t dim,
+                cagra::Metric metric, uint32_t k, const std::vector<uint64_t> *filter = nullptr)
+{
+    uint64_t n = base.size() / dim, nq = queries.size() / dim;
+    Exact e;
+    e.ids.resize(nq);
+    std::vector<std::pair<float, uint32_t>> d;
+    for (uint64_t q = 0; q < nq; q++) {
+        d.clear();
+        for (uint64_t i = 0; i < n; i++) {
+            if (filter && !(((*filter)[i / 64] >> (i % 64)) & 1))
+                continue;
+            d.push_back({cagra::distance(metric, &queries[q * dim], &base[i * dim], dim),
+                         (uint32_t)i});
+        }
+        std::partial_sort(d.begin(), d.begin() + std::min<size_t>(k, d.size()), d.end());
+        for (uint32_t j = 0; j < k && j < d.size(); j++)
+            e.ids[q].push_back(d[j].second);
+    }
+    return e;
+}
+
+double recall(const Exact &truth, const std::vector<uint32_t> &ids, uint32_t k)
+{
+    uint64_t hit = 0, total = 0;
+    for (size_t q = 0; q < truth.ids.size(); q++) {
+        std::set<uint32_t> t(truth.ids[q].begin(), truth.ids[q].end());
+        for (uint32_t j = 0; j < k; j++)
+            hit += t.count(ids[q * k + j]);
+        total += truth.ids[q].size();
+    }
+    return (double)hit / (double)total;
+}
+
+void expect_graph_valid(const std::vector<uint32_t> &graph, uint64_t n, uint32_t degree)
+{
+    for (uint64_t a = 0; a < n; a++) {
+        std::set<uint32_t> seen;
+        for (uint32_t j = 0; j < degree; j++) {
+            uint32_t b = graph[a * degree + j];
+            if (b == CAGRA_GPU_INVALID_NODE) {
+                ASSERT_LE(n, degree) << "padding in row " << a << " although n > degree";
+                continue;
+            }
+            ASSERT_LT(b, n) << "row " << a;
+            ASSERT_NE(b, a) << "self edge in row " << a;
+            ASSERT_TRUE(seen.insert(b).second) << "duplicate " << b << " in row " << a;
+        }
+        if (n > degree)
+            ASSERT_EQ(seen.size(), degree) << "row " << a << " not full";
+    }
+}
+
+cagra_gpu_metric to_c(cagra::Metric m) { return (cagra_gpu_metric)m; }
+
+struct GpuGraph {
+    std::vector<uint32_t> graph;
+    std::vector<uint32_t> entries;
+};
+
+GpuGraph gpu_build(const std::vector<float> &data, uint32_t dim, cagra::Metric metric,
+                   uint32_t degree = 32, uint32_t inter = 64)
+{
+    uint64_t n = data.size() / dim;
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    bp.graph_degree = degree;
+    bp.intermediate_degree = inter;
+    GpuGraph g;
+    g.graph.assign(n * degree, 0xABABABABu); /* poison: every entry must be written */
+    g.entries.resize(16);
+    uint32_t ec = 0;
+    cagra_gpu_status st = cagra_gpu_build(0, data.data(), n, dim, to_c(metric), &bp,
+                                          g.graph.data(), g.entries.data(), 16, &ec);
+    EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
+    g.entries.resize(ec);
+    return g;
+}
+
+struct Loaded {
+    cagra_gpu_index *ix = nullptr;
+    ~Loaded() { cagra_gpu_index_free(ix); }
+};
+
+void load(Loaded &l, const std::vector<float> &data, uint32_t dim, cagra::Metric metric,
+          const std::vector<uint32_t> &graph, uint32_t degree,
+          const std::vector<uint32_t> &entries, bool fp16 = false)
+{
+    uint64_t n = data.size() / dim;
+    std::vector<_Float16> half;
+    const void *vec = data.data();
+    if (fp16) {
+        half.assign(data.begin(), data.end());
+        vec = half.data();
+    }
+    cagra_gpu_status st = cagra_gpu_index_load(
+        0, vec, fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim, graph.data(), degree,
+        to_c(metric), entries.data(), (uint32_t)entries.size(), &l.ix);
+    ASSERT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
+}
+
+struct Results {
+    std::vector<uint32_t> ids;
+    std::vector<float> dists;
+};
+
+Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim,
+                   uint32_t k, uint32_t itopk, const std::vector<uint64_t> *filter = nullptr)
+{
+    uint32_t nq = (uint32_t)(queries.size() / dim);
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    sp.itopk_size = itopk;
+    Results r;
+    r.ids.assign((size_t)nq * k, 0xCDCDCDCDu);
+    r.dists.assign((size_t)nq * k, -1.0f);
+    cagra_gpu_status st = cagra_gpu_search(ix, queries.data(), nq, k, &sp,
+                                           filter ? filter->data() : nullptr, r.ids.data(),
+                                           r.dists.data());
+    EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
+    return r;
+}
+
+/* Rows sorted, distances the exact fp32 distance of the returned node. */
+void expect_results_exact(const Results &r, const std::vector<float> &base,
+                          const std::vector<float> &queries, uint32_t dim, cagra::Metric metric,
+                          uint32_t k, bool fp16 = false)
+{
+    uint32_t nq = (uint32_t)(queries.size() / dim);
+    std::vector<float> row(dim);
+    for (uint32_t q = 0; q < nq; q++) {
+        for (uint32_t j = 0; j < k; j++) {
+            uint32_t id = r.ids[(size_t)q * k + j];
+            float d = r.dists[(size_t)q * k + j];
+            ASSERT_LT(id, base.size() / dim) << "query " << q << " rank " << j;
+            if (j)
+                ASSERT_LE(r.dists[(size_t)q * k + j - 1], d) << "query " << q << " unsorted";
+            for (uint32_t t = 0; t < dim; t++)
+                row[t] = fp16 ? (float)(_Float16)base[(size_t)id * dim + t] : base[(size_t)id * dim + t];
+            float want = cagra::reference::l2_squared(&queries[(size_t)q * dim], row.data(), dim);
+            if (metric != cagra::Metric::L2) {
+                float dot = cagra::reference::inner_product(&queries[(size_t)q * dim], row.data(), dim);
+                want = metric == cagra::Metric::InnerProduct ? -dot : 1.0f - dot;
+            }
+            ASSERT_NEAR(d, want, 1e-4f * std::max(1.0f, std::fabs(want)))
+                << "query " << q << " rank " << j;
+        }
+    }
+}
+
+std::vector<float> queries_near(const std::vector<float> &base, uint32_t dim, uint32_t nq,
+                                uint32_t seed, cagra::Metric metric)
+{
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> g(0.0f, 0.3f);
+    uint64_t n = base.size() / dim;
+    std::vector<float> q(nq * (size_t)dim), raw(dim);
+    for (uint32_t i = 0; i < nq; i++) {
+        uint64_t src = rng() % n;
+        for (uint32_t j = 0; j < dim; j++)
+            raw[j] = base[src * dim + j] + g(rng) * (metric == cagra::Metric::L2 ? 1.0f : 0.05f);
+        cagra::prepare_vector(metric, raw.data(), &q[(size_t)i * dim], dim);
+    }
+    return q;
+}
+
+} // namespace
+
+/* ---- without a device ---------------------------------------------------- */
+
+TEST(GpuLibrary, LoadsWithDlopenAndExportsOnlyItsApi)
+{
+    void *h = dlopen(CAGRA_GPU_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    auto count = (cagra_gpu_status(*)(int *))dlsym(h, "cagra_gpu_device_count");
+    auto api = (int (*)())dlsym(h, "cagra_gpu_api_version");
+    ASSERT_NE(count, nullptr);
+    ASSERT_NE(api, nullptr);
+    EXPECT_EQ(api(), CAGRA_GPU_API_VERSION);
+    EXPECT_EQ(dlsym(h, "cudaMalloc"), nullptr) << "the static CUDA runtime leaks its symbols";
+    int n = -1;
+    cagra_gpu_status st = count(&n);
+    EXPECT_TRUE(st == CAGRA_GPU_OK || st == CAGRA_GPU_NO_DEVICE);
+    EXPECT_EQ(st == CAGRA_GPU_OK, n > 0);
+    dlclose(h);
+}
+
+TEST(GpuLibrary, DeviceCountNeverFails)
+{
+    int n = -1;
+    cagra_gpu_status st = cagra_gpu_device_count(&n);
+    if (st == CAGRA_GPU_NO_DEVICE) {
+        EXPECT_EQ(n, 0);
+        EXPECT_GT(std::strlen(cagra_gpu_last_error()), 0u);
+    } else {
+        ASSERT_EQ(st, CAGRA_GPU_OK);
+        EXPECT_GT(n, 0);
+        cagra_gpu_device_info info;
+        ASSERT_EQ(cagra_gpu_get_device_info(0, &info), CAGRA_GPU_OK) << cagra_gpu_last_error();
+        EXPECT_GT(info.total_memory, 0u);
+        EXPECT_LE(info.free_memory, info.total_memory);
+        EXPECT_GT(std::strlen(info.name), 0u);
+    }
+    EXPECT_STRNE(cagra_gpu_version(), "");
+}
+
+TEST(GpuLibrary, BadBuildArgumentsAreRefusedWithAMessage)
+{
+    std::vector<float> data(100 * 8, 1.0f);
+    std::vector<uint32_t> graph(100 * 64);
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    auto build = [&](uint64_t n, uint32_t dim, int metric, const cagra_gpu_build_params &p) {
+        return cagra_gpu_build(0, data.data(), n, dim, (cagra_gpu_metric)metric, &p,
+                               graph.data(), nullptr, 0, nullptr);
+    };
+    EXPECT_EQ(build(0, 8, 0, bp), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("no rows"), std::string::npos);
+    EXPECT_EQ(build(100, 0, 0, bp), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(build(100, 16001, 0, bp), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(build(100, 8, 7, bp), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("metric"), std::string::npos);
+    cagra_gpu_build_params p = bp;
+    p.graph_degree = 1;
+    EXPECT_EQ(build(100, 8, 0, p), CAGRA_GPU_INVALID_ARGUMENT);
+    p = bp;
+    p.intermediate_degree = p.graph_degree - 1;
+    EXPECT_EQ(build(100, 8, 0, p), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("intermediate_degree"), std::string::npos);
+    p = bp;
+    p.nn_descent_max_iterations = 0;
+    EXPECT_EQ(build(100, 8, 0, p), CAGRA_GPU_INVALID_ARGUMENT);
+    p = bp;
+    p.nn_descent_termination = NAN;
+    EXPECT_EQ(build(100, 8, 0, p), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(cagra_gpu_build(0, nullptr, 100, 8, CAGRA_GPU_L2, &bp, graph.data(), nullptr, 0,
+                              nullptr),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    uint64_t bytes = 0;
+    EXPECT_EQ(cagra_gpu_build_memory(1000000, 128, &bp, &bytes), CAGRA_GPU_OK);
+    EXPECT_GT(bytes, 1000000ull * 128 * 2); /* at least the fp16 copy */
+    EXPECT_EQ(cagra_gpu_index_memory(1000000, 128, 32, CAGRA_GPU_FLOAT16, &bytes), CAGRA_GPU_OK);
+    EXPECT_GE(bytes, 1000000ull * (128 * 2 + 32 * 4));
+}
+
+/* ---- on a device ------------------------------------------------------------- */
+
+TEST(GpuBuild, GraphInvariantsAtEverySize)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 24;
+    for (uint64_t n : {1ull, 2ull, 20ull, 33ull, 500ull, 1500ull, 6000ull}) {
+        SCOPED_TRACE("n = " + std::to_string(n));
+        auto data = clustered(n, dim, 11, cagra::Metric::L2);
+        GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+        expect_graph_valid(g.graph, n, 32);
+        ASSERT_FALSE(g.entries.empty());
+        for (uint32_t e : g.entries)
+            EXPECT_LT(e, n);
+    }
+}
+
+TEST(GpuBuild, KnnGraphRecall)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 48, k = 32;
+    const uint64_t n = 20000;
+    auto data = clustered(n, dim, 3, cagra::Metric::L2);
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    bp.intermediate_degree = k;
+    bp.graph_degree = 16;
+    std::vector<uint32_t> knn(n * k);
+    ASSERT_EQ(cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()),
+              CAGRA_GPU_OK)
+        << cagra_gpu_last_error();
+    cagra::DatasetView view{data.data(), n, dim};
+    cagra::KnnGraph truth = cagra::brute_force_knn(view, cagra::Metric::L2, k, 4);
+    uint64_t hit = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        std::set<uint32_t> t(&truth.ids[i * k], &truth.ids[i * k] + k);
+        for (uint32_t j = 0; j < k; j++) {
+            uint32_t b = knn[i * k + j];
+            ASSERT_NE(b, i);
+            hit += t.count(b);
+        }
+    }
+    double r = (double)hit / (double)(n * k);
+    RecordProperty("knn_recall", std::to_string(r));
+    EXPECT_GE(r, 0.90) << "NN-descent recall@" << k;
+}
+
+TEST(GpuSearch, RecallEqualsCpuSearchOfTheSameGraph)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, k = 10, nq = 500;
+    const uint64_t n = 20000;
+    auto data = clustered(n, dim, 5, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 6, cagra::Metric::L2);
+    Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, k);
+
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    expect_graph_valid(g.graph, n, 32);
+    for (uint32_t itopk : {32u, 64u}) {
+        SCOPED_TRACE("itopk " + std::to_string(itopk));
+        Loaded l;
+        load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+        Results r = gpu_search(l.ix, queries, dim, k, itopk);
+        expect_results_exact(r, data, queries, dim, cagra::Metric::L2, k);
+        double gpu_recall = recall(truth, r.ids, k);
+
+        cagra::Graph cg;
+        cg.degree = 32;
+        cg.edges = g.graph;
+        cagra::DatasetView view{data.data(), n, dim};
+        cagra::InMemoryGraph acc(cg, view, cagra::Metric::L2);
+        cagra::SearchParams sp;
+        sp.itopk_size = itopk;
+        std::vector<uint32_t> cpu_ids(nq * k);
+        for (uint32_t q = 0; q < nq; q++) {
+            auto res = cagra::search(acc, &queries[q * dim], k, sp, g.entries);
+            for (uint32_t j = 0; j < k && j < res.size(); j++)
+                cpu_ids[q * k + j] = res[j].id;
+        }
+        double cpu_recall = recall(truth, cpu_ids, k);
+        EXPECT_NEAR(gpu_recall, cpu_recall, 0.01) << "gpu " << gpu_recall << " cpu " << cpu_recall;
+        EXPECT_GE(gpu_recall, itopk >= 64 ? 0.95 : 0.85);
+    }
+}
+
+TEST(GpuSearch, CpuBuiltGraphOnGpuAndGpuBuiltGraphOnCpu)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 40, k = 10, nq = 300;
+    const uint64_t n = 15000;
+    auto data = clustered(n, dim, 8, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 9, cagra::Metric::L2);
+    Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, k);
+    cagra::DatasetView view{data.data(), n, dim};
+
+    cagra::BuildParams bp;
+    bp.threads = 4;
+    cagra::BuiltGraph cpu = cagra::build_graph(view, cagra::Metric::L2, bp);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, cpu.graph.edges, cpu.graph.degree, cpu.entry_nodes);
+    Results r = gpu_search(l.ix, queries, dim, k, 64);
+    double cpu_graph_on_gpu = recall(truth, r.ids, k);
+    EXPECT_GE(cpu_graph_on_gpu, 0.95);
+
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    cagra::Graph cg;
+    cg.degree = 32;
+    cg.edges = g.graph;
+    cagra::InMemoryGraph acc(cg, view, cagra::Metric::L2);
+    cagra::SearchParams sp;
+    std::vector<uint32_t> ids(nq * k);
+    for (uint32_t q = 0; q < nq; q++) {
+        auto res = cagra::search(acc, &queries[q * dim], k, sp, g.entries);
+        for (uint32_t j = 0; j < k && j < res.size(); j++)
+            ids[q * k + j] = res[j].id;
+    }
+    double gpu_graph_on_cpu = recall(truth, ids, k);
+    EXPECT_GE(gpu_graph_on_cpu, 0.95);
+    RecordProperty("cpu_graph_on_gpu", std::to_string(cpu_graph_on_gpu));
+    RecordProperty("gpu_graph_on_cpu", std::to_string(gpu_graph_on_cpu));
+}
+
+TEST(GpuSearch, BatchSizes)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, k = 10;
+    const uint64_t n = 10000;
+    auto data = clustered(n, dim, 12, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    for (uint32_t nq : {1u, 7u, 10000u}) {
+        SCOPED_TRACE("batch " + std::to_string(nq));
+        auto queries = queries_near(data, dim, nq, 100 + nq, cagra::Metric::L2);
+        Results r = gpu_search(l.ix, queries, dim, k, 64);
+        expect_results_exact(r, data, queries, dim, cagra::Metric::L2, k);
+        /* truth on a sample of the big batch keeps the test quick */
+        uint32_t checked = std::min(nq, 300u);
+        std::vector<float> sub(queries.begin(), queries.begin() + (size_t)checked * dim);
+        Exact truth = exact_knn(data, sub, dim, cagra::Metric::L2, k);
+        std::vector<uint32_t> ids(r.ids.begin(), r.ids.begin() + (size_t)checked * k);
+        EXPECT_GE(recall(truth, ids, k), 0.9);
+    }
+}
+
+TEST(GpuSearch, MetricsAndHalfVectors)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 64, k = 10, nq = 200;
+    const uint64_t n = 8000;
+    for (cagra::Metric m : {cagra::Metric::L2, cagra::Metric::InnerProduct, cagra::Metric::Cosine}) {
+        for (bool fp16 : {false, true}) {
+            SCOPED_TRACE(std::string(cagra::metric_name(m)) + (fp16 ? " fp16" : " fp32"));
+            auto data = clustered(n, dim, 21, m);
+            auto queries = queries_near(data, dim, nq, 22, m);
+            GpuGraph g = gpu_build(data, dim, m);
+            expect_graph_valid(g.graph, n, 32);
+            Loaded l;
+            load(l, data, dim, m, g.graph, 32, g.entries, fp16);
+            Results r = gpu_search(l.ix, queries, dim, k, 128);
+            expect_results_exact(r, data, queries, dim, m, k, fp16);
+            Exact truth = exact_knn(data, queries, dim, m, k);
+            EXPECT_GE(recall(truth, r.ids, k), m == cagra::Metric::InnerProduct ? 0.8 : 0.9);
+        }
+    }
+}
+
+TEST(GpuSearch, FilterAndLargeK)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, nq = 100;
+    const uint64_t n = 12000;
+    auto data = clustered(n, dim, 31, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 32, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+
+    std::vector<uint64_t> even((n + 63) / 64, 0x5555555555555555ULL);
+    Results r = gpu_search(l.ix, queries, dim, 10, 128, &even);
+    for (uint32_t id : r.ids)
+        ASSERT_EQ(id % 2, 0u) << "a filtered-out node was returned";
+    Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, 10, &even);
+    EXPECT_GE(recall(truth, r.ids, 10), 0.85);
+
+    Results big = gpu_search(l.ix, queries, dim, 512, 512);
+    expect_results_exact(big, data, queries, dim, cagra::Metric::L2, 512);
+    for (uint32_t q = 0; q < nq; q++) {
+        std::set<uint32_t> s(&big.ids[q * 512], &big.ids[q * 512] + 512);
+        ASSERT_EQ(s.size(), 512u) << "duplicate results for query " << q;
+    }
+    Exact truth512 = exact_knn(data, queries, dim, cagra::Metric::L2, 512);
+    EXPECT_GE(recall(truth512, big.ids, 512), 0.9);
+}
+
+TEST(GpuSearch, BadSearchArgumentsAreRefused)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 16;
+    const uint64_t n = 300;
+    auto data = clustered(n, dim, 41, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    std::vector<float> q(data.begin(), data.begin() + dim);
+    std::vector<uint32_t> ids(1024);
+    std::vector<float> d(1024);
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    auto run = [&](uint32_t k, cagra_gpu_search_params p) {
+        return cagra_gpu_search(l.ix, q.data(), 1, k, &p, nullptr, ids.data(), d.data());
+    };
+    EXPECT_EQ(run(0, sp), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(run(65, sp), CAGRA_GPU_INVALID_ARGUMENT); /* k > itopk */
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("itopk_size"), std::string::npos);
+    cagra_gpu_search_params p = sp;
+    p.itopk_size = 513;
+    EXPECT_EQ(run(10, p), CAGRA_GPU_INVALID_ARGUMENT);
+    p = sp;
+    p.search_width = 0;
+    EXPECT_EQ(run(10, p), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(run(10, sp), CAGRA_GPU_OK) << cagra_gpu_last_error();
+
+    std::vector<uint32_t> bad = g.graph;
+    bad[5] = (uint32_t)n + 3;
+    cagra_gpu_index *ix = nullptr;
+    EXPECT_EQ(cagra_gpu_index_load(0, data.data(), CAGRA_GPU_FLOAT32, n, dim, bad.data(), 32,
+                                   CAGRA_GPU_L2, nullptr, 0, &ix),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(ix, nullptr);
+    EXPECT_EQ(cagra_gpu_get_device_info(99, nullptr), CAGRA_GPU_INVALID_ARGUMENT);
+    cagra_gpu_device_info info;
+    EXPECT_EQ(cagra_gpu_get_device_info(99, &info), CAGRA_GPU_INVALID_ARGUMENT);
+}
+
+TEST(GpuMemory, TooLargeForTheDeviceIsOutOfMemory)
+{
+    REQUIRE_DEVICE();
+    cagra_gpu_device_info info;
+    ASSERT_EQ(cagra_gpu_get_device_info(0, &info), CAGRA_GPU_OK);
+    /* a build whose fp16 copy alone exceeds free memory; the check comes
+     * before the data is read, so a small host buffer stands in for it */
+    const uint32_t dim = 4096;
+    uint64_t n = info.free_memory / (dim * 2) + 1000;
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    uint64_t need = 0;
+    ASSERT_EQ(cagra_gpu_build_memory(n, dim, &bp, &need), CAGRA_GPU_OK);
+    EXPECT_GT(need, info.free_memory);
+    std::vector<float> stand_in(dim);
+    std::vector<uint32_t> graph(32);
+    EXPECT_EQ(cagra_gpu_build(0, stand_in.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(),
+                              nullptr, 0, nullptr),
+              CAGRA_GPU_OUT_OF_MEMORY);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("free"), std::string::npos)
+        << cagra_gpu_last_error();
+    cagra_gpu_index *ix = nullptr;
+    EXPECT_EQ(cagra_gpu_index_load(0, stand_in.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(),
+                                   32, CAGRA_GPU_L2, nullptr, 0, &ix),
+              CAGRA_GPU_OUT_OF_MEMORY);
+    EXPECT_EQ(ix, nullptr);
+    /* the device still works afterwards */
+    auto data = clustered(2000, 16, 51, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, 16, cagra::Metric::L2);
+    expect_graph_valid(g.graph, 2000, 32);
+}
