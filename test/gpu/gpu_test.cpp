@@ -124,6 +124,47 @@ void expect_graph_valid(const std::vector<uint32_t> &graph, uint64_t n, uint32_t
     }
 }
 
+/* IEEE half by hand (round to nearest even), as the fp16 index stores it. */
+uint16_t to_half(float f)
+{
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, mant = x & 0x7FFFFFu;
+    int32_t exp = (int32_t)((x >> 23) & 0xFF) - 127 + 15;
+    if (((x >> 23) & 0xFF) == 0xFF)
+        return (uint16_t)(sign | 0x7C00u | (mant ? 0x200u : 0));
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7C00u);
+    if (exp <= 0) {
+        if (exp < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - exp), h = mant >> shift;
+        uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (h & 1)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+float from_half(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+    float f;
+    if (exp == 0) {
+        f = std::ldexp((float)mant, -24);
+        return sign ? -f : f;
+    }
+    uint32_t bits = exp == 31 ? (sign | 0x7F800000u | (mant << 13))
+                              : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
 cagra_gpu_metric to_c(cagra::Metric m) { return (cagra_gpu_metric)m; }
 
 struct GpuGraph {
@@ -160,10 +201,11 @@ void load(Loaded &l, const std::vector<float> &data, uint32_t dim, cagra::Metric
           const std::vector<uint32_t> &entries, bool fp16 = false)
 {
     uint64_t n = data.size() / dim;
-    std::vector<_Float16> half;
+    std::vector<uint16_t> half;
     const void *vec = data.data();
     if (fp16) {
-        half.assign(data.begin(), data.end());
+        for (float v : data)
+            half.push_back(to_half(v));
         vec = half.data();
     }
     cagra_gpu_status st = cagra_gpu_index_load(
@@ -209,7 +251,7 @@ void expect_results_exact(const Results &r, const std::vector<float> &base,
             if (j)
                 ASSERT_LE(r.dists[(size_t)q * k + j - 1], d) << "query " << q << " unsorted";
             for (uint32_t t = 0; t < dim; t++)
-                row[t] = fp16 ? (float)(_Float16)base[(size_t)id * dim + t] : base[(size_t)id * dim + t];
+                row[t] = fp16 ? from_half(to_half(base[(size_t)id * dim + t])) : base[(size_t)id * dim + t];
             float want = cagra::reference::l2_squared(&queries[(size_t)q * dim], row.data(), dim);
             if (metric != cagra::Metric::L2) {
                 float dot = cagra::reference::inner_product(&queries[(size_t)q * dim], row.data(), dim);
