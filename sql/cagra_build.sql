@@ -12,14 +12,16 @@ SET enable_seqscan = off;
 CREATE TABLE t_empty (id int, v vector(3));
 CREATE INDEX t_empty_idx ON t_empty USING cagra (v vector_l2_ops);
 SELECT dimensions, metric, graph_degree, intermediate_graph_degree, build_device,
-       nodes, live_nodes, deleted_nodes, entry_nodes, pages, generation
+       nodes, live_nodes, deleted_nodes, entry_nodes, pages, size_bytes, generation > 0 AS has_generation
   FROM cagra_index_info('t_empty_idx');
+SELECT generation AS gen0 FROM cagra_index_info('t_empty_idx') \gset
 SELECT * FROM cagra_index_check('t_empty_idx');
 SELECT id FROM t_empty ORDER BY v <-> '[1,2,3]' LIMIT 5;
 -- inserts into the empty index
 INSERT INTO t_empty VALUES (1, '[1,2,3]'), (2, '[3,2,1]'), (3, NULL);
 SELECT id FROM t_empty ORDER BY v <-> '[1,2,3]' LIMIT 5;
-SELECT nodes, live_nodes, entry_nodes, generation FROM cagra_index_info('t_empty_idx');
+-- each insert bumps the generation
+SELECT nodes, live_nodes, entry_nodes, generation - :gen0 AS bumps FROM cagra_index_info('t_empty_idx');
 SELECT * FROM cagra_index_check('t_empty_idx');
 
 -- one row

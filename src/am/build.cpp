@@ -21,6 +21,7 @@
 
 extern "C" {
 #include "access/tableam.h"
+#include "access/xlog.h"
 #include "access/xloginsert.h"
 #include "catalog/index.h"
 #include "commands/progress.h"
@@ -358,7 +359,9 @@ cagra_fill_meta(CagraMetaData *meta, Relation index, cagra::Metric metric, uint3
 	meta->graph_degree = degree;
 	meta->intermediate_degree = intermediate;
 	meta->build_device = CAGRA_DEVICE_CPU;
-	meta->generation = 1;
+	/* Start from the WAL position, not 1: a REINDEX keeps the index's OID,
+	 * and its generations must not repeat those of the index it replaces. */
+	meta->generation = Max((uint64) GetXLogInsertRecPtr(), (uint64) 1);
 	if (dims > 0)
 		cagra_compute_layout(meta);
 }
