@@ -14,8 +14,17 @@ namespace {
 
 /* Below this many vectors the exact kNN graph is cheaper than NN-descent. */
 constexpr uint64_t kBruteForceBelow = 2048;
-constexpr uint32_t kEntryNodes = 8;
-constexpr uint64_t kEntrySample = 512;
+constexpr uint64_t kEntrySample = 8192;
+
+/* About 2 sqrt(n) fixed entries, at most 512: enough that well-separated
+ * clusters each own one, cheap next to a search (one distance each). */
+uint64_t entry_count(uint64_t n)
+{
+    uint64_t e = 8;
+    while (e * e < 4 * n && e < 512)
+        e += 8;
+    return std::min(e, n);
+}
 
 /* n <= degree: every row holds all other nodes, closest first, then
  * kInvalidNode padding. */
@@ -66,7 +75,7 @@ std::vector<uint32_t> choose_entry_nodes(const DatasetView &data, Metric metric,
     }
     std::vector<uint32_t> entries{first};
 
-    uint64_t count = std::min<uint64_t>(kEntryNodes, data.n);
+    uint64_t count = entry_count(data.n);
     if (count <= 1)
         return entries;
     detail::Rng rng(seed ^ 0xe7e7);
@@ -112,6 +121,7 @@ BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildPa
     }
     detail::throw_if_cancelled(progress);
     out.entry_nodes = choose_entry_nodes(data, metric, params.seed);
+    connect_graph(out.graph, data, metric, out.entry_nodes, progress);
     return out;
 }
 

@@ -48,6 +48,13 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
 Graph optimize_graph(const KnnGraph &knn, uint32_t graph_degree, uint32_t threads,
                      BuildProgress *progress = nullptr);
 
+/* Make every node reachable from entry_nodes[0] (a kNN-based graph of
+ * well-separated clusters falls apart into components): for each node not
+ * reached, search the reached part for its nearest node and turn one of
+ * that node's last edges into a link to it.  Returns the links added. */
+uint64_t connect_graph(Graph &graph, const DatasetView &data, Metric metric, const std::vector<uint32_t> &entry_nodes,
+                       BuildProgress *progress = nullptr);
+
 /* Exact kNN by brute force (tests and ground truth). */
 KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads);
 

@@ -23,6 +23,10 @@ void VisitedSet::reset(uint32_t expected)
     uint32_t cap = 1024;
     while (cap < 2 * expected && cap < (1u << 30))
         cap <<= 1;
+    /* Keep a table that grew for earlier searches of this thread, within
+     * reason: regrowing every query would cost more than a larger clear. */
+    if (slots_.size() >= cap && slots_.size() <= 8 * (size_t)cap)
+        cap = (uint32_t)slots_.size();
     if (slots_.size() == cap)
         std::fill(slots_.begin(), slots_.end(), 0);
     else

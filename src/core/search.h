@@ -170,6 +170,7 @@ private:
     const std::vector<uint32_t> &entries_;
     detail::SearchScratch *s_;
     uint32_t size_ = 0; /* entries in s_->buffer */
+    uint32_t scan_ = 0; /* every buffer entry before this one is expanded */
     bool started_ = false;
     bool overflow_heap_ = false;
     float overflow_min_ = std::numeric_limits<float>::infinity();

@@ -42,7 +42,7 @@ void Searcher<Accessor>::start()
     s_->ids.resize((size_t)std::max(params_.search_width * degree, params_.random_entries + (uint32_t)entries_.size()));
     s_->dists.resize(s_->ids.size());
     s_->row.resize(degree);
-    s_->visited.reset(3 * params_.itopk_size * degree);
+    s_->visited.reset(params_.itopk_size * degree / 2);
     if (n == 0)
         return;
 
@@ -92,6 +92,7 @@ void Searcher<Accessor>::insert(float dist, uint32_t id)
     }
     buf[pos] = {dist, id, 0};
     size_++;
+    scan_ = std::min(scan_, pos);
 }
 
 /* Gather the unvisited neighbours of `parents`, compute their distances in
@@ -125,11 +126,13 @@ bool Searcher<Accessor>::iterate(uint32_t width)
     uint32_t count = 0;
     width = std::min<uint32_t>(width, 64);
     detail::Candidate *buf = s_->buffer.data();
-    for (uint32_t i = 0; i < size_ && count < width; i++)
+    uint32_t i = scan_;
+    for (; i < size_ && count < width; i++)
         if (!buf[i].expanded) {
             buf[i].expanded = 1;
             parents[count++] = buf[i].id;
         }
+    scan_ = i; /* everything before i is expanded now */
     if (count == 0)
         return false;
     iterations_++;
@@ -167,6 +170,7 @@ bool Searcher<Accessor>::refill()
         }
         buf[pos] = c;
         size_++;
+        scan_ = std::min(scan_, pos);
         moved = true;
     }
     overflow_min_ = ov.empty() ? std::numeric_limits<float>::infinity() : ov.front().dist;
@@ -205,6 +209,7 @@ uint32_t Searcher<Accessor>::next(uint32_t k, Filter &&accept, Neighbor *out)
         detail::Candidate head = buf[0];
         std::memmove(buf, buf + 1, (size_ - 1) * sizeof(detail::Candidate));
         size_--;
+        scan_ = scan_ ? scan_ - 1 : 0;
         if (head.dist >= last_ && accept(head.id)) {
             out[produced++] = {head.id, head.dist};
             last_ = head.dist;

@@ -54,8 +54,8 @@ double recall_of(const MutableIndex &idx, const std::vector<float> &queries, con
 TEST(Update, TenPercentInserts)
 {
     const uint64_t n = 10000, extra = 1000;
-    auto data = clustered(n + extra, kDim, 21);
-    auto queries = clustered(200, kDim, 22);
+    auto data = clustered(n + extra + 200, kDim, 21);
+    auto queries = cagra_test::take_tail(data, 200, kDim);
     BuildParams bp;
     bp.threads = 2;
     MutableIndex idx(data.data(), n, kDim, Metric::L2, bp);
@@ -77,8 +77,8 @@ TEST(Update, TenPercentInserts)
 TEST(Update, TenPercentDeletesWithRepair)
 {
     const uint64_t n = 10000;
-    auto data = clustered(n, kDim, 23);
-    auto queries = clustered(200, kDim, 24);
+    auto data = clustered(n + 200, kDim, 23);
+    auto queries = cagra_test::take_tail(data, 200, kDim);
     BuildParams bp;
     bp.threads = 2;
     MutableIndex idx(data.data(), n, kDim, Metric::L2, bp);
@@ -128,7 +128,8 @@ TEST(Update, InsertIntoTinyGraphFillsPadding)
 TEST(Update, HeavyDeletesStillRepairable)
 {
     const uint64_t n = 3000;
-    auto data = clustered(n, kDim, 26);
+    auto data = clustered(n + 50, kDim, 26);
+    auto queries = cagra_test::take_tail(data, 50, kDim);
     BuildParams bp;
     MutableIndex idx(data.data(), n, kDim, Metric::L2, bp);
     SearchParams p;
@@ -137,7 +138,6 @@ TEST(Update, HeavyDeletesStillRepairable)
             idx.remove(i); /* 80% deleted */
     idx.repair(p);
     expect_rows_valid(idx, false);
-    auto queries = clustered(50, kDim, 27);
     EXPECT_GE(recall_of(idx, queries, p), 0.9);
 }
 

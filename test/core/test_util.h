@@ -64,6 +64,15 @@ inline std::vector<float> clustered(uint64_t n, uint32_t dim, uint64_t seed)
     return out;
 }
 
+/* Cut the last `rows` rows off `all` and return them (queries drawn from
+ * the same clusters as the base). */
+inline std::vector<float> take_tail(std::vector<float> &all, uint64_t rows, uint32_t dim)
+{
+    std::vector<float> tail(all.end() - rows * dim, all.end());
+    all.resize(all.size() - rows * dim);
+    return tail;
+}
+
 /* Exact k nearest ids of each query among the base rows accepted by `keep`. */
 template <class Keep>
 std::vector<std::vector<uint32_t>> exact_knn(const std::vector<float> &base, const std::vector<float> &queries,
