@@ -176,7 +176,8 @@ cagra_cmp_u32(const void *a, const void *b)
 }
 
 static void
-cagra_check_row(CagraCheck *c, const CagraMetaData *meta, uint32 id, const uint32 *row, uint32 *sorted)
+cagra_check_row(CagraCheck *c, const CagraMetaData *meta, uint32 id, bool is_live, const uint32 *row,
+				uint32 *sorted)
 {
 	bool		seen_padding = false;
 	uint32		real = 0;
@@ -205,8 +206,8 @@ cagra_check_row(CagraCheck *c, const CagraMetaData *meta, uint32 id, const uint3
 	for (uint32 j = 1; j < real; j++)
 		if (sorted[j] == sorted[j - 1])
 			cagra_problem(c, "node %u: duplicate edge %u", id, sorted[j]);
-	if (real < meta->graph_degree && meta->n > meta->graph_degree + 1 && real == 0)
-		cagra_problem(c, "node %u: row has no edge in a graph of %u nodes", id, meta->n);
+	if (real == 0 && is_live && meta->live > meta->graph_degree + 1)
+		cagra_problem(c, "node %u: row has no edge in a graph of %u live nodes", id, meta->live);
 }
 
 static void
@@ -253,7 +254,7 @@ cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta)
 			if (!ItemPointerIsValid(&hdr.heap_tid))
 				cagra_problem(c, "node %u: invalid heap TID", id);
 		}
-		cagra_check_row(c, meta, id, (const uint32 *) (rec + CAGRA_ROW_OFFSET), sorted);
+		cagra_check_row(c, meta, id, is_live, (const uint32 *) (rec + CAGRA_ROW_OFFSET), sorted);
 		memcpy(vec, rec + cagra_vector_offset(meta->graph_degree), meta->dims * sizeof(float));
 		if (is_live)
 			cagra_check_vector(c, meta, id, vec);
