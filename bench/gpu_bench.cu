@@ -8,6 +8,7 @@
  * usage: gpu_bench DIR [--cpu-build THREADS] [--out FILE]
  */
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -293,7 +294,7 @@ int main(int argc, char **argv)
     /* GPU build (after a small warm-up build that creates the context) */
     cagra_gpu_build_params bp;
     cagra_gpu_default_build_params(&bp);
-    std::vector<uint32_t> graph(n * bp.graph_degree), entries(16);
+    std::vector<uint32_t> graph(n * bp.graph_degree), entries(1024);
     uint32_t entry_count = 0;
     {
         std::vector<uint32_t> g(4000 * bp.graph_degree);
@@ -302,13 +303,30 @@ int main(int argc, char **argv)
     }
     auto t0 = Clock::now();
     GPU_OK(cagra_gpu_build(0, base.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(),
-                           entries.data(), 16, &entry_count));
+                           entries.data(), 1024, &entry_count));
     double gpu_build = seconds_since(t0);
     entries.resize(entry_count);
     std::snprintf(line, sizeof line,
                   "| GPU build (graph_degree %u, intermediate %u, host->graph incl. copies) | %.2f s |\n",
                   bp.graph_degree, bp.intermediate_degree, gpu_build);
     emit(line);
+
+    if (std::getenv("CAGRA_BENCH_PROFILE")) {
+        /* for ncu --profile-from-start off: one batch-10,000 search at itopk 64,
+         * then the build again, and nothing else */
+        cagra_gpu_index *ix = nullptr;
+        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(),
+                                    bp.graph_degree, CAGRA_GPU_L2, entries.data(), entry_count,
+                                    &ix));
+        CUDA_OK(cudaProfilerStart());
+        Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, 64, 10000);
+        std::printf("profiled search: recall %.4f, %.0f q/s\n", r.recall, r.qps);
+        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(),
+                               entries.data(), 1024, &entry_count));
+        CUDA_OK(cudaProfilerStop());
+        cagra_gpu_index_free(ix);
+        return 0;
+    }
 
     /* exact brute force over batches of 10,000 (the queries tiled) */
     {

@@ -44,6 +44,12 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
 void optimize_graph(const uint32_t *knn, uint64_t n, uint32_t k, uint32_t degree,
                     uint32_t *graph, cudaStream_t stream);
 
+/* Links every node into the part reachable from `entry` (device graph,
+ * edited in place); returns the links added. */
+uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph,
+                       uint32_t degree, uint32_t entry, cudaStream_t stream);
+uint64_t connect_phase_bytes(uint64_t n, uint32_t dim16);
+
 /* The node nearest to the mean of the data (a fixed entry node). */
 uint32_t central_node(const HalfDataset &data, cudaStream_t stream);
 

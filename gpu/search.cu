@@ -194,7 +194,7 @@ __global__ void search_kernel(SearchArgs a)
 
     for (uint32_t iter = 0; iter < a.max_iterations; iter++) {
         /* Forget: refill the hash with what itopk holds. */
-        if (s_hash_count + a.cand_cap > a.hash_slots / 2) {
+        if (s_hash_count + a.step_cands > a.hash_slots / 2) {
             __syncthreads();
             for (uint32_t i = tid; i < a.hash_slots; i += blockDim.x)
                 hash[i] = kInvalid;
@@ -313,11 +313,16 @@ void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
     a.itopk = itopk;
     a.width = width;
     a.itopk_cap = std::max<uint32_t>(32, pow2_at_least(itopk));
-    a.cand_cap = std::max<uint32_t>(32, pow2_at_least(width * degree));
-    /* room for the entry nodes at once, and for itopk plus a round of
+    a.step_cands = width * degree;
+    /* the candidate buffer takes one iteration's neighbours, or the entry
+     * nodes in chunks of at most 1024 */
+    const uint32_t entries = a.entry_count + a.random_entries;
+    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands),
+                           std::min(1024u, pow2_at_least(entries))});
+    /* room for every entry node, and for itopk plus an iteration's
      * candidates below half load after each forgetting */
-    a.hash_slots = std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.cand_cap)),
-                             pow2_at_least(2 * (a.entry_count + a.random_entries + a.cand_cap))});
+    a.hash_slots = std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)),
+                             pow2_at_least(2 * (entries + a.step_cands))});
     size_t off = 0;
     a.query_off = off;
     off += round_up(a.stride * sizeof(float), 16);
@@ -334,7 +339,7 @@ void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
 
 void run_search(const SearchArgs &a, bool half, uint32_t nq, cudaStream_t stream)
 {
-    uint32_t threads = a.itopk_cap >= 256 || a.cand_cap >= 256 ? 256 : 128;
+    uint32_t threads = a.itopk_cap >= 256 || a.step_cands >= 256 ? 256 : 128;
     if (half)
         launch_team<__half>(a, nq, threads, stream);
     else

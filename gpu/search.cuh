@@ -23,7 +23,7 @@ struct SearchArgs {
     uint32_t k, itopk, width, max_iterations, random_entries;
     uint64_t seed;
     /* shared-memory plan (plan_search) */
-    uint32_t itopk_cap, cand_cap, hash_slots;
+    uint32_t itopk_cap, cand_cap, step_cands, hash_slots;
     size_t query_off, itopk_off, cand_off, hash_off, parents_off, smem_bytes;
 };
 

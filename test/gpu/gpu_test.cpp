@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <set>
@@ -182,10 +183,10 @@ GpuGraph gpu_build(const std::vector<float> &data, uint32_t dim, cagra::Metric m
     bp.intermediate_degree = inter;
     GpuGraph g;
     g.graph.assign(n * degree, 0xABABABABu); /* poison: every entry must be written */
-    g.entries.resize(16);
+    g.entries.resize(1024);
     uint32_t ec = 0;
     cagra_gpu_status st = cagra_gpu_build(0, data.data(), n, dim, to_c(metric), &bp,
-                                          g.graph.data(), g.entries.data(), 16, &ec);
+                                          g.graph.data(), g.entries.data(), 1024, &ec);
     EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
     g.entries.resize(ec);
     return g;
@@ -402,6 +403,7 @@ TEST(GpuBuild, KnnGraphRecall)
     }
     double r = (double)hit / (double)(n * k);
     RecordProperty("knn_recall", std::to_string(r));
+    std::printf("recall: NN-descent kNN recall@%u %.4f\n", k, r);
     EXPECT_GE(r, 0.90) << "NN-descent recall@" << k;
 }
 
@@ -438,6 +440,8 @@ TEST(GpuSearch, RecallEqualsCpuSearchOfTheSameGraph)
                 cpu_ids[q * k + j] = res[j].id;
         }
         double cpu_recall = recall(truth, cpu_ids, k);
+        std::printf("recall: itopk %u, GPU graph: GPU search %.4f, CPU search %.4f\n", itopk,
+                    gpu_recall, cpu_recall);
         EXPECT_NEAR(gpu_recall, cpu_recall, 0.01) << "gpu " << gpu_recall << " cpu " << cpu_recall;
         EXPECT_GE(gpu_recall, itopk >= 64 ? 0.95 : 0.85);
     }
@@ -476,6 +480,8 @@ TEST(GpuSearch, CpuBuiltGraphOnGpuAndGpuBuiltGraphOnCpu)
     }
     double gpu_graph_on_cpu = recall(truth, ids, k);
     EXPECT_GE(gpu_graph_on_cpu, 0.95);
+    std::printf("recall: CPU graph on GPU %.4f, GPU graph on CPU %.4f\n", cpu_graph_on_gpu,
+                gpu_graph_on_cpu);
     RecordProperty("cpu_graph_on_gpu", std::to_string(cpu_graph_on_gpu));
     RecordProperty("gpu_graph_on_cpu", std::to_string(gpu_graph_on_cpu));
 }
