@@ -26,7 +26,7 @@ else
 EXTENSION = cagra
 EXTVERSION = 0.1.0
 MODULE_big = cagra
-OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*.cpp src/am/*.cpp src/core/*.cpp))
+OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*.cpp src/am/*.cpp src/core/*.cpp src/worker/*.cpp))
 
 # The install script: the type first (later parts refer to it), then the rest
 # in name order.
