@@ -1,0 +1,303 @@
+/*
+ * cache.cpp — the worker's cache of index copies and the uploads that fill
+ * it.
+ *
+ * One copy per index (db, index oid, relfilenode).  A search may use it when
+ * its generation equals the backend's, or when the difference is explained
+ * by appended nodes alone (every insert adds one node and one generation;
+ * vacuum adds a generation and no node), in which case the backend searches
+ * the appended tail itself and merges.  Anything else is a miss: one backend
+ * is told to upload the current contents (NEED_INDEX), concurrent askers
+ * search on the CPU meanwhile (LOADING).  A copy larger than the limit is
+ * remembered (TOO_LARGE) so that nobody uploads it again and again.
+ */
+#include "worker/cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <map>
+#include <tuple>
+
+extern "C" {
+#include "utils/timestamp.h"
+}
+
+typedef std::tuple<Oid, Oid, Oid> CagraIndexId;
+
+static CagraIndexId
+cagra_index_id(const CagraIndexKey &k)
+{
+	return CagraIndexId(k.db, k.index, k.relfilenode);
+}
+
+static std::map<CagraIndexId, std::unique_ptr<CagraIndexCopy>> copies;
+static std::map<CagraIndexId, std::unique_ptr<CagraStagedIndex>> uploads;
+static std::map<CagraIndexId, uint64_t> too_large;		/* bytes needed */
+static uint64_t lru_clock = 0;
+
+/* An upload with no chunk for this long is given up (its backend left). */
+static int64_t
+cagra_upload_stale_us(void)
+{
+	return (int64_t) cagra_worker_timeout_ms * 1000 * 2;
+}
+
+uint64_t
+cagra_cache_limit(void)
+{
+	if (cagra_gpu_memory_limit_mb > 0)
+		return (uint64_t) cagra_gpu_memory_limit_mb * 1024 * 1024;
+	if (!cagra_engine_is_gpu())
+		return (uint64_t) 1024 * 1024 * 1024;
+
+	uint64_t	smallest = UINT64_MAX;
+
+	for (int d = 0; d < cagra_engine_device_count(); d++)
+	{
+		std::string name;
+		uint64_t	total;
+
+		cagra_engine_device(d, &name, &total);
+		smallest = std::min(smallest, total);
+	}
+	return smallest == UINT64_MAX ? 0 : smallest / 10 * 9;
+}
+
+static CagraCopyMatch
+cagra_copy_match(const CagraIndexCopy &c, const CagraIndexKey &key)
+{
+	if (c.key.generation == key.generation && c.key.n == key.n)
+		return CAGRA_COPY_EXACT;
+	/* signed differences: the copy may be older or newer than the asker */
+	int64_t		dgen = (int64_t) key.generation - (int64_t) c.key.generation;
+	int64_t		dn = (int64_t) key.n - (int64_t) c.key.n;
+
+	if (dgen == dn && key.n >= c.key.n)
+		return CAGRA_COPY_INSERTS_ONLY;
+	return CAGRA_COPY_NONE;
+}
+
+CagraIndexCopy *
+cagra_cache_lookup(const CagraIndexKey &key)
+{
+	auto		it = copies.find(cagra_index_id(key));
+
+	if (it == copies.end() || cagra_copy_match(*it->second, key) == CAGRA_COPY_NONE)
+		return nullptr;
+	it->second->last_used = ++lru_clock;
+	return it->second.get();
+}
+
+CagraReply
+cagra_cache_miss_reply(const CagraIndexKey &key, pid_t asker, char *msg, size_t msglen)
+{
+	CagraIndexId id = cagra_index_id(key);
+	auto		big = too_large.find(id);
+
+	if (big != too_large.end())
+	{
+		snprintf(msg, msglen, "a copy of this index needs %llu MB of device memory, cagra.gpu_memory_limit allows %llu MB",
+				 (unsigned long long) (big->second >> 20), (unsigned long long) (cagra_cache_limit() >> 20));
+		return CAGRA_REPLY_TOO_LARGE;
+	}
+	auto		up = uploads.find(id);
+	int64_t		now = GetCurrentTimestamp();
+
+	if (up != uploads.end() && up->second->owner != asker &&
+		now - up->second->last_touch < cagra_upload_stale_us())
+		return CAGRA_REPLY_LOADING;
+	if (up != uploads.end())
+		uploads.erase(up);
+
+	/* the asker uploads; its first chunk creates the staging entry */
+	std::unique_ptr<CagraStagedIndex> s(new CagraStagedIndex());
+
+	s->key = key;
+	s->owner = asker;
+	s->last_touch = now;
+	uploads[id] = std::move(s);
+	return CAGRA_REPLY_NEED_INDEX;
+}
+
+/* Device with the most room under the limit, after evicting least recently
+ * used copies until `bytes` fit; -1 when it cannot fit at all. */
+static int
+cagra_cache_make_room(uint64_t bytes, const CagraIndexId &replacing)
+{
+	uint64_t	limit = cagra_cache_limit();
+	int			ndev = std::max(1, cagra_engine_device_count());
+
+	if (bytes > limit)
+		return -1;
+	copies.erase(replacing);
+	for (;;)
+	{
+		std::vector<uint64_t> used(ndev, 0);
+
+		for (auto &c : copies)
+			used[c.second->device] += c.second->bytes;
+		int			best = (int) (std::min_element(used.begin(), used.end()) - used.begin());
+
+		if (used[best] + bytes <= limit)
+			return best;
+
+		auto		victim = copies.end();
+
+		for (auto it = copies.begin(); it != copies.end(); ++it)
+			if (victim == copies.end() || it->second->last_used < victim->second->last_used)
+				victim = it;
+		if (victim == copies.end())
+			return -1;
+		copies.erase(victim);
+	}
+}
+
+static CagraReply
+cagra_cache_begin_chunk(CagraStagedIndex &s, const CagraUploadPayload *p, char *msg, size_t msglen)
+{
+	s.dim = p->dim;
+	s.degree = p->degree;
+	s.metric = (cagra::Metric) p->metric;
+	s.entries.assign(p->entries, p->entries + Min(p->entry_count, (uint32) CAGRA_MAX_ENTRY_NODES));
+	s.vectors.resize((size_t) s.key.n * s.dim);
+	s.rows.resize((size_t) s.key.n * s.degree);
+	s.live.assign(((size_t) s.key.n + 63) / 64, 0);
+	s.received = 0;
+	return CAGRA_REPLY_OK;
+}
+
+static void
+cagra_cache_store_chunk(CagraStagedIndex &s, CagraUploadPayload *p)
+{
+	memcpy(s.vectors.data() + (size_t) p->first * s.dim, cagra_upload_vectors(p),
+		   (size_t) p->count * s.dim * sizeof(float));
+	memcpy(s.rows.data() + (size_t) p->first * s.degree, cagra_upload_rows(p),
+		   (size_t) p->count * s.degree * sizeof(uint32));
+	const uint8 *live = cagra_upload_live(p);
+
+	for (uint32 i = 0; i < p->count; i++)
+		if (live[i])
+		{
+			uint32		id = p->first + i;
+
+			s.live[id >> 6] |= (uint64_t) 1 << (id & 63);
+		}
+	s.received += p->count;
+}
+
+static CagraReply
+cagra_cache_finish_upload(const CagraIndexId &id, CagraStagedIndex &s, char *msg, size_t msglen)
+{
+	uint64_t	bytes;
+	std::string err;
+
+	if (!cagra_engine_copy_bytes(s.key.n, s.dim, s.degree, &bytes, &err))
+	{
+		strlcpy(msg, err.c_str(), msglen);
+		return CAGRA_REPLY_ERROR;
+	}
+	int			device = cagra_cache_make_room(bytes, id);
+
+	if (device < 0)
+	{
+		too_large[id] = bytes;
+		snprintf(msg, msglen, "a copy of this index needs %llu MB of device memory, cagra.gpu_memory_limit allows %llu MB",
+				 (unsigned long long) (bytes >> 20), (unsigned long long) (cagra_cache_limit() >> 20));
+		return CAGRA_REPLY_TOO_LARGE;
+	}
+	std::unique_ptr<CagraIndexCopy> copy(new CagraIndexCopy());
+	CagraReply	r = cagra_engine_load(s, device, *copy, &err);
+
+	if (r != CAGRA_REPLY_OK)
+	{
+		strlcpy(msg, err.c_str(), msglen);
+		return r;
+	}
+	copy->last_used = ++lru_clock;
+	copy->loaded_at = GetCurrentTimestamp();
+	copies[id] = std::move(copy);
+	pg_atomic_fetch_add_u64(&cagra_worker_shared->uploads, 1);
+	return CAGRA_REPLY_OK;
+}
+
+CagraReply
+cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
+				   char *msg, size_t msglen) noexcept
+{
+	try
+	{
+		CagraIndexId id = cagra_index_id(key);
+		auto		it = uploads.find(id);
+
+		if (it == uploads.end() || it->second->owner != owner ||
+			it->second->key.generation != key.generation || it->second->key.n != key.n)
+		{
+			strlcpy(msg, "the upload was given up by the worker", msglen);
+			return CAGRA_REPLY_ERROR;
+		}
+		CagraStagedIndex &s = *it->second;
+
+		if (p->first == 0)
+			cagra_cache_begin_chunk(s, p, msg, msglen);
+		if (p->dim != s.dim || p->degree != s.degree || p->first != s.received ||
+			(uint64_t) p->first + p->count > s.key.n)
+		{
+			uploads.erase(it);
+			strlcpy(msg, "upload chunk out of sequence", msglen);
+			return CAGRA_REPLY_ERROR;
+		}
+		cagra_cache_store_chunk(s, p);
+		s.last_touch = GetCurrentTimestamp();
+		if (s.received < s.key.n)
+			return CAGRA_REPLY_OK;
+
+		std::unique_ptr<CagraStagedIndex> done = std::move(it->second);
+
+		uploads.erase(it);
+		return cagra_cache_finish_upload(id, *done, msg, msglen);
+	}
+	catch (...)
+	{
+		uploads.erase(cagra_index_id(key));
+		strlcpy(msg, "out of memory in the cagra worker while receiving an index copy", msglen);
+		return CAGRA_REPLY_OUT_OF_MEMORY;
+	}
+}
+
+void
+cagra_cache_forget_limits(void)
+{
+	too_large.clear();
+}
+
+void
+cagra_cache_publish(void)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+	uint64_t	used = 0;
+	int			n = 0;
+
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	for (auto &c : copies)
+	{
+		used += c.second->bytes;
+		if (n < CAGRA_MAX_PUBLISHED_CACHE)
+		{
+			CagraPublishedCopy *pc = &sh->copies[n++];
+
+			pc->db = c.second->key.db;
+			pc->index = c.second->key.index;
+			pc->generation = c.second->key.generation;
+			pc->n = c.second->key.n;
+			pc->device = c.second->device;
+			pc->bytes = c.second->bytes;
+			pc->searches = c.second->searches;
+			pc->loaded_at = c.second->loaded_at;
+		}
+	}
+	sh->ncopies = n;
+	sh->memory_used = used;
+	sh->memory_limit = cagra_cache_limit();
+	LWLockRelease(sh->lock);
+}

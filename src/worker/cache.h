@@ -1,0 +1,39 @@
+/*
+ * cache.h — the worker's index copies, keyed by database, index,
+ * relfilenode and generation, evicted least recently used first within
+ * cagra.gpu_memory_limit per device, and the uploads in progress.
+ * Worker process only.
+ */
+#pragma once
+
+#include <memory>
+
+#include "worker/engine.h"
+
+/* How a SEARCH's key matches the cached copy of its index. */
+typedef enum CagraCopyMatch
+{
+	CAGRA_COPY_NONE,			/* no usable copy */
+	CAGRA_COPY_EXACT,			/* same generation */
+	CAGRA_COPY_INSERTS_ONLY		/* differs by appended nodes only */
+} CagraCopyMatch;
+
+/* The copy of the key's index that a search may use (touching it), or NULL. */
+CagraIndexCopy *cagra_cache_lookup(const CagraIndexKey &key);
+
+/* What to answer a search without a usable copy: NEED_INDEX (and the asker
+ * becomes the uploader), LOADING or TOO_LARGE. */
+CagraReply	cagra_cache_miss_reply(const CagraIndexKey &key, pid_t asker, char *msg, size_t msglen);
+
+/* One UPLOAD chunk; the last one loads the copy. */
+CagraReply	cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
+							   char *msg, size_t msglen) noexcept;
+
+/* Per-device byte limit from cagra.gpu_memory_limit. */
+uint64_t	cagra_cache_limit(void);
+
+/* Forget which indexes were too large (the limit may have changed). */
+void		cagra_cache_forget_limits(void);
+
+/* Copy the cache list and memory figures into shared memory. */
+void		cagra_cache_publish(void);

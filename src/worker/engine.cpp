@@ -1,0 +1,375 @@
+/*
+ * engine.cpp — the two execution engines of the worker.  GPU: the C API of
+ * libcagra_gpu.so (device copies, batched cagra_gpu_search, cagra_gpu_build;
+ * copies are placed on the device with the most free memory).  CPU: the
+ * core library on the worker's own threads (pure core work, no PostgreSQL
+ * call), used for tests and for hosts that want batching without a GPU.
+ */
+#include "worker/engine.h"
+
+#include <algorithm>
+#include <csignal>
+#include <exception>
+#include <new>
+#include <pthread.h>
+#include <thread>
+
+#include "core/build.h"
+#include "core/search.h"
+
+static const CagraGpuApi *gpu_api = nullptr;
+static std::vector<std::string> device_names;
+static std::vector<uint64_t> device_totals;
+
+CagraIndexCopy::~CagraIndexCopy()
+{
+	if (gpu && gpu_api)
+		gpu_api->index_free(gpu);
+}
+
+void
+cagra_engine_init(const CagraGpuApi *api)
+{
+	gpu_api = api;
+	device_names.clear();
+	device_totals.clear();
+	if (!api)
+	{
+		unsigned	threads = std::max(1u, std::thread::hardware_concurrency());
+
+		device_names.push_back("cpu (core library, " + std::to_string(threads) + " threads)");
+		device_totals.push_back(0);
+		return;
+	}
+	int			count = 0;
+
+	if (api->device_count(&count) != CAGRA_GPU_OK)
+		count = 0;
+	for (int d = 0; d < count && d < CAGRA_MAX_DEVICES; d++)
+	{
+		cagra_gpu_device_info info;
+
+		if (api->get_device_info(d, &info) != CAGRA_GPU_OK)
+			break;
+		device_names.push_back(info.name);
+		device_totals.push_back(info.total_memory);
+	}
+}
+
+bool
+cagra_engine_is_gpu(void)
+{
+	return gpu_api != nullptr;
+}
+
+int
+cagra_engine_device_count(void)
+{
+	return (int) device_names.size();
+}
+
+void
+cagra_engine_device(int d, std::string *name, uint64_t *total)
+{
+	*name = device_names[d];
+	*total = device_totals[d];
+}
+
+static CagraReply
+cagra_gpu_reply(cagra_gpu_status st, std::string *msg)
+{
+	*msg = gpu_api->last_error();
+	switch (st)
+	{
+		case CAGRA_GPU_OK:
+			return CAGRA_REPLY_OK;
+		case CAGRA_GPU_OUT_OF_MEMORY:
+			return CAGRA_REPLY_OUT_OF_MEMORY;
+		default:
+			return CAGRA_REPLY_ERROR;
+	}
+}
+
+static CagraReply
+cagra_exception_reply(std::string *msg) noexcept
+{
+	try
+	{
+		throw;
+	}
+	catch (const std::bad_alloc &)
+	{
+		*msg = "out of memory in the cagra worker";
+		return CAGRA_REPLY_OUT_OF_MEMORY;
+	}
+	catch (const std::exception &e)
+	{
+		*msg = e.what();
+	}
+	catch (...)
+	{
+		*msg = "unknown error in the cagra worker";
+	}
+	return CAGRA_REPLY_ERROR;
+}
+
+bool
+cagra_engine_copy_bytes(uint64_t n, uint32_t dim, uint32_t degree, uint64_t *bytes,
+						std::string *msg) noexcept
+{
+	if (!gpu_api)
+	{
+		*bytes = n * ((uint64_t) dim * sizeof(float) + (uint64_t) degree * sizeof(uint32_t) + 1);
+		return true;
+	}
+	cagra_gpu_status st = gpu_api->index_memory(n, dim, degree, CAGRA_GPU_FLOAT32, bytes);
+
+	if (st != CAGRA_GPU_OK)
+	{
+		*msg = gpu_api->last_error();
+		return false;
+	}
+	return true;
+}
+
+CagraReply
+cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
+				  std::string *msg) noexcept
+{
+	try
+	{
+		copy.key = staged.key;
+		copy.dim = staged.dim;
+		copy.degree = staged.degree;
+		copy.metric = staged.metric;
+		copy.device = device;
+		copy.entries = staged.entries;
+		copy.live.swap(staged.live);
+		if (!gpu_api)
+		{
+			copy.vectors.swap(staged.vectors);
+			copy.graph.degree = staged.degree;
+			copy.graph.edges.swap(staged.rows);
+			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
+				copy.live.size() * sizeof(uint64_t);
+			return CAGRA_REPLY_OK;
+		}
+		cagra_gpu_status st = gpu_api->index_load(device, staged.vectors.data(), CAGRA_GPU_FLOAT32,
+												  staged.key.n, staged.dim, staged.rows.data(),
+												  staged.degree, (cagra_gpu_metric) staged.metric,
+												  copy.entries.data(), (uint32_t) copy.entries.size(),
+												  &copy.gpu);
+
+		std::vector<float>().swap(staged.vectors);
+		std::vector<uint32_t>().swap(staged.rows);
+		if (st != CAGRA_GPU_OK)
+			return cagra_gpu_reply(st, msg);
+		copy.bytes = gpu_api->index_device_bytes(copy.gpu);
+		return CAGRA_REPLY_OK;
+	}
+	catch (...)
+	{
+		return cagra_exception_reply(msg);
+	}
+}
+
+/* ---- searches ---- */
+
+static void
+cagra_cpu_search_range(const CagraIndexCopy &copy, const float *queries, uint32_t begin,
+					   uint32_t end, const CagraSearchConfig &cfg, uint32_t *ids, float *dists)
+{
+	cagra::DatasetView data;
+
+	data.data = copy.vectors.data();
+	data.n = copy.key.n;
+	data.dim = copy.dim;
+	cagra::InMemoryGraph g(copy.graph, data, copy.metric);
+	cagra::SearchParams params;
+
+	params.itopk_size = cfg.itopk_size;
+	params.search_width = cfg.search_width;
+	params.max_iterations = cfg.max_iterations;
+	const uint64_t *live = copy.live.data();
+	auto		accept = [live](uint32_t id) { return (live[id >> 6] >> (id & 63)) & 1; };
+	std::vector<cagra::Neighbor> out(cfg.k);
+
+	for (uint32_t q = begin; q < end; q++)
+	{
+		cagra::Searcher<cagra::InMemoryGraph> s(g, queries + (uint64_t) q * copy.dim, params, copy.entries);
+		uint32_t	got = s.next(cfg.k, accept, out.data());
+
+		for (uint32_t i = 0; i < cfg.k; i++)
+		{
+			ids[(uint64_t) q * cfg.k + i] = i < got ? out[i].id : CAGRA_GPU_INVALID_NODE;
+			dists[(uint64_t) q * cfg.k + i] = i < got ? out[i].distance : INFINITY;
+		}
+	}
+}
+
+/* Run fn(t) on `threads` threads with every signal blocked (PostgreSQL's
+ * handlers belong to the main thread); the calling thread runs fn(0). */
+template <class Fn>
+static void
+cagra_run_threads(uint32_t threads, Fn fn)
+{
+	std::vector<std::thread> pool;
+	std::exception_ptr error;
+	sigset_t	all,
+				old;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	try
+	{
+		for (uint32_t t = 1; t < threads; t++)
+			pool.emplace_back([&fn, &error, t] {
+				try
+				{
+					fn(t);
+				}
+				catch (...)
+				{
+					error = std::current_exception();
+				}
+			});
+	}
+	catch (...)
+	{
+		error = std::current_exception();
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	try
+	{
+		fn(0);
+	}
+	catch (...)
+	{
+		error = std::current_exception();
+	}
+	for (auto &th : pool)
+		th.join();
+	if (error)
+		std::rethrow_exception(error);
+}
+
+CagraReply
+cagra_engine_search(CagraIndexCopy &copy, const float *queries, uint32_t nq,
+					const CagraSearchConfig &cfg, uint32_t *ids, float *dists,
+					std::string *msg) noexcept
+{
+	try
+	{
+		if (gpu_api)
+		{
+			cagra_gpu_search_params p;
+
+			gpu_api->default_search_params(&p);
+			p.itopk_size = cfg.itopk_size;
+			p.search_width = cfg.search_width;
+			p.max_iterations = cfg.max_iterations;
+			return cagra_gpu_reply(gpu_api->search(copy.gpu, queries, nq, cfg.k, &p, copy.live.data(),
+												   ids, dists), msg);
+		}
+		uint32_t	hw = std::max(1u, std::thread::hardware_concurrency());
+		uint32_t	threads = std::min<uint32_t>(hw, (nq + 7) / 8);
+
+		cagra_run_threads(threads, [&](uint32_t t) {
+			uint64_t	begin = (uint64_t) nq * t / threads;
+			uint64_t	end = (uint64_t) nq * (t + 1) / threads;
+
+			cagra_cpu_search_range(copy, queries, (uint32_t) begin, (uint32_t) end, cfg, ids, dists);
+		});
+		return CAGRA_REPLY_OK;
+	}
+	catch (...)
+	{
+		return cagra_exception_reply(msg);
+	}
+}
+
+/* ---- builds ---- */
+
+static int
+cagra_gpu_pick_device(void)
+{
+	int			best = 0;
+	uint64_t	best_free = 0;
+
+	for (int d = 0; d < cagra_engine_device_count(); d++)
+	{
+		cagra_gpu_device_info info;
+
+		if (gpu_api->get_device_info(d, &info) == CAGRA_GPU_OK && info.free_memory > best_free)
+		{
+			best = d;
+			best_free = info.free_memory;
+		}
+	}
+	return best;
+}
+
+CagraReply
+cagra_engine_build(const float *vectors, uint64_t n, uint32_t dim, cagra::Metric metric,
+				   uint32_t graph_degree, uint32_t intermediate_degree,
+				   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries,
+				   int *device, std::string *msg) noexcept
+{
+	try
+	{
+		if (gpu_api)
+		{
+			cagra_gpu_build_params p;
+			uint32_t	count = 0;
+
+			gpu_api->default_build_params(&p);
+			p.graph_degree = graph_degree;
+			p.intermediate_degree = intermediate_degree;
+			*device = cagra_gpu_pick_device();
+			rows->resize(n * graph_degree);
+			entries->resize(CAGRA_MAX_ENTRY_NODES);
+			cagra_gpu_status st = gpu_api->build(*device, vectors, n, dim, (cagra_gpu_metric) metric, &p,
+												 rows->data(), entries->data(),
+												 CAGRA_MAX_ENTRY_NODES, &count);
+
+			entries->resize(st == CAGRA_GPU_OK ? count : 0);
+			return cagra_gpu_reply(st, msg);
+		}
+		cagra::DatasetView data;
+		cagra::BuildParams p;
+
+		data.data = vectors;
+		data.n = n;
+		data.dim = dim;
+		p.graph_degree = graph_degree;
+		p.intermediate_degree = intermediate_degree;
+		p.threads = std::max(1u, std::thread::hardware_concurrency());
+		*device = 0;
+
+		/* the core's threads inherit the blocked signals of this one */
+		sigset_t	all,
+					old;
+		cagra::BuiltGraph built;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		try
+		{
+			built = cagra::build_graph(data, metric, p, nullptr);
+		}
+		catch (...)
+		{
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			throw;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		rows->swap(built.graph.edges);
+		entries->assign(built.entry_nodes.begin(),
+						built.entry_nodes.begin() + std::min<size_t>(built.entry_nodes.size(), CAGRA_MAX_ENTRY_NODES));
+		return CAGRA_REPLY_OK;
+	}
+	catch (...)
+	{
+		return cagra_exception_reply(msg);
+	}
+}

@@ -1,0 +1,81 @@
+/*
+ * engine.h — what executes the worker's requests: the GPU library through
+ * its C API, or the core library on the CPU (cagra.worker_backend = cpu).
+ * Both serve the same requests through the same IPC path.  Worker process
+ * only; no function here throws or calls ereport.
+ */
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "worker/gpu_loader.h"
+#include "worker/worker.h"
+
+/* A whole index copy as received from a backend, in host memory. */
+struct CagraStagedIndex
+{
+	CagraIndexKey key;
+	uint32_t	dim = 0;
+	uint32_t	degree = 0;
+	cagra::Metric metric = cagra::Metric::L2;
+	std::vector<uint32_t> entries;
+	std::vector<float> vectors;		/* n x dim */
+	std::vector<uint32_t> rows;		/* n x degree */
+	std::vector<uint64_t> live;		/* bitmap, ceil(n / 64) words */
+	uint32_t	received = 0;
+	pid_t		owner = 0;
+	int64_t		last_touch = 0;		/* TimestampTz */
+};
+
+/* A copy ready for searches (device memory, or host memory for the CPU). */
+struct CagraIndexCopy
+{
+	CagraIndexKey key;
+	uint32_t	dim = 0;
+	uint32_t	degree = 0;
+	cagra::Metric metric = cagra::Metric::L2;
+	int			device = 0;
+	uint64_t	bytes = 0;
+	uint64_t	searches = 0;
+	uint64_t	last_used = 0;		/* LRU clock */
+	int64_t		loaded_at = 0;
+	std::vector<uint64_t> live;
+	std::vector<uint32_t> entries;
+	/* GPU */
+	cagra_gpu_index *gpu = nullptr;
+	/* CPU */
+	std::vector<float> vectors;
+	cagra::Graph graph;
+
+	~CagraIndexCopy();
+};
+
+/* Starts the engine: the GPU library (NULL api selects the CPU engine). */
+void		cagra_engine_init(const CagraGpuApi *api);
+bool		cagra_engine_is_gpu(void);
+int			cagra_engine_device_count(void);
+/* name and total memory (bytes) of device `d` */
+void		cagra_engine_device(int d, std::string *name, uint64_t *total);
+
+/* Bytes a copy of this shape holds on a device. */
+bool		cagra_engine_copy_bytes(uint64_t n, uint32_t dim, uint32_t degree, uint64_t *bytes,
+									std::string *msg) noexcept;
+
+/* Move a staged index onto `device`; the staging buffers are released. */
+CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
+							  std::string *msg) noexcept;
+
+/* nq queries against a copy: nq x k ids (CAGRA_GPU_INVALID_NODE padding)
+ * and distances, each row sorted. */
+CagraReply	cagra_engine_search(CagraIndexCopy &copy, const float *queries, uint32_t nq,
+								const CagraSearchConfig &cfg, uint32_t *ids, float *dists,
+								std::string *msg) noexcept;
+
+/* Build a graph over n x dim prepared vectors. */
+CagraReply	cagra_engine_build(const float *vectors, uint64_t n, uint32_t dim, cagra::Metric metric,
+							   uint32_t graph_degree, uint32_t intermediate_degree,
+							   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries,
+							   int *device, std::string *msg) noexcept;

@@ -1,0 +1,217 @@
+/*
+ * ipc.cpp — the backend's side of the request queue.  A request is a
+ * slot in main shared memory plus a DSM segment for its data; the backend
+ * queues it, sets the worker's latch and sleeps on its own latch until the
+ * slot is answered, the deadline passes, or the worker generation changes
+ * (the worker exited or restarted).  The slot is always given back: on an
+ * answer, on a timeout, and on an error (cancel, statement_timeout) through
+ * PG_FINALLY; a slot the worker is still running is marked abandoned and
+ * freed by the worker when it finishes.
+ */
+#include "worker/ipc.h"
+
+extern "C" {
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/proc.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+}
+
+bool
+cagra_worker_running(int *backend)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+	bool		running;
+
+	if (!sh)
+		return false;
+	LWLockAcquire(sh->lock, LW_SHARED);
+	running = sh->state == CAGRA_WS_RUNNING && sh->pid != 0;
+	if (backend)
+		*backend = sh->backend;
+	LWLockRelease(sh->lock);
+	return running;
+}
+
+bool
+cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
+{
+	memset(call, 0, sizeof(*call));
+	call->kind = kind;
+	call->size = size;
+	call->seg = dsm_create(size, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+	if (!call->seg)
+		return false;
+	call->payload = dsm_segment_address(call->seg);
+	return true;
+}
+
+void
+cagra_call_done(CagraCall *call)
+{
+	if (call->seg)
+		dsm_detach(call->seg);
+	call->seg = NULL;
+	call->payload = NULL;
+}
+
+/* Put the request in a free slot; -1 when none or no worker. */
+static int
+cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+	Latch	   *worker_latch;
+	int			idx = -1;
+
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	if (sh->state != CAGRA_WS_RUNNING || sh->pid == 0)
+	{
+		LWLockRelease(sh->lock);
+		*why = CAGRA_CALL_NOT_RUNNING;
+		return -1;
+	}
+	for (int i = 0; i < sh->nslots; i++)
+		if (sh->slots[i].state == CAGRA_SLOT_FREE)
+		{
+			idx = i;
+			break;
+		}
+	if (idx < 0)
+	{
+		LWLockRelease(sh->lock);
+		*why = CAGRA_CALL_NO_SLOT;
+		return -1;
+	}
+	CagraRequestSlot *s = &sh->slots[idx];
+
+	memset(s, 0, sizeof(*s));
+	s->kind = call->kind;
+	s->backend_pid = MyProcPid;
+	s->backend_latch = MyLatch;
+	s->worker_generation = sh->generation;
+	s->seq = ++sh->next_seq;
+	s->queued_at = GetCurrentTimestamp();
+	s->handle = dsm_segment_handle(call->seg);
+	s->key = call->key;
+	s->search = call->search;
+	s->nq = call->nq;
+	s->build_id = call->build_id;
+	s->state = CAGRA_SLOT_QUEUED;
+	*generation = sh->generation;
+	worker_latch = sh->latch;
+	LWLockRelease(sh->lock);
+
+	SetLatch(worker_latch);
+	return idx;
+}
+
+/* Give the slot back without an answer (lock not held). */
+static void
+cagra_abandon_slot(int idx, uint64 generation)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+	CagraRequestSlot *s = &sh->slots[idx];
+
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	if (s->state == CAGRA_SLOT_RUNNING && sh->pid != 0 && sh->generation == generation)
+		s->state = CAGRA_SLOT_ABANDONED;	/* the worker frees it */
+	else
+		s->state = CAGRA_SLOT_FREE;
+	LWLockRelease(sh->lock);
+}
+
+/* One look at the slot: true when the wait is over (outcome set). */
+static bool
+cagra_check_slot(CagraCall *call, int idx, uint64 generation, CagraCallOutcome *outcome)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+	CagraRequestSlot *s = &sh->slots[idx];
+	bool		over = false;
+
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	if (s->state == CAGRA_SLOT_DONE)
+	{
+		call->reply = s->reply;
+		call->copy_n = s->copy_n;
+		strlcpy(call->message, s->message, sizeof(call->message));
+		s->state = CAGRA_SLOT_FREE;
+		*outcome = CAGRA_CALL_ANSWERED;
+		over = true;
+	}
+	else if (sh->pid == 0 || sh->generation != generation)
+	{
+		s->state = CAGRA_SLOT_FREE;
+		*outcome = CAGRA_CALL_WORKER_GONE;
+		over = true;
+	}
+	LWLockRelease(sh->lock);
+	return over;
+}
+
+CagraCallOutcome
+cagra_call_run(CagraCall *call, int timeout_ms)
+{
+	uint64		generation = 0;
+	CagraCallOutcome outcome = CAGRA_CALL_NOT_RUNNING;
+	int			idx = cagra_queue_request(call, &generation, &outcome);
+
+	if (idx < 0)
+		return outcome;
+
+	TimestampTz deadline = timeout_ms >= 0 ?
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms) : 0;
+	volatile bool finished = false;
+
+	PG_TRY();
+	{
+		while (!cagra_check_slot(call, idx, generation, &outcome))
+		{
+			long		wait_ms = 100;	/* also polls, should a wakeup be lost */
+
+			if (timeout_ms >= 0)
+			{
+				long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+				if (left <= 0)
+				{
+					cagra_abandon_slot(idx, generation);
+					outcome = CAGRA_CALL_TIMEOUT;
+					break;
+				}
+				wait_ms = Min(wait_ms, left);
+			}
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		finished = true;
+	}
+	PG_FINALLY();
+	{
+		if (!finished)
+			cagra_abandon_slot(idx, generation);
+	}
+	PG_END_TRY();
+	return outcome;
+}
+
+const char *
+cagra_call_outcome_text(CagraCallOutcome outcome)
+{
+	switch (outcome)
+	{
+		case CAGRA_CALL_ANSWERED:
+			return "answered";
+		case CAGRA_CALL_NOT_RUNNING:
+			return "the cagra GPU worker is not running";
+		case CAGRA_CALL_NO_SLOT:
+			return "every request slot of the cagra GPU worker is busy";
+		case CAGRA_CALL_WORKER_GONE:
+			return "the cagra GPU worker exited or restarted during the request";
+		case CAGRA_CALL_TIMEOUT:
+			return "the cagra GPU worker did not answer within cagra.worker_timeout";
+	}
+	return "unknown";
+}

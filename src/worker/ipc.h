@@ -1,0 +1,51 @@
+/*
+ * ipc.h — one request from a backend to the worker: a DSM payload segment,
+ * a queue slot, and an interruptible wait with a deadline that notices a
+ * worker that died or restarted.  Backend side; plain C data only.
+ */
+#pragma once
+
+#include "worker/worker.h"
+
+typedef enum CagraCallOutcome
+{
+	CAGRA_CALL_ANSWERED,		/* the worker answered; see reply */
+	CAGRA_CALL_NOT_RUNNING,		/* no worker to ask */
+	CAGRA_CALL_NO_SLOT,			/* every slot busy */
+	CAGRA_CALL_WORKER_GONE,		/* the worker exited or restarted meanwhile */
+	CAGRA_CALL_TIMEOUT			/* no answer within the deadline */
+} CagraCallOutcome;
+
+typedef struct CagraCall
+{
+	dsm_segment *seg;
+	void	   *payload;
+	Size		size;
+	/* the request (filled by the caller before cagra_call_run) */
+	CagraRequestKind kind;
+	CagraIndexKey key;
+	CagraSearchConfig search;
+	uint32		nq;
+	uint64		build_id;
+	/* the answer */
+	CagraReply	reply;
+	uint32		copy_n;
+	char		message[256];
+} CagraCall;
+
+/* Is the worker running (and with which backend)? */
+bool		cagra_worker_running(int *backend);
+
+/* A payload segment of `size` bytes (<= CAGRA_CHUNK_BYTES); false when no
+ * segment can be had. */
+bool		cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size);
+
+/* Queue the request and wait for the answer, at most timeout_ms (-1: as
+ * long as the worker lives).  Cancel and statement_timeout interrupt the
+ * wait with an ERROR after the slot was given back. */
+CagraCallOutcome cagra_call_run(CagraCall *call, int timeout_ms);
+
+/* Detach the payload segment. */
+void		cagra_call_done(CagraCall *call);
+
+const char *cagra_call_outcome_text(CagraCallOutcome outcome);

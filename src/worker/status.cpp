@@ -1,0 +1,119 @@
+/*
+ * status.cpp — cagra_worker_status() (the view cagra_status) and
+ * cagra_worker_cache(): what the worker is doing, read from shared memory.
+ */
+#include "worker/worker.h"
+
+extern "C" {
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(cagra_worker_status);
+PG_FUNCTION_INFO_V1(cagra_worker_cache);
+}
+
+#define CAGRA_STATUS_COLS 18
+
+static Datum
+cagra_device_array(const CagraWorkerShared *sh)
+{
+	Datum		names[CAGRA_MAX_DEVICES];
+
+	for (int d = 0; d < sh->device_count; d++)
+		names[d] = CStringGetTextDatum(sh->device_names[d]);
+	return PointerGetDatum(construct_array(names, sh->device_count, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+Datum
+cagra_worker_status(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[CAGRA_STATUS_COLS];
+	bool		nulls[CAGRA_STATUS_COLS];
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "cagra_worker_status must return a row type");
+	tupdesc = BlessTupleDesc(tupdesc);
+	memset(nulls, true, sizeof(nulls));
+
+	if (!sh)
+	{
+		values[0] = CStringGetTextDatum("not preloaded");
+		nulls[0] = false;
+		values[17] = CStringGetTextDatum("cagra is not in shared_preload_libraries: searches and builds run in the backends, on the CPU");
+		nulls[17] = false;
+		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+	}
+
+	memset(nulls, false, sizeof(nulls));
+	LWLockAcquire(sh->lock, LW_SHARED);
+	values[0] = CStringGetTextDatum(cagra_worker_state_name(sh->state));
+	values[1] = CStringGetTextDatum(sh->backend == CAGRA_BACKEND_GPU ? "gpu" : "cpu");
+	values[2] = Int32GetDatum((int32) sh->pid);
+	nulls[2] = sh->pid == 0;
+	values[3] = TimestampTzGetDatum(sh->started_at);
+	nulls[3] = sh->started_at == 0;
+	values[4] = Int64GetDatum((int64) sh->generation);
+	values[5] = cagra_device_array(sh);
+	values[6] = Float8GetDatum((double) sh->memory_used / (1024.0 * 1024.0));
+	values[7] = Float8GetDatum((double) sh->memory_limit / (1024.0 * 1024.0));
+	nulls[7] = sh->memory_limit == 0;
+	values[8] = Int32GetDatum(sh->ncopies);
+	values[17] = CStringGetTextDatum(sh->message);
+	nulls[17] = sh->message[0] == '\0';
+	LWLockRelease(sh->lock);
+
+	uint64		queries = pg_atomic_read_u64(&sh->queries);
+	uint64		batches = pg_atomic_read_u64(&sh->batches);
+
+	values[9] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->requests));
+	values[10] = Int64GetDatum((int64) queries);
+	values[11] = Int64GetDatum((int64) batches);
+	values[12] = Float8GetDatum(batches ? (double) queries / (double) batches : 0.0);
+	nulls[12] = batches == 0;
+	values[13] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->uploads));
+	values[14] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->builds));
+	values[15] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->fallbacks));
+	values[16] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->errors));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+Datum
+cagra_worker_cache(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!sh)
+		return (Datum) 0;
+
+	CagraPublishedCopy copies[CAGRA_MAX_PUBLISHED_CACHE];
+	int			n;
+
+	LWLockAcquire(sh->lock, LW_SHARED);
+	n = sh->ncopies;
+	memcpy(copies, sh->copies, sizeof(CagraPublishedCopy) * n);
+	LWLockRelease(sh->lock);
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {false};
+
+		values[0] = ObjectIdGetDatum(copies[i].db);
+		values[1] = ObjectIdGetDatum(copies[i].index);
+		values[2] = Int64GetDatum((int64) copies[i].generation);
+		values[3] = Int64GetDatum((int64) copies[i].n);
+		values[4] = Int32GetDatum(copies[i].device);
+		values[5] = Float8GetDatum((double) copies[i].bytes / (1024.0 * 1024.0));
+		values[6] = Int64GetDatum((int64) copies[i].searches);
+		values[7] = TimestampTzGetDatum(copies[i].loaded_at);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

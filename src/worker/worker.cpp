@@ -1,0 +1,164 @@
+/*
+ * worker.cpp — the background worker's main function: announces itself in
+ * shared memory (a new worker generation), opens the GPU library and counts
+ * devices (exits 0 when there is none: no restart), then serves the request
+ * queue until it is told to stop.  On exit it clears its pid and wakes every
+ * waiting backend, which then searches on the CPU.
+ */
+#include "worker/cache.h"
+#include "worker/queue.h"
+
+extern "C" {
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+PGDLLEXPORT void cagra_worker_main(Datum arg);
+}
+
+static void
+cagra_worker_set_state(CagraWorkerState state, const char *message)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	sh->state = state;
+	if (message)
+		strlcpy(sh->message, message, sizeof(sh->message));
+	LWLockRelease(sh->lock);
+}
+
+/* Clear the pid, wake every backend waiting on this worker. */
+static void
+cagra_worker_on_exit(int code, Datum arg)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	LWLockReleaseAll();
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	sh->pid = 0;
+	sh->latch = NULL;
+	if (sh->state == CAGRA_WS_RUNNING || sh->state == CAGRA_WS_STARTING)
+		sh->state = CAGRA_WS_EXITED;
+	for (int i = 0; i < sh->nslots; i++)
+	{
+		CagraRequestSlot *s = &sh->slots[i];
+
+		if (s->state == CAGRA_SLOT_QUEUED || s->state == CAGRA_SLOT_RUNNING)
+			SetLatch(s->backend_latch);
+		else if (s->state == CAGRA_SLOT_ABANDONED)
+			s->state = CAGRA_SLOT_FREE;
+	}
+	sh->ncopies = 0;
+	sh->memory_used = 0;
+	LWLockRelease(sh->lock);
+}
+
+static void
+cagra_worker_announce(void)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	sh->generation++;
+	sh->pid = MyProcPid;
+	sh->latch = MyLatch;
+	sh->state = CAGRA_WS_STARTING;
+	sh->backend = cagra_worker_backend;
+	sh->started_at = GetCurrentTimestamp();
+	sh->message[0] = '\0';
+	sh->device_count = 0;
+	sh->ncopies = 0;
+	sh->memory_used = 0;
+	LWLockRelease(sh->lock);
+}
+
+/* Open the engine; false (state and message set) when there is nothing to run on. */
+static bool
+cagra_worker_open_engine(void)
+{
+	const CagraGpuApi *api = NULL;
+	char		why[256];
+
+	if (cagra_worker_backend == CAGRA_BACKEND_GPU)
+	{
+		api = cagra_gpu_open(cagra_gpu_library, why, sizeof(why));
+		if (!api)
+		{
+			cagra_worker_set_state(CAGRA_WS_NO_LIBRARY, why);
+			return false;
+		}
+	}
+	cagra_engine_init(api);
+	if (cagra_engine_device_count() == 0)
+	{
+		snprintf(why, sizeof(why), "no usable CUDA device (%s)", api->last_error());
+		cagra_worker_set_state(CAGRA_WS_NO_DEVICE, why);
+		return false;
+	}
+
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	sh->device_count = Min(cagra_engine_device_count(), CAGRA_MAX_DEVICES);
+	for (int d = 0; d < sh->device_count; d++)
+	{
+		std::string name;
+		uint64		total;
+
+		cagra_engine_device(d, &name, &total);
+		strlcpy(sh->device_names[d], name.c_str(), sizeof(sh->device_names[d]));
+		sh->device_total[d] = total;
+	}
+	if (api)
+		snprintf(sh->message, sizeof(sh->message), "libcagra_gpu %s", api->version());
+	LWLockRelease(sh->lock);
+	return true;
+}
+
+void
+cagra_worker_main(Datum arg)
+{
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	cagra_worker_announce();
+	on_shmem_exit(cagra_worker_on_exit, (Datum) 0);
+
+	if (!cagra_worker_open_engine())
+	{
+		ereport(LOG, (errmsg("cagra gpu worker: %s; searches and builds run on the CPU",
+							 cagra_worker_shared->message)));
+		proc_exit(0);			/* exit code 0: the postmaster does not restart it */
+	}
+	cagra_cache_publish();
+	cagra_worker_set_state(CAGRA_WS_RUNNING, NULL);
+	ereport(LOG, (errmsg("cagra gpu worker started (%s backend, %d device%s)",
+						 cagra_worker_backend == CAGRA_BACKEND_GPU ? "gpu" : "cpu",
+						 cagra_engine_device_count(), cagra_engine_device_count() == 1 ? "" : "s")));
+
+	while (!ShutdownRequestPending)
+	{
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			cagra_cache_forget_limits();
+		}
+		if (cagra_worker_serve_queue() > 0)
+			cagra_cache_publish();
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000L,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	/* exit code 1: restarted after bgw_restart_time unless the server stops */
+	proc_exit(1);
+}
