@@ -3,6 +3,7 @@
  * (cagra.*) and the reloptions of the cagra access method.
  */
 #include "am/cagra_am.h"
+#include "worker/worker.h"
 
 extern "C" {
 #include "fmgr.h"
@@ -42,5 +43,6 @@ _PG_init(void)
 {
 	cagra_init_reloptions();
 	cagra_define_search_gucs();
+	cagra_worker_register();
 	MarkGUCPrefixReserved("cagra");
 }
