@@ -28,7 +28,7 @@ extern "C" {
 #define CAGRA_MAGIC 0xCA6A1DE5u
 #define CAGRA_FORMAT_VERSION 1
 #define CAGRA_METAPAGE_BLKNO 0
-#define CAGRA_MAX_ENTRY_NODES 16
+#define CAGRA_MAX_ENTRY_NODES 1024
 
 /* Node flags */
 #define CAGRA_NODE_LIVE 0x0001

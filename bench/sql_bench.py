@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""bench/sql_bench.py — cagra through SQL on a texmex data set (bench/gen.py).
+
+Loads DIR/base.fvecs, DIR/query.fvecs and DIR/gt.ivecs into a database, builds
+a cagra index with CREATE INDEX, and measures recall@10 and queries/s for one
+client and for N concurrent clients (pgbench), for several cagra.itopk_size
+values; side by side with exact search (sequential scan) and, when pgvector's
+`vector` extension is installed in the database, pgvector HNSW.  Prints the
+figures; it asserts nothing.
+
+usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
+  --dsn 'host=... port=... dbname=...'  libpq connection string (default: PG* env)
+  --degree 32 --intermediate 64         cagra reloptions
+  --itopk 32,64,128                     cagra.itopk_size values to measure
+  --clients 4 --seconds 10              pgbench settings for the concurrent run
+  --exact-queries 50                    queries for the exact-search figure
+  --hnsw-ef 40,80                       hnsw.ef_search values (pgvector only)
+  --skip-load                           reuse the tables of an earlier run
+"""
+import argparse
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def read_vecs(path, kind):
+    """texmex .fvecs / .ivecs: per vector an int32 count, then that many values."""
+    with open(path, "rb") as f:
+        data = f.read()
+    out, pos = [], 0
+    while pos < len(data):
+        (d,) = struct.unpack_from("<i", data, pos)
+        pos += 4
+        out.append(struct.unpack_from("<%d%s" % (d, kind), data, pos))
+        pos += 4 * d
+    return out
+
+
+class Db:
+    def __init__(self, dsn):
+        self.dsn = dsn
+
+    def psql(self, sql, stdin=None):
+        cmd = ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", self.dsn, "-c", sql]
+        r = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("psql failed: %s\n%s" % (sql[:200], r.stderr))
+        return r.stdout.strip()
+
+    def timed(self, sql):
+        t = time.time()
+        self.psql(sql)
+        return time.time() - t
+
+    def pgbench(self, script, clients, seconds, settings=""):
+        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+            f.write(settings + script)
+            path = f.name
+        try:
+            cmd = ["pgbench", "-n", "-f", path, "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1)),
+                   "-T", str(seconds), self.dsn]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit("pgbench failed:\n%s" % r.stderr)
+            m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", r.stdout)
+            return float(m.group(1))
+        finally:
+            os.unlink(path)
+
+
+def vec_text(v):
+    return "[" + ",".join("%.9g" % x for x in v) + "]"
+
+
+def load(db, dirname):
+    base = read_vecs(os.path.join(dirname, "base.fvecs"), "f")
+    query = read_vecs(os.path.join(dirname, "query.fvecs"), "f")
+    gt = read_vecs(os.path.join(dirname, "gt.ivecs"), "i")
+    dim = len(base[0])
+    db.psql("DROP TABLE IF EXISTS bench_items, bench_queries, bench_gt")
+    db.psql("CREATE TABLE bench_items (id int PRIMARY KEY, v vector(%d))" % dim)
+    db.psql("CREATE TABLE bench_queries (qid int PRIMARY KEY, v vector(%d))" % dim)
+    db.psql("CREATE TABLE bench_gt (qid int, rank int, id int, PRIMARY KEY (qid, rank))")
+    t = time.time()
+    db.psql("\\copy bench_items FROM STDIN", "".join("%d\t%s\n" % (i, vec_text(v)) for i, v in enumerate(base)))
+    db.psql("\\copy bench_queries FROM STDIN", "".join("%d\t%s\n" % (i, vec_text(v)) for i, v in enumerate(query)))
+    db.psql("\\copy bench_gt FROM STDIN",
+            "".join("%d\t%d\t%d\n" % (q, r, i) for q, row in enumerate(gt) for r, i in enumerate(row[:10])))
+    for table in ("bench_items", "bench_queries", "bench_gt"):
+        db.psql("VACUUM ANALYZE " + table)
+    print("loaded %d vectors of %d dimensions, %d queries in %.1f s" % (len(base), dim, len(query), time.time() - t))
+
+
+# recall@10 of the index over every query, in one statement
+RECALL_SQL = """
+SELECT count(*)::float8 / (10 * (SELECT count(*) FROM bench_queries))
+  FROM bench_queries q CROSS JOIN LATERAL
+       (SELECT id FROM bench_items i ORDER BY i.v <-> q.v LIMIT 10) x
+  JOIN bench_gt g ON g.qid = q.qid AND g.id = x.id
+"""
+
+QUERY_SCRIPT = """\\set q random(0, {nq})
+SELECT id FROM bench_items ORDER BY v <-> (SELECT v FROM bench_queries WHERE qid = :q) LIMIT 10;
+"""
+
+
+def run_method(db, label, settings, args, nq):
+    """recall, 1-client and N-client queries/s with `settings` (SET ...;) in force."""
+    recall = float(db.psql(settings + " SET enable_seqscan = off; " + RECALL_SQL))
+    sets = "".join(s.strip() + ";\n" for s in settings.split(";") if s.strip())
+    script = sets + "SET enable_seqscan = off;\n" + QUERY_SCRIPT.format(nq=nq - 1)
+    # per-connection settings are re-run per transaction: cheap next to a search
+    qps1 = db.pgbench(script, 1, args.seconds)
+    qpsn = db.pgbench(script, args.clients, args.seconds)
+    print("%-34s recall@10 %.3f   1 client %8.0f q/s   %d clients %8.0f q/s" %
+          (label, recall, qps1, args.clients, qpsn), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--dsn", default="")
+    ap.add_argument("--degree", type=int, default=32)
+    ap.add_argument("--intermediate", type=int, default=64)
+    ap.add_argument("--itopk", default="32,64,128")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--exact-queries", type=int, default=50)
+    ap.add_argument("--hnsw-ef", default="40,80")
+    ap.add_argument("--skip-load", action="store_true")
+    args = ap.parse_args()
+    db = Db(args.dsn)
+
+    db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
+    if not args.skip_load:
+        load(db, args.dir)
+    nq = int(db.psql("SELECT count(*) FROM bench_queries"))
+    print(db.psql("SELECT 'PostgreSQL ' || current_setting('server_version') || ', '"
+                  " || current_setting('max_parallel_maintenance_workers') || ' parallel maintenance workers, '"
+                  " || 'maintenance_work_mem ' || current_setting('maintenance_work_mem') || ', '"
+                  " || 'shared_buffers ' || current_setting('shared_buffers')"))
+    print("machine: %d CPUs (os.cpu_count)" % (os.cpu_count() or 0))
+
+    # exact search
+    t = time.time()
+    db.psql("SET enable_indexscan = off; SELECT count(*) FROM (SELECT q.qid, x.id FROM "
+            "(SELECT * FROM bench_queries ORDER BY qid LIMIT %d) q CROSS JOIN LATERAL "
+            "(SELECT id FROM bench_items i ORDER BY i.v <-> q.v LIMIT 10) x) s" % args.exact_queries)
+    print("%-34s recall@10 1.000   1 client %8.1f q/s" % ("exact (seq scan)", args.exact_queries / (time.time() - t)))
+
+    # cagra
+    db.psql("DROP INDEX IF EXISTS bench_items_cagra")
+    secs = db.timed("SET maintenance_work_mem = '1GB'; CREATE INDEX bench_items_cagra ON bench_items "
+                    "USING cagra (v vector_l2_ops) WITH (graph_degree = %d, intermediate_graph_degree = %d)"
+                    % (args.degree, args.intermediate))
+    size = db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_cagra'))")
+    print("cagra CREATE INDEX (degree %d, intermediate %d): %.1f s, %s" % (args.degree, args.intermediate, secs, size))
+    for itopk in [int(x) for x in args.itopk.split(",")]:
+        run_method(db, "cagra itopk_size %d" % itopk, "SET cagra.itopk_size = %d;" % itopk, args, nq)
+    db.psql("DROP INDEX bench_items_cagra")
+
+    # pgvector HNSW, when pgvector is the vector type's owner
+    if db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1":
+        secs = db.timed("SET maintenance_work_mem = '1GB'; CREATE INDEX bench_items_hnsw ON bench_items "
+                        "USING hnsw (v vector_l2_ops) WITH (m = 16, ef_construction = 64)")
+        print("pgvector HNSW CREATE INDEX (m 16, ef_construction 64): %.1f s" % secs)
+        for ef in [int(x) for x in args.hnsw_ef.split(",")]:
+            run_method(db, "pgvector hnsw ef_search %d" % ef, "SET hnsw.ef_search = %d;" % ef, args, nq)
+        db.psql("DROP INDEX bench_items_hnsw")
+    else:
+        print("pgvector not installed in this database: no HNSW figures")
+
+
+if __name__ == "__main__":
+    main()
