@@ -8,6 +8,7 @@
  * usage: gpu_bench DIR [--cpu-build THREADS] [--out FILE]
  */
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -346,11 +347,19 @@ int main(int argc, char **argv)
         emit(line);
     }
 
+    std::vector<__half> base16;
     auto run_sweep = [&](const char *title, const std::vector<uint32_t> &g, uint32_t degree,
-                         const std::vector<uint32_t> &ent) {
+                         const std::vector<uint32_t> &ent, bool fp16) {
+        if (fp16 && base16.empty()) {
+            base16.resize(base.size());
+            for (size_t i = 0; i < base.size(); i++)
+                base16[i] = __float2half_rn(base[i]);
+        }
         cagra_gpu_index *ix = nullptr;
-        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, g.data(), degree,
-                                    CAGRA_GPU_L2, ent.data(), (uint32_t)ent.size(), &ix));
+        GPU_OK(cagra_gpu_index_load(0, fp16 ? (const void *)base16.data() : base.data(),
+                                    fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim,
+                                    g.data(), degree, CAGRA_GPU_L2, ent.data(),
+                                    (uint32_t)ent.size(), &ix));
         std::snprintf(line, sizeof line,
                       "%s\n\n| itopk | batch | recall@10 | queries/s | median batch latency |\n"
                       "|---:|---:|---:|---:|---:|\n",
@@ -367,7 +376,9 @@ int main(int argc, char **argv)
         cagra_gpu_index_free(ix);
     };
     run_sweep("GPU search of the GPU-built graph (fp32 vectors, search_width 1)", graph,
-              bp.graph_degree, entries);
+              bp.graph_degree, entries, false);
+    run_sweep("GPU search of the GPU-built graph (fp16 vectors, search_width 1)", graph,
+              bp.graph_degree, entries, true);
 
     /* last, so a slow CPU build cannot cost the GPU figures */
     cagra::BuiltGraph cpu;
@@ -382,8 +393,8 @@ int main(int argc, char **argv)
     }
 
     if (cpu_threads)
-        run_sweep("GPU search of the CPU-built graph", cpu.graph.edges, cpu.graph.degree,
-                  cpu.entry_nodes);
+        run_sweep("GPU search of the CPU-built graph (fp32 vectors)", cpu.graph.edges,
+                  cpu.graph.degree, cpu.entry_nodes, false);
 
     if (!out_path.empty()) {
         FILE *f = std::fopen(out_path.c_str(), "w");

@@ -122,28 +122,6 @@ uint64_t build_bytes(uint64_t n, uint32_t dim, uint32_t k, uint32_t degree)
     return half + phase;
 }
 
-/* Distance of the metric on the host, eight partial sums so it vectorises. */
-float host_distance(cagra_gpu_metric metric, const float *a, const float *b, uint32_t dim)
-{
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint32_t j = 0;
-    if (metric == CAGRA_GPU_L2) {
-        for (; j + 8 <= dim; j += 8)
-            for (int t = 0; t < 8; t++)
-                acc[t] += (a[j + t] - b[j + t]) * (a[j + t] - b[j + t]);
-        for (; j < dim; j++)
-            acc[0] += (a[j] - b[j]) * (a[j] - b[j]);
-    } else {
-        for (; j + 8 <= dim; j += 8)
-            for (int t = 0; t < 8; t++)
-                acc[t] += a[j + t] * b[j + t];
-        for (; j < dim; j++)
-            acc[0] += a[j] * b[j];
-    }
-    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    return metric == CAGRA_GPU_L2 ? sum : (metric == CAGRA_GPU_INNER_PRODUCT ? -sum : 1.0f - sum);
-}
-
 /* As many fixed entry nodes as the core takes: about 2 sqrt(n), a multiple
  * of 8, at most 512, so that well-separated clusters each own one. */
 uint64_t entry_node_count(uint64_t n)
@@ -152,42 +130,6 @@ uint64_t entry_node_count(uint64_t n)
     while (e * e < 4 * n && e < 512)
         e += 8;
     return std::min(e, n);
-}
-
-/* Fixed entry nodes as the core chooses them: the node nearest the mean
- * (found on the device), then farthest-point picks over a seeded sample. */
-std::vector<uint32_t> entry_nodes(const float *data, uint64_t n, uint32_t dim,
-                                  cagra_gpu_metric metric, uint32_t first, uint64_t seed,
-                                  uint32_t capacity)
-{
-    constexpr uint64_t kSampleSize = 8192;
-    std::vector<uint32_t> entries{first};
-    const uint64_t want = std::min<uint64_t>(entry_node_count(n), capacity);
-    if (want <= 1)
-        return entries;
-    std::vector<uint32_t> sample;
-    for (uint64_t i = 0; i < std::min(kSampleSize, n); i++)
-        sample.push_back(n <= kSampleSize ? (uint32_t)i
-                                          : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % n));
-    std::vector<float> nearest(sample.size());
-    for (size_t s = 0; s < sample.size(); s++)
-        nearest[s] = host_distance(metric, data + (uint64_t)sample[s] * dim,
-                                   data + (uint64_t)first * dim, dim);
-    while (entries.size() < want) {
-        size_t far = 0;
-        for (size_t s = 1; s < sample.size(); s++)
-            if (nearest[s] > nearest[far])
-                far = s;
-        uint32_t id = sample[far];
-        if (std::find(entries.begin(), entries.end(), id) != entries.end())
-            break; /* every sampled node is already an entry */
-        entries.push_back(id);
-        const float *row = data + (uint64_t)id * dim;
-        for (size_t s = 0; s < sample.size(); s++)
-            nearest[s] =
-                std::min(nearest[s], host_distance(metric, data + (uint64_t)sample[s] * dim, row, dim));
-    }
-    return entries;
 }
 
 uint32_t stride_for(uint32_t dim, cagra_gpu_dtype dtype)
@@ -453,8 +395,10 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
         check(cudaStreamSynchronize(stream.s), "the build");
         timer.lap("graph download");
         if (entry_capacity) {
-            const std::vector<uint32_t> e =
-                entry_nodes(data, n, dim, metric, entry, params->seed, entry_capacity);
+            const std::vector<uint32_t> e = farthest_entry_nodes(
+                half, metric, entry, params->seed,
+                (uint32_t)std::min<uint64_t>(entry_node_count(n), entry_capacity), stream.s);
+            timer.lap("entry nodes");
             std::copy(e.begin(), e.end(), entries_out);
             if (entry_count)
                 *entry_count = (uint32_t)e.size();

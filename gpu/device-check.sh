@@ -63,7 +63,10 @@ if [ "${SANITIZE:-0}" = 1 ] && [ "$(left)" -gt 240 ]; then
   step "compute-sanitizer memcheck"
   timeout 90 compute-sanitizer --tool memcheck --print-limit 5 "$tests" \
     --gtest_filter='GpuSearch.BadSearch*:GpuBuild.GraphInvariants*' >"$out/sanitizer.log" 2>&1
-  tail -5 "$out/sanitizer.log"
+  tail -3 "$out/sanitizer.log"
+  timeout 90 compute-sanitizer --tool racecheck --print-limit 5 "$tests" \
+    --gtest_filter='GpuSearch.BadSearch*' >"$out/racecheck.log" 2>&1
+  tail -3 "$out/racecheck.log"
 fi
 
 step "data set c1m ($bench_n x 128)"

@@ -7,6 +7,8 @@
 
 #include <cuda_fp16.h>
 
+#include <vector>
+
 #include "common.cuh"
 
 namespace cagra_gpu {
@@ -55,6 +57,12 @@ uint32_t central_node(const HalfDataset &data, cudaStream_t stream);
 
 /* CAGRA_GPU_VERBOSE set: phase timings of builds go to stderr. */
 bool verbose();
+
+/* Fixed entry nodes after `first`: farthest-point picks over a seeded
+ * sample of 8192 nodes, `want` in all (fewer when the sample runs out). */
+std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric,
+                                           uint32_t first, uint64_t seed, uint32_t want,
+                                           cudaStream_t stream);
 
 /* Device bytes of each phase; the build needs the largest sum alive at once. */
 uint64_t knn_phase_bytes(uint64_t n, uint32_t k);

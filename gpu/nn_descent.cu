@@ -476,6 +476,106 @@ __global__ void nearest_to_kernel(const __half *v, uint64_t n, uint32_t dim16, c
         atomicMin(best, ((unsigned long long)ordered_key(acc) << 32) | (uint32_t)u);
 }
 
+/* Farthest-point picks over a sample, one CTA: each step adds the sample
+ * farthest from every entry so far and updates the nearest distances. */
+constexpr uint32_t kEntryThreads = 1024;
+
+__global__ void __launch_bounds__(kEntryThreads)
+    farthest_points_kernel(const __half *v, uint32_t dim16, cagra_gpu_metric metric,
+                           const uint32_t *sample, uint32_t sample_count, uint32_t first,
+                           uint32_t want, uint32_t *entries, uint32_t *entry_count)
+{
+    extern __shared__ float nearest[]; /* sample_count */
+    __shared__ float best_d[32];
+    __shared__ uint32_t best_s[32];
+    __shared__ uint32_t s_next;
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+    for (uint32_t s = tid; s < sample_count; s += blockDim.x)
+        nearest[s] = INFINITY;
+    uint32_t entry = first, count = 0;
+    while (true) {
+        if (tid == 0)
+            entries[count] = entry;
+        count++;
+        if (count >= want)
+            break;
+        const uint4 *e = reinterpret_cast<const uint4 *>(v + (uint64_t)entry * dim16);
+        float my_best = -INFINITY;
+        uint32_t my_s = 0xFFFFFFFFu;
+        for (uint32_t s = tid; s < sample_count; s += blockDim.x) {
+            const uint4 *x = reinterpret_cast<const uint4 *>(v + (uint64_t)sample[s] * dim16);
+            float acc = 0.0f;
+            for (uint32_t c = 0; c < dim16 / 8; c++) {
+                uint4 a = e[c], b = x[c];
+                const __half2 *ha = reinterpret_cast<const __half2 *>(&a);
+                const __half2 *hb = reinterpret_cast<const __half2 *>(&b);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float2 fa = __half22float2(ha[i]), fb = __half22float2(hb[i]);
+                    if (metric == CAGRA_GPU_L2) {
+                        acc = fmaf(fa.x - fb.x, fa.x - fb.x, acc);
+                        acc = fmaf(fa.y - fb.y, fa.y - fb.y, acc);
+                    } else {
+                        acc = fmaf(fa.x, fb.x, acc);
+                        acc = fmaf(fa.y, fb.y, acc);
+                    }
+                }
+            }
+            /* scaled data: the order is what matters (cosine: 1 - dot decreases with dot) */
+            float d = metric == CAGRA_GPU_L2 ? acc : -acc;
+            float m = fminf(nearest[s], d);
+            nearest[s] = m;
+            if (m > my_best) {
+                my_best = m;
+                my_s = s;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xFFFFFFFFu, my_best, o);
+            uint32_t os = __shfl_xor_sync(0xFFFFFFFFu, my_s, o);
+            if (ob > my_best || (ob == my_best && os < my_s)) {
+                my_best = ob;
+                my_s = os;
+            }
+        }
+        if (lane == 0) {
+            best_d[warp] = my_best;
+            best_s[warp] = my_s;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            my_best = lane < blockDim.x / 32 ? best_d[lane] : -INFINITY;
+            my_s = lane < blockDim.x / 32 ? best_s[lane] : 0xFFFFFFFFu;
+            for (int o = 16; o > 0; o >>= 1) {
+                float ob = __shfl_xor_sync(0xFFFFFFFFu, my_best, o);
+                uint32_t os = __shfl_xor_sync(0xFFFFFFFFu, my_s, o);
+                if (ob > my_best || (ob == my_best && os < my_s)) {
+                    my_best = ob;
+                    my_s = os;
+                }
+            }
+            if (lane == 0)
+                s_next = my_s;
+        }
+        __syncthreads();
+        const uint32_t next = s_next == 0xFFFFFFFFu ? first : sample[s_next];
+        __syncthreads();
+        if (tid == 0) { /* entries[] is written by thread 0 only */
+            bool repeated = false;
+            for (uint32_t i = 0; i < count; i++)
+                repeated |= entries[i] == next;
+            s_next = repeated ? 0xFFFFFFFFu : next;
+        }
+        __syncthreads();
+        if (s_next == 0xFFFFFFFFu)
+            break; /* every sampled node is already an entry */
+        entry = s_next;
+        __syncthreads();
+    }
+    if (tid == 0)
+        *entry_count = min(count, want);
+}
+
 uint64_t coprime_stride(uint64_t m)
 {
     static const uint64_t primes[] = {1000003ULL, 998244353ULL, 1000000007ULL, 2147483647ULL};
@@ -559,6 +659,35 @@ uint32_t central_node(const HalfDataset &data, cudaStream_t stream)
     check(cudaMemcpyAsync(&key, best.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
     check(cudaStreamSynchronize(stream), "finding the central node");
     return (uint32_t)key;
+}
+
+std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric,
+                                           uint32_t first, uint64_t seed, uint32_t want,
+                                           cudaStream_t stream)
+{
+    constexpr uint64_t kSampleSize = 8192;
+    if (want <= 1)
+        return {first};
+    std::vector<uint32_t> sample;
+    for (uint64_t i = 0; i < std::min(kSampleSize, data.n); i++)
+        sample.push_back(data.n <= kSampleSize
+                             ? (uint32_t)i
+                             : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % data.n));
+    DeviceBuffer<uint32_t> dsample(sample.size()), dentries(want + 1), dcount(1);
+    check(cudaMemcpyAsync(dsample.get(), sample.data(), sample.size() * 4, cudaMemcpyHostToDevice,
+                          stream),
+          "cudaMemcpy");
+    farthest_points_kernel<<<1, kEntryThreads, sample.size() * sizeof(float), stream>>>(
+        data.vectors.get(), data.dim16, metric, dsample.get(), (uint32_t)sample.size(), first,
+        want, dentries.get(), dcount.get());
+    check_launch("farthest_points_kernel");
+    uint32_t count = 0;
+    check(cudaMemcpyAsync(&count, dcount.get(), 4, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+    check(cudaStreamSynchronize(stream), "choosing entry nodes");
+    std::vector<uint32_t> out(count);
+    check(cudaMemcpy(out.data(), dentries.get(), count * 4, cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    return out;
 }
 
 void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,

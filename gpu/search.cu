@@ -27,6 +27,8 @@ namespace {
 
 constexpr uint32_t kExpanded = 0x80000000u;
 constexpr uint64_t kEmptyKey = ~0ULL;
+/* Up to this size the candidate sort and the itopk merge run in one warp. */
+constexpr uint32_t kWarpMergeLimit = 128;
 
 template <class T>
 struct Row;
@@ -132,9 +134,26 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
     for (uint32_t c = count + threadIdx.x; c < sort_n; c += blockDim.x)
         cand[c] = kEmptyKey;
     __syncthreads();
+    const uint32_t m = min(sort_n, itopk_cap);
+    if (itopk_cap <= kWarpMergeLimit && sort_n <= kWarpMergeLimit) {
+        /* small buffers: one warp sorts and merges, no block barriers */
+        if (threadIdx.x < 32) {
+            const uint32_t lane = threadIdx.x;
+            if (sort_n > 1)
+                warp_sort(cand, sort_n, lane);
+            for (uint32_t t = lane; t < m; t += 32) {
+                uint32_t i = itopk_cap - m + t;
+                uint64_t x = itopk[i], y = cand[m - 1 - t];
+                itopk[i] = x < y ? x : y;
+            }
+            __syncwarp();
+            warp_bitonic_merge(itopk, itopk_cap, lane);
+        }
+        __syncthreads();
+        return;
+    }
     if (sort_n > 1)
         block_sort(cand, sort_n);
-    const uint32_t m = min(sort_n, itopk_cap);
     for (uint32_t t = threadIdx.x; t < m; t += blockDim.x) {
         uint32_t i = itopk_cap - m + t;
         uint64_t x = itopk[i], y = cand[m - 1 - t];
