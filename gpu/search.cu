@@ -27,8 +27,6 @@ namespace {
 
 constexpr uint32_t kExpanded = 0x80000000u;
 constexpr uint64_t kEmptyKey = ~0ULL;
-/* Up to this size the candidate sort and the itopk merge run in one warp. */
-constexpr uint32_t kWarpMergeLimit = 128;
 
 template <class T>
 struct Row;
@@ -114,7 +112,9 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
     for (uint32_t base = 0; base < count; base += teams) {
         uint32_t c = base + team;
         bool valid = c < count;
-        uint32_t id = valid ? (uint32_t)cand[c] : 0;
+        /* the team leader alone reads and later rewrites cand[c] */
+        uint32_t id = valid && tl == 0 ? (uint32_t)cand[c] : 0;
+        id = __shfl_sync(0xFFFFFFFFu, id, 0, TEAM);
         float acc = 0.0f;
         if (valid) {
             const T *row = vectors + (uint64_t)id * a.stride;
@@ -135,23 +135,6 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
         cand[c] = kEmptyKey;
     __syncthreads();
     const uint32_t m = min(sort_n, itopk_cap);
-    if (itopk_cap <= kWarpMergeLimit && sort_n <= kWarpMergeLimit) {
-        /* small buffers: one warp sorts and merges, no block barriers */
-        if (threadIdx.x < 32) {
-            const uint32_t lane = threadIdx.x;
-            if (sort_n > 1)
-                warp_sort(cand, sort_n, lane);
-            for (uint32_t t = lane; t < m; t += 32) {
-                uint32_t i = itopk_cap - m + t;
-                uint64_t x = itopk[i], y = cand[m - 1 - t];
-                itopk[i] = x < y ? x : y;
-            }
-            __syncwarp();
-            warp_bitonic_merge(itopk, itopk_cap, lane);
-        }
-        __syncthreads();
-        return;
-    }
     if (sort_n > 1)
         block_sort(cand, sort_n);
     for (uint32_t t = threadIdx.x; t < m; t += blockDim.x) {

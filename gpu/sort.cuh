@@ -66,21 +66,4 @@ __device__ inline void warp_sort(uint64_t *keys, uint32_t n, uint32_t lane)
     }
 }
 
-/* The bitonic merge run by one warp over its own keys[0..n). */
-__device__ inline void warp_bitonic_merge(uint64_t *keys, uint32_t n, uint32_t lane)
-{
-    for (uint32_t stride = n >> 1; stride > 0; stride >>= 1) {
-        for (uint32_t t = lane; t < n / 2; t += 32) {
-            uint32_t i = 2 * t - (t & (stride - 1));
-            uint32_t j = i + stride;
-            uint64_t a = keys[i], b = keys[j];
-            if (a > b) {
-                keys[i] = b;
-                keys[j] = a;
-            }
-        }
-        __syncwarp();
-    }
-}
-
 } // namespace cagra_gpu
