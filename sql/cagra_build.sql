@@ -126,9 +126,9 @@ RESET maintenance_work_mem;
 CREATE UNLOGGED TABLE t_unlogged (id int, v vector(3));
 INSERT INTO t_unlogged SELECT i, ARRAY[i, 2 * i, 0]::vector FROM generate_series(1, 100) i;
 CREATE INDEX t_unlogged_idx ON t_unlogged USING cagra (v);
-SELECT id FROM t_unlogged ORDER BY v <-> '[10,20,1]' LIMIT 3;
-INSERT INTO t_unlogged VALUES (1000, '[10,20,1]');
-SELECT id FROM t_unlogged ORDER BY v <-> '[10,20,1]' LIMIT 3;
+SELECT id FROM t_unlogged ORDER BY v <-> '[10,20.5,1]' LIMIT 3;
+INSERT INTO t_unlogged VALUES (1000, '[10,20.5,1]');
+SELECT id FROM t_unlogged ORDER BY v <-> '[10,20.5,1]' LIMIT 3;
 SELECT * FROM cagra_index_check('t_unlogged_idx');
 
 -- a NULL query vector (not a constant, so the index is used): rows come

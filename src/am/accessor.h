@@ -19,8 +19,12 @@ class CagraPageAccessor
 public:
 	/* Sees nodes 0..meta.n-1; edges to later nodes (appended after the
 	 * meta page was read) read as padding.  With record_nodes, the heap TID
-	 * and flags of every node whose distance was computed are kept. */
-	CagraPageAccessor(Relation index, const CagraMetaData &meta, bool record_nodes);
+	 * and flags of every node whose distance was computed are kept.  With
+	 * keep_pins, pages stay pinned until release_pins() (a scan re-reads the
+	 * same pages often: this saves the shared buffer lookups); the caller
+	 * must call release_pins() on its normal path (on error the resource
+	 * owner releases them). */
+	CagraPageAccessor(Relation index, const CagraMetaData &meta, bool record_nodes, bool keep_pins = false);
 
 	uint32_t size() const { return meta_.n; }
 	uint32_t degree() const { return meta_.graph_degree; }
@@ -41,15 +45,25 @@ public:
 	bool node_info(uint32_t id, NodeInfo *out) const;
 	void forget_nodes() { seen_.clear(); }
 
+	/* Unpin the pages kept by keep_pins. */
+	void release_pins();
+
 	/* Copy a node's vector (any layout) into `out` (dim() floats). */
 	void read_vector(uint32_t id, float *out, NodeInfo *info) const;
 
 private:
 	float distance_to(const float *query, uint32_t id, NodeInfo *info) const;
+	/* A share-locked buffer of `blkno` (pinned for the scan with keep_pins). */
+	Buffer lock_page(BlockNumber blkno) const;
+	void unlock_page(Buffer buf) const;
 
 	Relation	index_;
 	CagraMetaData meta_;
 	bool		record_;
 	mutable std::vector<float> vecbuf_;
 	mutable std::unordered_map<uint32_t, NodeInfo> seen_;
+	bool		keep_pins_;
+	uint32_t	max_pins_;
+	mutable std::vector<Buffer> pins_;			/* by block; InvalidBuffer: not pinned */
+	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */
 };

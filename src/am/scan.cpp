@@ -27,9 +27,57 @@ extern "C" {
 
 /* ---- the accessor ---- */
 
-CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, bool record_nodes)
-	: index_(index), meta_(meta), record_(record_nodes), vecbuf_(meta.dims)
+CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, bool record_nodes,
+									 bool keep_pins)
+	: index_(index), meta_(meta), record_(record_nodes), vecbuf_(meta.dims), keep_pins_(keep_pins)
 {
+	/* never hold so many pins that other backends run out of buffers */
+	max_pins_ = (uint32_t) Min(4096, NBuffers / 8);
+	if (keep_pins_)
+		pins_.assign(cagra_blocks_for(&meta_, meta_.n), InvalidBuffer);
+}
+
+Buffer
+CagraPageAccessor::lock_page(BlockNumber blkno) const
+{
+	if (!keep_pins_ || blkno >= pins_.size())
+		return cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+
+	Buffer		buf = pins_[blkno];
+
+	if (buf == InvalidBuffer)
+	{
+		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+		if (pinned_.size() < max_pins_)
+		{
+			pins_[blkno] = buf;
+			pinned_.push_back(blkno);
+		}
+		return buf;
+	}
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	return buf;
+}
+
+void
+CagraPageAccessor::unlock_page(Buffer buf) const
+{
+	BlockNumber blkno = BufferGetBlockNumber(buf);
+
+	if (keep_pins_ && blkno < pins_.size() && pins_[blkno] == buf)
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+	else
+		UnlockReleaseBuffer(buf);
+}
+
+void
+CagraPageAccessor::release_pins()
+{
+	for (BlockNumber blkno : pinned_)
+		ReleaseBuffer(pins_[blkno]);
+	for (BlockNumber blkno : pinned_)
+		pins_[blkno] = InvalidBuffer;
+	pinned_.clear();
 }
 
 const uint32_t *
@@ -39,10 +87,10 @@ CagraPageAccessor::neighbors(uint32_t id, uint32_t *scratch) const
 	uint32		off;
 
 	cagra_locate(&meta_, id, CAGRA_ROW_OFFSET, &blkno, &off);
-	Buffer		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+	Buffer		buf = lock_page(blkno);
 
 	memcpy(scratch, (char *) BufferGetPage(buf) + off, meta_.graph_degree * sizeof(uint32));
-	UnlockReleaseBuffer(buf);
+	unlock_page(buf);
 	for (uint32_t j = 0; j < meta_.graph_degree; j++)
 		if (scratch[j] >= meta_.n)
 			scratch[j] = cagra::kInvalidNode;
@@ -62,7 +110,7 @@ CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 	uint32		poff;
 
 	cagra_locate(&meta_, id, 0, &blkno, &poff);
-	Buffer		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+	Buffer		buf = lock_page(blkno);
 	const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((char *) BufferGetPage(buf) + poff);
 
 	if (info)
@@ -70,16 +118,16 @@ CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 		info->heap_tid = hdr->heap_tid;
 		info->flags = hdr->flags;
 	}
-	UnlockReleaseBuffer(buf);
+	unlock_page(buf);
 
 	while (len > 0)
 	{
 		cagra_locate(&meta_, id, voff + offset, &blkno, &poff);
 		uint32		chunk = Min(len, BLCKSZ - poff);
 
-		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+		buf = lock_page(blkno);
 		memcpy(dst + offset, (char *) BufferGetPage(buf) + poff, chunk);
-		UnlockReleaseBuffer(buf);
+		unlock_page(buf);
 		offset += chunk;
 		len -= chunk;
 	}
@@ -99,7 +147,7 @@ CagraPageAccessor::distance_to(const float *query, uint32_t id, NodeInfo *info) 
 	uint32		poff;
 
 	cagra_locate(&meta_, id, 0, &blkno, &poff);
-	Buffer		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+	Buffer		buf = lock_page(blkno);
 	const char *rec = (const char *) BufferGetPage(buf) + poff;
 	const CagraNodeHeader *hdr = (const CagraNodeHeader *) rec;
 
@@ -109,7 +157,7 @@ CagraPageAccessor::distance_to(const float *query, uint32_t id, NodeInfo *info) 
 									(const float *) (rec + cagra_vector_offset(meta_.graph_degree)),
 									meta_.dims);
 
-	UnlockReleaseBuffer(buf);
+	unlock_page(buf);
 	return d;
 }
 
@@ -159,8 +207,12 @@ struct CagraScanState
 	uint64		returned = 0;
 	bool		exhausted = false;
 
+	/* Normal paths only (rescan, a new search, endscan): unpins the pages.
+	 * On error the object is just deleted and the resource owner unpins. */
 	void reset()
 	{
+		if (accessor)
+			accessor->release_pins();
 		searcher.reset();
 		accessor.reset();
 		batch.clear();
@@ -256,7 +308,7 @@ cagra_start_search(CagraScanState *s, Relation index, const CagraMetaData *meta,
 		cagra::SearchParams params = cagra_search_params();
 
 		s->batch_size = params.itopk_size;
-		s->accessor.reset(new CagraPageAccessor(index, *meta, true));
+		s->accessor.reset(new CagraPageAccessor(index, *meta, true, true));
 		s->searcher.reset(new cagra::Searcher<CagraPageAccessor>(*s->accessor, s->query.data(),
 																 params, s->entries));
 		cagra_status_ok(st);
@@ -405,6 +457,7 @@ cagra_endscan(IndexScanDesc scan)
 {
 	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
 
+	cagra_reset_scan_state(so->state);
 	cagra_owner_free(so->owner);
 	pfree(so);
 	scan->opaque = NULL;
