@@ -66,4 +66,5 @@ private:
 	uint32_t	max_pins_;
 	mutable std::vector<Buffer> pins_;			/* by block; InvalidBuffer: not pinned */
 	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */
+	Buffer	   *hints_ = nullptr;			/* cagra_buffer_hints() (keep_pins only) */
 };

@@ -172,8 +172,14 @@ struct CagraPgError
 	ErrorData  *edata;
 };
 
-/* ReadBuffer + LockBuffer that throw CagraPgError instead of longjmp'ing. */
-Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode);
+/* ReadBuffer + LockBuffer that throw CagraPgError instead of longjmp'ing.
+ * With `hint` (a buffer that held the block before, or InvalidBuffer), the
+ * block is pinned through it when it is still there, and *hint is updated. */
+Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hint = NULL);
+
+/* This backend's buffer hints for `index`, at least nblocks entries (NULL
+ * when out of memory); valid until the next call. */
+Buffer	   *cagra_buffer_hints(Relation index, BlockNumber nblocks);
 
 /* Ties the lifetime of a C++ object to a memory context: deleted when the
  * context is reset or deleted (also on error), or earlier by cagra_owner_free. */

@@ -233,7 +233,7 @@ cagra_report_status(const CagraStatus *st)
  * re-thrown at the boundary.  This frame holds no C++ object.
  */
 Buffer
-cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode)
+cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hint)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile Buffer buf = InvalidBuffer;
@@ -241,7 +241,17 @@ cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode)
 
 	PG_TRY();
 	{
-		buf = ReadBuffer(index, blkno);
+		/* a buffer that held the block before can be pinned without a
+		 * lookup in the shared buffer mapping table */
+		if (hint && *hint != InvalidBuffer &&
+			ReadRecentBuffer(index->rd_node, MAIN_FORKNUM, blkno, *hint))
+			buf = *hint;
+		else
+		{
+			buf = ReadBuffer(index, blkno);
+			if (hint)
+				*hint = buf;
+		}
 		LockBuffer(buf, mode);
 	}
 	PG_CATCH();
@@ -254,6 +264,41 @@ cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode)
 	if (edata)
 		throw CagraPgError{edata};
 	return buf;
+}
+
+/*
+ * Backend-local buffer hints for the last index searched: for each block,
+ * the buffer that held it last time.  A search touches hundreds of pages
+ * spread over the index, and looking each up in the shared buffer mapping
+ * table is a large part of its cost.  One index at a time; rebuilt indexes
+ * have a new relfilenode and start over.
+ */
+static RelFileNode cagra_hint_node;
+static Buffer *cagra_hints;
+static BlockNumber cagra_hint_size;
+
+Buffer *
+cagra_buffer_hints(Relation index, BlockNumber nblocks)
+{
+	if (cagra_hints == NULL || !RelFileNodeEquals(cagra_hint_node, index->rd_node) ||
+		cagra_hint_size < nblocks)
+	{
+		BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
+		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
+																 MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
+																 MCXT_ALLOC_ZERO);
+
+		if (fresh == NULL)
+			return NULL;
+		if (cagra_hints && RelFileNodeEquals(cagra_hint_node, index->rd_node))
+			memcpy(fresh, cagra_hints, cagra_hint_size * sizeof(Buffer));
+		if (cagra_hints)
+			pfree(cagra_hints);
+		cagra_hints = fresh;
+		cagra_hint_size = size;
+		cagra_hint_node = index->rd_node;
+	}
+	return cagra_hints;
 }
 
 /* ---- C++ objects owned by memory contexts ---- */
