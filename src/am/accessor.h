@@ -66,5 +66,4 @@ private:
 	uint32_t	max_pins_;
 	mutable std::vector<Buffer> pins_;			/* by block; InvalidBuffer: not pinned */
 	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */
-	Buffer	   *hints_ = nullptr;			/* cagra_buffer_hints() (keep_pins only) */
 };

@@ -177,9 +177,9 @@ struct CagraPgError
  * block is pinned through it when it is still there, and *hint is updated. */
 Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hint = NULL);
 
-/* This backend's buffer hints for `index`, at least nblocks entries (NULL
- * when out of memory); valid until the next call. */
-Buffer	   *cagra_buffer_hints(Relation index, BlockNumber nblocks);
+/* This backend's buffer hint for block `blkno` of `index` (an index of at
+ * least `nblocks` blocks); NULL when out of memory.  Valid until the next call. */
+Buffer	   *cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks);
 
 /* Ties the lifetime of a C++ object to a memory context: deleted when the
  * context is reset or deleted (also on error), or earlier by cagra_owner_free. */

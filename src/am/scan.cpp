@@ -34,10 +34,7 @@ CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, 
 	/* never hold so many pins that other backends run out of buffers */
 	max_pins_ = (uint32_t) Min(4096, NBuffers / 8);
 	if (keep_pins_)
-	{
 		pins_.assign(cagra_blocks_for(&meta_, meta_.n), InvalidBuffer);
-		hints_ = cagra_buffer_hints(index_, (BlockNumber) pins_.size());
-	}
 }
 
 Buffer
@@ -50,7 +47,8 @@ CagraPageAccessor::lock_page(BlockNumber blkno) const
 
 	if (buf == InvalidBuffer)
 	{
-		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE, hints_ ? &hints_[blkno] : NULL);
+		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE,
+									   cagra_buffer_hint(index_, blkno, (BlockNumber) pins_.size()));
 		if (pinned_.size() < max_pins_)
 		{
 			pins_[blkno] = buf;

@@ -278,27 +278,28 @@ static Buffer *cagra_hints;
 static BlockNumber cagra_hint_size;
 
 Buffer *
-cagra_buffer_hints(Relation index, BlockNumber nblocks)
+cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks)
 {
-	if (cagra_hints == NULL || !RelFileNodeEquals(cagra_hint_node, index->rd_node) ||
-		cagra_hint_size < nblocks)
-	{
-		BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
-		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
-																 MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
-																 MCXT_ALLOC_ZERO);
+	if (cagra_hints && blkno < cagra_hint_size && RelFileNodeEquals(cagra_hint_node, index->rd_node))
+		return &cagra_hints[blkno];
+	if (blkno >= nblocks)
+		return NULL;
 
-		if (fresh == NULL)
-			return NULL;
-		if (cagra_hints && RelFileNodeEquals(cagra_hint_node, index->rd_node))
-			memcpy(fresh, cagra_hints, cagra_hint_size * sizeof(Buffer));
-		if (cagra_hints)
-			pfree(cagra_hints);
-		cagra_hints = fresh;
-		cagra_hint_size = size;
-		cagra_hint_node = index->rd_node;
-	}
-	return cagra_hints;
+	BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
+	Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
+															 MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
+															 MCXT_ALLOC_ZERO);
+
+	if (fresh == NULL)
+		return NULL;
+	if (cagra_hints && RelFileNodeEquals(cagra_hint_node, index->rd_node))
+		memcpy(fresh, cagra_hints, Min(cagra_hint_size, size) * sizeof(Buffer));
+	if (cagra_hints)
+		pfree(cagra_hints);
+	cagra_hints = fresh;
+	cagra_hint_size = size;
+	cagra_hint_node = index->rd_node;
+	return &cagra_hints[blkno];
 }
 
 /* ---- C++ objects owned by memory contexts ---- */
