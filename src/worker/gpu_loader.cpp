@@ -51,7 +51,10 @@ cagra_gpu_open(const char *path, char *why, size_t whylen)
 	{
 		const char *err = dlerror();
 
-		snprintf(why, whylen, "cannot open %s: %s", full.c_str(), err ? err : "unknown error");
+		if (err)
+			strlcpy(why, err, whylen);
+		else
+			snprintf(why, whylen, "cannot open %s", full.c_str());
 		return NULL;
 	}
 

@@ -6,6 +6,7 @@
 #include "worker/worker.h"
 
 extern "C" {
+#include "miscadmin.h"
 #include "utils/guc.h"
 }
 
@@ -54,6 +55,11 @@ cagra_worker_define_gucs(void)
 							"How long a backend waits for one answer of the GPU worker before searching on the CPU.",
 							NULL, &cagra_worker_timeout_ms, 10000, 1, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	/* Server-start settings exist only where the worker can: PostgreSQL
+	 * refuses PGC_POSTMASTER variables from a library loaded later. */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 	DefineCustomStringVariable("cagra.gpu_library",
 							   "Path of libcagra_gpu.so, opened by the GPU worker only.",
 							   NULL, &cagra_gpu_library, "$libdir/libcagra_gpu.so",

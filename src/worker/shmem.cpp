@@ -80,8 +80,11 @@ cagra_register_bgworker(void)
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
-	worker.bgw_start_time = BgWorkerStart_PostmasterStart;
+	/* connected to no database (shared catalogs only), as the logical
+	 * replication launcher is: it is then a backend that pg_stat_activity
+	 * lists and pg_terminate_backend can stop */
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;
 	worker.bgw_restart_time = 5;
 	strlcpy(worker.bgw_library_name, "cagra", BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "cagra_worker_main", BGW_MAXLEN);

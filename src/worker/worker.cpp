@@ -98,7 +98,9 @@ cagra_worker_open_engine(void)
 	cagra_engine_init(api);
 	if (cagra_engine_device_count() == 0)
 	{
-		snprintf(why, sizeof(why), "no usable CUDA device (%s)", api->last_error());
+		const char *err = api->last_error();
+
+		strlcpy(why, err && err[0] ? err : "no usable CUDA device", sizeof(why));
 		cagra_worker_set_state(CAGRA_WS_NO_DEVICE, why);
 		return false;
 	}
@@ -128,6 +130,8 @@ cagra_worker_main(Datum arg)
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("cagra gpu worker");
 
 	cagra_worker_announce();
 	on_shmem_exit(cagra_worker_on_exit, (Datum) 0);
