@@ -98,6 +98,56 @@ __device__ inline bool hash_insert(uint32_t *hash, uint32_t mask, uint32_t *coun
     }
 }
 
+/* One warp sorts up to 32 candidates in registers (a key per lane, bitonic
+ * network over shuffles) and merges them into an itopk buffer of 32 * R
+ * keys held as R registers per lane: no shared-memory round trips or block
+ * barriers inside the network. */
+template <int R>
+__device__ void warp_merge_small(uint64_t *itopk, const uint64_t *cand, uint32_t count,
+                                 uint32_t lane)
+{
+    uint64_t c = lane < count ? cand[lane] : kEmptyKey;
+#pragma unroll
+    for (uint32_t size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+        for (uint32_t stride = size / 2; stride > 0; stride >>= 1) {
+            uint64_t o = __shfl_xor_sync(0xFFFFFFFFu, c, stride);
+            bool keep_min = ((lane & stride) == 0) == ((lane & size) == 0);
+            c = keep_min ? (c < o ? c : o) : (c < o ? o : c);
+        }
+    }
+    uint64_t v[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        v[r] = itopk[r * 32 + lane];
+    /* half-cleaner: the last 32 entries against the candidates reversed */
+    uint64_t rc = __shfl_sync(0xFFFFFFFFu, c, 31 - lane);
+    v[R - 1] = v[R - 1] < rc ? v[R - 1] : rc;
+    /* bitonic merge: strides of whole registers, then across lanes */
+#pragma unroll
+    for (int s = R / 2; s > 0; s >>= 1) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if ((r & s) == 0) {
+                uint64_t a = v[r], b = v[r + s];
+                v[r] = a < b ? a : b;
+                v[r + s] = a < b ? b : a;
+            }
+    }
+#pragma unroll
+    for (uint32_t stride = 16; stride > 0; stride >>= 1) {
+        bool lower = (lane & stride) == 0;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            uint64_t o = __shfl_xor_sync(0xFFFFFFFFu, v[r], stride);
+            v[r] = lower ? (v[r] < o ? v[r] : o) : (v[r] < o ? o : v[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        itopk[r * 32 + lane] = v[r];
+}
+
 /* Computes distances for cand[0..count), pads up to the sort size, sorts,
  * and merges into itopk.  All threads call it. */
 template <class T, int TEAM>
@@ -130,6 +180,19 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
             cand[c] = ((uint64_t)ordered_key(d) << 32) | id;
         }
     }
+    if (count <= 32 && itopk_cap <= 128) {
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            if (itopk_cap == 32)
+                warp_merge_small<1>(itopk, cand, count, threadIdx.x);
+            else if (itopk_cap == 64)
+                warp_merge_small<2>(itopk, cand, count, threadIdx.x);
+            else
+                warp_merge_small<4>(itopk, cand, count, threadIdx.x);
+        }
+        __syncthreads();
+        return;
+    }
     const uint32_t sort_n = pow2_at_least(count);
     for (uint32_t c = count + threadIdx.x; c < sort_n; c += blockDim.x)
         cand[c] = kEmptyKey;
@@ -147,7 +210,7 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
 }
 
 template <class T, int TEAM>
-__global__ void search_kernel(SearchArgs a)
+__global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint32_t s_cand_count, s_hash_count, s_parents;

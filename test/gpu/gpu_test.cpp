@@ -495,7 +495,7 @@ TEST(GpuSearch, BatchSizes)
     GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
     Loaded l;
     load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
-    for (uint32_t nq : {1u, 7u, 10000u}) {
+    for (uint32_t nq : {1u, 7u, 10000u, 100000u}) {
         SCOPED_TRACE("batch " + std::to_string(nq));
         auto queries = queries_near(data, dim, nq, 100 + nq, cagra::Metric::L2);
         Results r = gpu_search(l.ix, queries, dim, k, 64);
@@ -531,6 +531,26 @@ TEST(GpuSearch, MetricsAndHalfVectors)
     }
 }
 
+TEST(GpuSearch, OddDimensionPadsRows)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 13, k = 10, nq = 200;
+    const uint64_t n = 3000;
+    auto data = clustered(n, dim, 61, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 62, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    expect_graph_valid(g.graph, n, 32);
+    Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, k);
+    for (bool fp16 : {false, true}) {
+        SCOPED_TRACE(fp16 ? "fp16" : "fp32");
+        Loaded l;
+        load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries, fp16);
+        Results r = gpu_search(l.ix, queries, dim, k, 64);
+        expect_results_exact(r, data, queries, dim, cagra::Metric::L2, k, fp16);
+        EXPECT_GE(recall(truth, r.ids, k), 0.9);
+    }
+}
+
 TEST(GpuSearch, FilterAndLargeK)
 {
     REQUIRE_DEVICE();
@@ -548,6 +568,13 @@ TEST(GpuSearch, FilterAndLargeK)
         ASSERT_EQ(id % 2, 0u) << "a filtered-out node was returned";
     Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, 10, &even);
     EXPECT_GE(recall(truth, r.ids, 10), 0.85);
+
+    std::vector<uint64_t> none((n + 63) / 64, 0);
+    Results empty = gpu_search(l.ix, queries, dim, 10, 64, &none);
+    for (size_t i = 0; i < empty.ids.size(); i++) {
+        ASSERT_EQ(empty.ids[i], CAGRA_GPU_INVALID_NODE);
+        ASSERT_TRUE(std::isinf(empty.dists[i]));
+    }
 
     Results big = gpu_search(l.ix, queries, dim, 512, 512);
     expect_results_exact(big, data, queries, dim, cagra::Metric::L2, 512);
