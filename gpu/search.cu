@@ -168,7 +168,7 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
         float acc = 0.0f;
         if (valid) {
             const T *row = vectors + (uint64_t)id * a.stride;
-#pragma unroll 4
+#pragma unroll(TEAM == 32 ? 2 : 4)
             for (uint32_t ch = tl; ch < chunks; ch += TEAM)
                 acc = Row<T>::chunk(row, q, ch, l2, acc);
         }
