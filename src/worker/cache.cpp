@@ -64,6 +64,14 @@ cagra_cache_limit(void)
 	return smallest == UINT64_MAX ? 0 : smallest / 10 * 9;
 }
 
+/* Most appended nodes the backend searches exactly before a copy of n
+ * nodes is replaced: each query reads that many vectors from the pages. */
+static uint32_t
+cagra_tail_limit(uint32_t n)
+{
+	return std::min<uint32_t>(1024, std::max<uint32_t>(64, n / 64));
+}
+
 static CagraCopyMatch
 cagra_copy_match(const CagraIndexCopy &c, const CagraIndexKey &key)
 {
@@ -73,7 +81,7 @@ cagra_copy_match(const CagraIndexCopy &c, const CagraIndexKey &key)
 	int64_t		dgen = (int64_t) key.generation - (int64_t) c.key.generation;
 	int64_t		dn = (int64_t) key.n - (int64_t) c.key.n;
 
-	if (dgen == dn && key.n >= c.key.n)
+	if (dgen == dn && key.n >= c.key.n && key.n - c.key.n <= cagra_tail_limit(c.key.n))
 		return CAGRA_COPY_INSERTS_ONLY;
 	return CAGRA_COPY_NONE;
 }

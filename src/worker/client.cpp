@@ -484,6 +484,12 @@ cagra_worker_scan_skip(CagraWorkerScan *ws, ItemPointer tid, double value)
 	return false;
 }
 
+const CagraMetaData *
+cagra_worker_scan_meta(const CagraWorkerScan *ws)
+{
+	return &ws->meta;
+}
+
 void
 cagra_worker_scan_end(CagraWorkerScan *ws)
 {

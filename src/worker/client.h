@@ -29,6 +29,11 @@ bool		cagra_worker_scan_next(CagraWorkerScan *ws, ItemPointer tid, double *value
  * skipped (already returned, or closer than the last one returned). */
 bool		cagra_worker_scan_skip(CagraWorkerScan *ws, ItemPointer tid, double value);
 
+/* The meta page the worker's search was made for (the CPU continuation
+ * uses the same). */
+const CagraMetaData *cagra_worker_scan_meta(const CagraWorkerScan *ws);
+
+/* NULL is allowed. */
 void		cagra_worker_scan_end(CagraWorkerScan *ws);
 
 /* ---- builds ---- */

@@ -49,6 +49,9 @@ cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t
 {
 	if (p->first == 0)
 	{
+		/* a backend runs one build at a time: older ones were abandoned */
+		for (auto it = builds.begin(); it != builds.end();)
+			it = it->first.first == id.first ? builds.erase(it) : std::next(it);
 		cagra_worker_forget_builds();
 		std::unique_ptr<CagraBuildJobState> j(new CagraBuildJobState());
 
