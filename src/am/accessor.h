@@ -63,6 +63,7 @@ private:
 	mutable std::vector<float> vecbuf_;
 	mutable std::unordered_map<uint32_t, NodeInfo> seen_;
 	bool		keep_pins_;
+	BlockNumber nblocks_;						/* blocks that hold nodes 0..n-1 */
 	uint32_t	max_pins_;
 	mutable std::vector<Buffer> pins_;			/* by block; InvalidBuffer: not pinned */
 	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */

@@ -33,22 +33,24 @@ CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, 
 {
 	/* never hold so many pins that other backends run out of buffers */
 	max_pins_ = (uint32_t) Min(4096, NBuffers / 8);
+	nblocks_ = cagra_blocks_for(&meta_, meta_.n);
 	if (keep_pins_)
-		pins_.assign(cagra_blocks_for(&meta_, meta_.n), InvalidBuffer);
+		pins_.assign(nblocks_, InvalidBuffer);
 }
 
 Buffer
 CagraPageAccessor::lock_page(BlockNumber blkno) const
 {
 	if (!keep_pins_ || blkno >= pins_.size())
-		return cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE);
+		return cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE,
+										cagra_buffer_hint(index_, blkno, nblocks_));
 
 	Buffer		buf = pins_[blkno];
 
 	if (buf == InvalidBuffer)
 	{
 		buf = cagra_read_locked_buffer(index_, blkno, BUFFER_LOCK_SHARE,
-									   cagra_buffer_hint(index_, blkno, (BlockNumber) pins_.size()));
+									   cagra_buffer_hint(index_, blkno, nblocks_));
 		if (pinned_.size() < max_pins_)
 		{
 			pins_[blkno] = buf;
