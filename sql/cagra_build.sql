@@ -131,6 +131,19 @@ INSERT INTO t_unlogged VALUES (1000, '[10,20.5,1]');
 SELECT id FROM t_unlogged ORDER BY v <-> '[10,20.5,1]' LIMIT 3;
 SELECT * FROM cagra_index_check('t_unlogged_idx');
 
+-- 16,000 dimensions: a node spans several pages
+CREATE TABLE t_wide (id int, v vector(16000));
+INSERT INTO t_wide SELECT i, array_fill(i::real, ARRAY[16000])::vector FROM generate_series(1, 30) i;
+CREATE INDEX t_wide_idx ON t_wide USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16);
+SELECT dimensions, nodes, nodes_per_page, pages_per_node, pages FROM cagra_index_info('t_wide_idx');
+INSERT INTO t_wide SELECT i, array_fill(i::real, ARRAY[16000])::vector FROM generate_series(31, 35) i;
+SELECT * FROM cagra_index_check('t_wide_idx');
+SELECT id FROM t_wide ORDER BY v <-> array_fill(33.2::real, ARRAY[16000])::vector LIMIT 3;
+DELETE FROM t_wide WHERE id = 33;
+VACUUM t_wide;
+SELECT id FROM t_wide ORDER BY v <-> array_fill(33.2::real, ARRAY[16000])::vector LIMIT 3;
+SELECT * FROM cagra_index_check('t_wide_idx');
+
 -- a NULL query vector (not a constant, so the index is used): rows come
 -- with NULL distances, in no particular order
 SELECT count(*), count(d) FROM (SELECT id, v <-> (SELECT NULL::vector) AS d FROM t_small
@@ -149,4 +162,4 @@ SELECT * FROM cagra_index_check('t_small');
 -- opclass validation
 SELECT amvalidate(oid) FROM pg_opclass WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'cagra') ORDER BY opcname;
 
-DROP TABLE t_empty, t_one, t_small, t_ops, t_zero, t_any, t_mixed, t_mem, t_unlogged;
+DROP TABLE t_empty, t_one, t_small, t_ops, t_zero, t_any, t_mixed, t_mem, t_unlogged, t_wide;
