@@ -89,41 +89,6 @@ cagra_check_build_memory(const CagraBuildState *bs, uint64 n)
 			 errhint("Raise maintenance_work_mem.")));
 }
 
-/* prepare_vector behind a boundary: the core must never throw into the callback. */
-static bool
-cagra_prepare_into(cagra::Metric metric, const float *in, float *out, uint32 dims) noexcept
-{
-	try
-	{
-		cagra::prepare_vector(metric, in, out, dims);
-		return true;
-	}
-	catch (...)
-	{
-		return false;
-	}
-}
-
-static bool
-cagra_is_zero_vector(const float *x, uint32 dims)
-{
-	for (uint32 i = 0; i < dims; i++)
-		if (x[i] != 0.0f)
-			return false;
-	return true;
-}
-
-void
-cagra_check_dims(Relation index, uint32 expected, int actual)
-{
-	if ((int) expected != actual)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("expected %u dimensions, not %d", expected, actual),
-				 errdetail("Index \"%s\" holds vectors of %u dimensions.",
-						   RelationGetRelationName(index), expected)));
-}
-
 static void
 cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 					 bool tupleIsAlive, void *state)
@@ -163,10 +128,7 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 		bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
 		bs->capacity = cap;
 	}
-	if (!cagra_prepare_into(bs->metric, v->x, bs->vectors + bs->n * bs->dims, bs->dims))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("vector could not be prepared for the index")));
+	cagra_prepare(bs->metric, v->x, bs->vectors + bs->n * bs->dims, bs->dims);
 	bs->tids[bs->n] = *tid;
 	bs->n++;
 	if ((bs->n & 1023) == 0)

@@ -121,6 +121,9 @@ void		cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 
 
 /* ERROR unless a vector of `actual` dimensions fits an index of `expected`. */
 void		cagra_check_dims(Relation index, uint32 expected, int actual);
+bool		cagra_is_zero_vector(const float *x, int dims);
+/* The vector as the index stores it (core prepare_vector: normalised under cosine). */
+void		cagra_prepare(cagra::Metric metric, const float *in, float *out, uint32 dims);
 
 /* ---- options, GUCs ---- */
 

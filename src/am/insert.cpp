@@ -24,20 +24,6 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-static bool
-cagra_prepare_vector(cagra::Metric metric, const float *in, float *out, uint32 dims) noexcept
-{
-	try
-	{
-		cagra::prepare_vector(metric, in, out, dims);
-		return true;
-	}
-	catch (...)
-	{
-		return false;
-	}
-}
-
 /* The core's plan for node `new_id`, in a C++ object the caller owns. */
 static cagra::InsertPlan *
 cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
@@ -124,15 +110,6 @@ cagra_fix_dims(CagraMetaData *meta, int dims)
 	cagra_compute_layout(meta);
 }
 
-static bool
-cagra_is_zero(const float *x, int dims)
-{
-	for (int i = 0; i < dims; i++)
-		if (x[i] != 0.0f)
-			return false;
-	return true;
-}
-
 bool
 cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 			 Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
@@ -155,7 +132,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 
 	cagra::Metric metric = (cagra::Metric) meta.metric;
 
-	if (metric == cagra::Metric::Cosine && cagra_is_zero(v->x, v->dim))
+	if (metric == cagra::Metric::Cosine && cagra_is_zero_vector(v->x, v->dim))
 	{
 		/* not indexed, as in a build: its cosine distance is undefined */
 		cagra_unlock_writers(index, ExclusiveLock);
@@ -171,8 +148,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 
 	float	   *vec = (float *) palloc(meta.dims * sizeof(float));
 
-	if (!cagra_prepare_vector(metric, v->x, vec, meta.dims))
-		elog(ERROR, "cagra could not prepare a vector for the index");
+	cagra_prepare(metric, v->x, vec, meta.dims);
 
 	uint32		new_id = meta.n;
 	cagra::InsertPlan *plan = cagra_plan_insert(index, &meta, vec, new_id, &st);

@@ -5,6 +5,8 @@
  */
 #include "am/cagra_am.h"
 
+#include "core/distance.h"
+
 #include <cstring>
 #include <exception>
 #include <new>
@@ -136,6 +138,51 @@ cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 id,
 		offset += chunk;
 		len -= chunk;
 	}
+}
+
+/* ---- vectors ---- */
+
+void
+cagra_check_dims(Relation index, uint32 expected, int actual)
+{
+	if ((int) expected != actual)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("expected %u dimensions, not %d", expected, actual),
+				 errdetail("Index \"%s\" holds vectors of %u dimensions.",
+						   RelationGetRelationName(index), expected)));
+}
+
+bool
+cagra_is_zero_vector(const float *x, int dims)
+{
+	for (int i = 0; i < dims; i++)
+		if (x[i] != 0.0f)
+			return false;
+	return true;
+}
+
+/* The core's prepare_vector behind a boundary (it does not throw today; if
+ * it ever does, the caller gets a PostgreSQL error, not a crash). */
+static bool
+cagra_prepare_noexcept(cagra::Metric metric, const float *in, float *out, uint32 dims) noexcept
+{
+	try
+	{
+		cagra::prepare_vector(metric, in, out, dims);
+		return true;
+	}
+	catch (...)
+	{
+		return false;
+	}
+}
+
+void
+cagra_prepare(cagra::Metric metric, const float *in, float *out, uint32 dims)
+{
+	if (!cagra_prepare_noexcept(metric, in, out, dims))
+		elog(ERROR, "cagra could not prepare a vector for the index");
 }
 
 /* ---- insert lock ---- */
