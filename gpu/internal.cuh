@@ -67,6 +67,5 @@ std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_me
 /* Device bytes of each phase; the build needs the largest sum alive at once. */
 uint64_t knn_phase_bytes(uint64_t n, uint32_t k);
 uint64_t optimize_phase_bytes(uint64_t n, uint32_t k, uint32_t degree);
-uint64_t half_dataset_bytes(uint64_t n, uint32_t dim);
 
 } // namespace cagra_gpu

@@ -186,7 +186,7 @@ __global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *n
                               uint32_t *old_rev_cnt)
 {
     uint32_t lane = threadIdx.x & 31;
-    uint32_t u = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    uint32_t u = (uint32_t)((blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32);
     if (u >= n)
         return;
     uint32_t taken_new = 0, taken_old = 0;
@@ -591,12 +591,6 @@ int grid_for(uint64_t threads, int block)
 }
 
 } // namespace
-
-uint64_t half_dataset_bytes(uint64_t n, uint32_t dim)
-{
-    uint64_t dim16 = round_up(dim, 16);
-    return n * dim * 4 + n * dim16 * 2 + n * 4;
-}
 
 uint64_t knn_phase_bytes(uint64_t n, uint32_t k)
 {
