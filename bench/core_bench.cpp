@@ -6,9 +6,11 @@
  * M=16, ef_construction=64 over an ef sweep, and exact search.
  *
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
- *                       [--width W] [--repeat R] [--no-hnswlib]
+ *                       [--width W] [--repeat R] [--iterations N] [--termination T]
+ *                       [--no-hnswlib]
  */
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +36,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/* CPU seconds of this process: on a shared machine the wall clock also
+ * counts time spent waiting for a core. */
+double cpu_seconds()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 double peak_rss_mib()
 {
@@ -87,6 +98,8 @@ struct Options {
     uint32_t intermediate = 64;
     uint32_t width = 1;
     uint32_t repeat = 2;
+    uint32_t iterations = 0; /* 0: the library default */
+    float termination = -1;  /* < 0: the library default */
     bool hnswlib = true;
 };
 
@@ -108,6 +121,10 @@ Options parse(int argc, char **argv)
             o.intermediate = value();
         else if (a == "--width")
             o.width = value();
+        else if (a == "--iterations")
+            o.iterations = value();
+        else if (a == "--termination")
+            o.termination = std::stof(argv[++i]);
         else if (a == "--repeat")
             o.repeat = std::max(1u, value());
         else if (a == "--no-hnswlib")
@@ -119,20 +136,27 @@ Options parse(int argc, char **argv)
     }
     if (o.dir.empty())
         throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
-                                 "[--repeat R] [--no-hnswlib]");
+                                 "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib]");
     return o;
 }
 
-/* Runs fn(q) for every query, `repeat` times; returns the best queries/s. */
+struct Qps {
+    double wall = 0; /* queries per wall-clock second */
+    double cpu = 0;  /* queries per CPU second */
+};
+
+/* Runs fn(q) for every query, `repeat` times; returns the best rates. */
 template <class Fn>
-double best_qps(uint64_t nq, uint32_t repeat, Fn &&fn)
+Qps best_qps(uint64_t nq, uint32_t repeat, Fn &&fn)
 {
-    double best = 0;
+    Qps best;
     for (uint32_t r = 0; r < repeat; r++) {
         auto t0 = Clock::now();
+        double c0 = cpu_seconds();
         for (uint64_t q = 0; q < nq; q++)
             fn(q);
-        best = std::max(best, nq / seconds_since(t0));
+        best.wall = std::max(best.wall, nq / seconds_since(t0));
+        best.cpu = std::max(best.cpu, nq / (cpu_seconds() - c0));
     }
     return best;
 }
@@ -160,16 +184,22 @@ int main(int argc, char **argv)
         bp.graph_degree = o.degree;
         bp.intermediate_degree = o.intermediate;
         bp.threads = o.threads;
+        if (o.iterations)
+            bp.nn_descent_max_iterations = o.iterations;
+        if (o.termination >= 0)
+            bp.nn_descent_termination = o.termination;
         cagra::DatasetView view{base.data(), n, dim};
         auto t0 = Clock::now();
+        double c0 = cpu_seconds();
         cagra::BuiltGraph built = cagra::build_graph(view, cagra::Metric::L2, bp);
-        double build_s = seconds_since(t0);
+        double build_s = seconds_since(t0), build_cpu = cpu_seconds() - c0;
         double rss_cagra = peak_rss_mib();
-        std::printf("\ncagra: build %.2f s (%u threads, graph_degree %u, intermediate %u), peak RSS %.0f MiB "
-                    "(data alone %.0f MiB)\n",
-                    build_s, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
+        std::printf("\ncagra: build %.2f s wall, %.2f s CPU (%u threads, graph_degree %u, intermediate %u), "
+                    "peak RSS %.0f MiB (data alone %.0f MiB)\n",
+                    build_s, build_cpu, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
         cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
-        std::printf("%-8s %-6s %-10s %-12s %-14s\n", "itopk", "width", "recall@10", "QPS/thread", "dists/query");
+        std::printf("%-8s %-6s %-10s %-12s %-12s %-14s\n", "itopk", "width", "recall@10", "QPS(wall)", "QPS(CPU)",
+                    "dists/query");
         std::vector<uint32_t> found(nq * 10);
         for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u}) {
             cagra::SearchParams sp;
@@ -177,15 +207,15 @@ int main(int argc, char **argv)
             sp.search_width = std::min(o.width, itopk);
             uint64_t dists = 0;
             cagra::Neighbor out[10];
-            double qps = best_qps(nq, o.repeat, [&](uint64_t q) {
+            Qps qps = best_qps(nq, o.repeat, [&](uint64_t q) {
                 cagra::Searcher<cagra::InMemoryGraph> s(graph, &queries[q * dim], sp, built.entry_nodes);
                 uint32_t got = s.next(10, out);
                 for (uint32_t i = 0; i < 10; i++)
                     found[q * 10 + i] = i < got ? out[i].id : cagra::kInvalidNode;
                 dists += s.distance_count();
             });
-            std::printf("%-8u %-6u %-10.4f %-12.0f %-14.0f\n", itopk, sp.search_width,
-                        recall_at_10(found, gt, gdim, nq), qps, (double)dists / (nq * o.repeat));
+            std::printf("%-8u %-6u %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, sp.search_width,
+                        recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu, (double)dists / (nq * o.repeat));
         }
 
 #ifdef CAGRA_BENCH_HNSWLIB
@@ -193,6 +223,7 @@ int main(int argc, char **argv)
             hnswlib::L2Space space(dim);
             hnswlib::HierarchicalNSW<float> hnsw(&space, n, 16, 64, 100);
             t0 = Clock::now();
+            c0 = cpu_seconds();
             std::vector<std::thread> pool;
             std::atomic<uint64_t> next{0};
             hnsw.addPoint(base.data(), 0);
@@ -203,18 +234,19 @@ int main(int argc, char **argv)
                 });
             for (auto &th : pool)
                 th.join();
-            double hbuild = seconds_since(t0);
-            std::printf("\nhnswlib: build %.2f s (%u threads, M=16, ef_construction=64), peak RSS %.0f MiB\n", hbuild,
-                        o.threads, peak_rss_mib());
-            std::printf("%-8s %-10s %-12s\n", "ef", "recall@10", "QPS/thread");
+            double hbuild = seconds_since(t0), hcpu = cpu_seconds() - c0;
+            std::printf("\nhnswlib: build %.2f s wall, %.2f s CPU (%u threads, M=16, ef_construction=64), "
+                        "peak RSS %.0f MiB\n",
+                        hbuild, hcpu, o.threads, peak_rss_mib());
+            std::printf("%-8s %-10s %-12s %-12s\n", "ef", "recall@10", "QPS(wall)", "QPS(CPU)");
             for (uint32_t ef : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u}) {
                 hnsw.setEf(ef);
-                double qps = best_qps(nq, o.repeat, [&](uint64_t q) {
+                Qps qps = best_qps(nq, o.repeat, [&](uint64_t q) {
                     auto res = hnsw.searchKnnCloserFirst(&queries[q * dim], 10);
                     for (uint32_t i = 0; i < 10; i++)
                         found[q * 10 + i] = i < res.size() ? (uint32_t)res[i].second : cagra::kInvalidNode;
                 });
-                std::printf("%-8u %-10.4f %-12.0f\n", ef, recall_at_10(found, gt, gdim, nq), qps);
+                std::printf("%-8u %-10.4f %-12.0f %-12.0f\n", ef, recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu);
             }
         }
 #else
@@ -224,15 +256,15 @@ int main(int argc, char **argv)
         /* --- exact search on a subset of the queries --- */
         uint64_t exact_nq = std::min<uint64_t>(nq, 100);
         std::vector<std::pair<float, uint32_t>> all(n);
-        double eqps = best_qps(exact_nq, 1, [&](uint64_t q) {
+        Qps eqps = best_qps(exact_nq, 1, [&](uint64_t q) {
             for (uint64_t i = 0; i < n; i++)
                 all[i] = {cagra::l2_squared(&queries[q * dim], &base[i * dim], dim), (uint32_t)i};
             std::partial_sort(all.begin(), all.begin() + 10, all.end());
             for (uint32_t i = 0; i < 10; i++)
                 found[q * 10 + i] = all[i].second;
         });
-        std::printf("\nexact (brute force, 1 thread, %lu queries): recall@10 %.4f, QPS %.1f\n",
-                    (unsigned long)exact_nq, recall_at_10(found, gt, gdim, exact_nq), eqps);
+        std::printf("\nexact (brute force, 1 thread, %lu queries): recall@10 %.4f, QPS %.1f wall, %.1f CPU\n",
+                    (unsigned long)exact_nq, recall_at_10(found, gt, gdim, exact_nq), eqps.wall, eqps.cpu);
         return 0;
     } catch (const std::exception &e) {
         std::fprintf(stderr, "core_bench: %s\n", e.what());

@@ -13,6 +13,10 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <limits>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "build.h"
 #include "distance.h"
@@ -22,6 +26,8 @@ namespace cagra {
 namespace {
 
 using detail::mix64;
+
+uint32_t kTrees = getenv("CAGRA_TREES") ? atoi(getenv("CAGRA_TREES")) : 2;
 
 /* Spin lock per node: critical sections are a few dozen instructions. */
 struct SpinLock {
@@ -35,50 +41,69 @@ struct SpinLock {
     void unlock() { held.store(false, std::memory_order_release); }
 };
 
+/* One list entry; the top bit of `id` marks an entry not yet joined
+ * ("new").  Distance and id share a cache line, so an update touches one
+ * row, not three arrays. */
+struct Entry {
+    float dist;
+    uint32_t id;
+};
+constexpr uint32_t kNewBit = 0x80000000u;
+constexpr uint32_t kIdMask = 0x7FFFFFFFu;
+
 struct CandidateLists {
     uint32_t k;
-    std::vector<uint32_t> ids;
-    std::vector<float> dists;
-    std::vector<uint8_t> is_new;
-    std::unique_ptr<std::atomic<float>[]> worst; /* dists of the last entry, for a lock-free pre-check */
+    std::vector<Entry> entries;                  /* n rows of k, sorted by distance */
+    std::unique_ptr<std::atomic<float>[]> worst; /* last distance of each row, for a lock-free pre-check */
     std::unique_ptr<SpinLock[]> locks;
 
-    CandidateLists(uint64_t n, uint32_t k_)
-        : k(k_), ids(n * k_), dists(n * k_), is_new(n * k_, 1), worst(new std::atomic<float>[n]),
-          locks(new SpinLock[n])
+    CandidateLists(uint64_t n, uint32_t k_) : k(k_), entries(n * k_), worst(new std::atomic<float>[n]), locks(new SpinLock[n])
     {
     }
+    Entry *row(uint64_t u) { return &entries[u * k]; }
 
     /* Insert v into u's list if it is closer than the worst entry and not
-     * there yet.  Returns whether the list changed. */
+     * there yet.  Returns whether the list changed.  Every distance comes
+     * from the same kernel, which is symmetric bit for bit, so a duplicate
+     * of v can only sit among the entries of exactly distance d: only those
+     * are compared. */
     bool insert(uint32_t u, uint32_t v, float d)
     {
         if (!(d < worst[u].load(std::memory_order_relaxed)))
             return false;
         locks[u].lock();
-        uint32_t *row = &ids[(uint64_t)u * k];
-        float *rd = &dists[(uint64_t)u * k];
-        uint8_t *rn = &is_new[(uint64_t)u * k];
+        bool changed = insert_unlocked(u, v, d);
+        locks[u].unlock();
+        return changed;
+    }
+
+    /* insert() for a caller that owns row u exclusively. */
+    bool insert_unlocked(uint32_t u, uint32_t v, float d)
+    {
+        Entry *r = row(u);
         bool changed = false;
-        if (d < rd[k - 1]) {
+        if (d < r[k - 1].dist) {
+            /* First entry farther than d, by binary search (rows are long
+             * and mostly out of cache). */
+            uint32_t lo = 0, hi = k - 1;
+            while (lo < hi) {
+                uint32_t mid = (lo + hi) / 2;
+                if (r[mid].dist > d)
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
+            uint32_t pos = lo;
             bool dup = false;
-            for (uint32_t j = 0; j < k; j++)
-                dup |= row[j] == v;
+            for (uint32_t j = pos; j > 0 && r[j - 1].dist == d && !dup; j--)
+                dup = (r[j - 1].id & kIdMask) == v;
             if (!dup) {
-                uint32_t j = k - 1;
-                for (; j > 0 && rd[j - 1] > d; j--) {
-                    row[j] = row[j - 1];
-                    rd[j] = rd[j - 1];
-                    rn[j] = rn[j - 1];
-                }
-                row[j] = v;
-                rd[j] = d;
-                rn[j] = 1;
-                worst[u].store(rd[k - 1], std::memory_order_relaxed);
+                std::memmove(r + pos + 1, r + pos, (k - 1 - pos) * sizeof(Entry));
+                r[pos] = {d, v | kNewBit};
+                worst[u].store(r[k - 1].dist, std::memory_order_relaxed);
                 changed = true;
             }
         }
-        locks[u].unlock();
         return changed;
     }
 };
@@ -121,44 +146,116 @@ void push_reverse(SampleLists &rev, SpinLock *locks, uint32_t v, uint32_t u, uin
     locks[v].unlock();
 }
 
-void random_init(CandidateLists &lists, const DatasetView &data, const MetricKernel &dist, uint64_t seed,
-                 uint32_t threads, BuildProgress *progress)
+/* Rows start as placeholders (id kIdMask, distance +inf); the trees fill
+ * most of them, fill_short_rows() the rest. */
+void init_empty(CandidateLists &lists, uint64_t n)
+{
+    std::fill(lists.entries.begin(), lists.entries.end(),
+              Entry{std::numeric_limits<float>::infinity(), kIdMask});
+    for (uint64_t u = 0; u < n; u++)
+        lists.worst[u].store(std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
+}
+
+/* Complete rows the trees left short with random nodes. */
+void fill_short_rows(CandidateLists &lists, const DatasetView &data, const MetricKernel &dist, uint64_t seed,
+                     uint32_t threads, BuildProgress *progress)
 {
     const uint64_t n = data.n;
     const uint32_t k = lists.k;
-    detail::parallel_for(n, 512, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
-        std::vector<std::pair<float, uint32_t>> row(k);
+    detail::parallel_for(n, 1024, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
         for (uint64_t u = begin; u < end; u++) {
             detail::Rng rng(seed ^ mix64(u));
-            uint32_t filled = 0;
-            while (filled < k) {
-                uint32_t v = (uint32_t)rng.below(n);
-                if (v == u)
-                    continue;
-                bool dup = false;
-                for (uint32_t j = 0; j < filled; j++)
-                    dup |= row[j].second == v;
-                if (dup)
-                    continue;
-                row[filled++] = {dist(data.row(u), data.row(v), data.dim), v};
+            uint64_t next = 0; /* sequential fallback when random picks keep colliding */
+            for (uint32_t tries = 0; lists.row(u)[k - 1].id == kIdMask; tries++) {
+                uint64_t v = tries < 8 * k ? rng.below(n) : next++;
+                if (v != u && v < n)
+                    lists.insert((uint32_t)u, (uint32_t)v, dist(data.row(u), data.row(v), data.dim));
             }
-            std::sort(row.begin(), row.end());
-            for (uint32_t j = 0; j < k; j++) {
-                lists.ids[u * k + j] = row[j].second;
-                lists.dists[u * k + j] = row[j].first;
-            }
-            lists.worst[u].store(row[k - 1].first, std::memory_order_relaxed);
         }
     });
 }
 
+/*
+ * Random-projection trees (as in PyNNDescent): every pair inside a leaf is
+ * joined.  A few trees give NN-descent a start far better than random
+ * lists, so it needs fewer (and cheaper) iterations.
+ */
+void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKernel &dist, uint32_t trees,
+                  uint32_t leaf, uint64_t seed, uint32_t threads, BuildProgress *progress)
+{
+    const uint32_t dim = data.dim;
+    std::vector<uint32_t> order;
+    std::vector<std::pair<uint64_t, uint64_t>> leaves;
+    for (uint32_t t = 0; t < trees; t++) {
+        detail::rp_tree_leaves(data, leaf, seed ^ mix64(0x7265e + t), progress, order, leaves);
+        detail::parallel_for(leaves.size(), 16, threads, progress, [&](uint64_t lb, uint64_t le, uint32_t) {
+            for (uint64_t l = lb; l < le; l++) {
+                auto [begin, end] = leaves[l];
+                for (uint64_t x = begin; x < end; x++)
+                    for (uint64_t y = x + 1; y < end; y++) {
+                        uint32_t u = order[x], v = order[y];
+                        float d = dist(data.row(u), data.row(v), dim);
+                        lists.insert(u, v, d);
+                        lists.insert(v, u, d);
+                    }
+            }
+        });
+    }
+}
+
+/* A queued list update: offer `candidate` at `dist` to `node`'s list. */
+struct Update {
+    uint32_t node;
+    uint32_t candidate;
+    float dist;
+};
+
 /* Per-thread scratch of the local join. */
 struct JoinScratch {
+    std::vector<std::vector<Update>> queued; /* by owner thread of the row */
     std::vector<uint32_t> members; /* new samples first, then old */
     std::vector<float> block;      /* their vectors, contiguous */
+    std::vector<float> worst;      /* their lists' worst distances */
 };
 
 } // namespace
+
+void detail::rp_tree_leaves(const DatasetView &data, uint32_t leaf, uint64_t seed, const BuildProgress *progress,
+                            std::vector<uint32_t> &order, std::vector<std::pair<uint64_t, uint64_t>> &leaves)
+{
+    const uint64_t n = data.n;
+    const uint32_t dim = data.dim;
+    order.resize(n);
+    for (uint64_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    leaves.clear();
+    std::vector<float> normal(dim);
+    detail::Rng rng(seed);
+    /* Depth first, lower half first, so leaves come out in tree order. */
+    std::vector<std::pair<uint64_t, uint64_t>> stack{{0, n}};
+    while (!stack.empty()) {
+        auto [begin, end] = stack.back();
+        stack.pop_back();
+        if (end - begin <= leaf) {
+            leaves.push_back({begin, end});
+            continue;
+        }
+        detail::throw_if_cancelled(progress);
+        const float *a = data.row(order[begin + rng.below(end - begin)]);
+        const float *b = data.row(order[begin + rng.below(end - begin)]);
+        double offset = 0;
+        for (uint32_t j = 0; j < dim; j++) {
+            normal[j] = a[j] - b[j];
+            offset += 0.5 * ((double)a[j] * a[j] - (double)b[j] * b[j]);
+        }
+        auto side = [&](uint32_t id) { return inner_product(data.row(id), normal.data(), dim) > offset; };
+        uint64_t mid = (uint64_t)(std::partition(order.begin() + begin, order.begin() + end, side) - order.begin());
+        if (mid == begin || mid == end) /* degenerate cut (equal points): halve */
+            mid = begin + (end - begin) / 2;
+        stack.push_back({mid, end});
+        stack.push_back({begin, mid});
+    }
+}
 
 KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads)
 {
@@ -195,13 +292,17 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     validate_dataset(data);
     if (data.n < 2)
         throw Error(ErrorCode::InvalidData, "a kNN graph needs at least 2 vectors");
+    if (data.n >= kIdMask)
+        throw Error(ErrorCode::InvalidData, "NN-descent handles at most " + std::to_string(kIdMask) + " vectors");
     const uint64_t n = data.n;
     const uint32_t dim = data.dim;
     const uint32_t k = (uint32_t)std::min<uint64_t>(params.intermediate_degree, n - 1);
     const uint32_t threads = params.threads;
     /* Samples per node and kind; the join costs about (2S)^2 * 1.5
      * distances per node, so S trades build time against convergence. */
-    const uint32_t S = std::max<uint32_t>(4, std::min<uint32_t>(k, (k + 3) / 4));
+    uint32_t S = std::max<uint32_t>(4, std::min<uint32_t>(k, (k + 7) / 8));
+    if (getenv("CAGRA_S"))
+        S = atoi(getenv("CAGRA_S"));
     const MetricKernel dist = metric_kernel(metric);
 
     if (progress) {
@@ -211,11 +312,23 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     }
 
     CandidateLists lists(n, k);
-    random_init(lists, data, dist, params.seed, threads, progress);
+    auto tt = std::chrono::steady_clock::now();
+    auto trace = [&](const char *what) {
+        if (getenv("CAGRA_TRACE"))
+            fprintf(stderr, "  %s %.3f s\n", what, std::chrono::duration<double>(std::chrono::steady_clock::now() - tt).count());
+        tt = std::chrono::steady_clock::now();
+    };
+    init_empty(lists, n);
+    rp_tree_init(lists, data, dist, kTrees, std::max<uint32_t>(2 * k, 32), params.seed, threads, progress);
+    trace("rp trees");
+    fill_short_rows(lists, data, dist, params.seed, threads, progress);
+    trace("fill");
 
     SampleLists fwd_new(n, S, false), fwd_old(n, S, false);
     SampleLists rev_new(n, S, true), rev_old(n, S, true);
     std::vector<JoinScratch> scratch(threads);
+    for (auto &js : scratch)
+        js.queued.resize(threads);
     const uint64_t stop_below = (uint64_t)(params.nn_descent_termination * (double)n * k);
 
     for (uint32_t iter = 0; iter < params.nn_descent_max_iterations; iter++) {
@@ -223,17 +336,16 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
          *    the closest old ones. */
         detail::parallel_for(n, 1024, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
             for (uint64_t u = begin; u < end; u++) {
-                uint32_t *ids = &lists.ids[u * k];
-                uint8_t *isn = &lists.is_new[u * k];
+                Entry *r = lists.row(u);
                 uint32_t cn = 0, co = 0;
                 for (uint32_t j = 0; j < k; j++) {
-                    if (isn[j]) {
+                    if (r[j].id & kNewBit) {
                         if (cn < S) {
-                            fwd_new.row(u)[cn++] = ids[j];
-                            isn[j] = 0;
+                            r[j].id &= kIdMask;
+                            fwd_new.row(u)[cn++] = r[j].id;
                         }
                     } else if (co < S) {
-                        fwd_old.row(u)[co++] = ids[j];
+                        fwd_old.row(u)[co++] = r[j].id;
                     }
                 }
                 fwd_new.count[u] = cn;
@@ -242,6 +354,7 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                 rev_old.count[u] = 0;
             }
         });
+        trace("sample");
         /* 2. Reverse samples. */
         const uint64_t iseed = mix64(params.seed + iter);
         detail::parallel_for(n, 1024, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
@@ -256,56 +369,84 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                 }
             }
         });
-        /* 3. Local join. */
+        trace("reverse");
+        /* 3. Local join, in rounds of nodes: the join only reads the lists
+         *    and queues the pairs that beat a list's worst entry, per owner
+         *    thread; then each thread applies the updates of the rows it
+         *    owns, so no row is ever locked. */
         std::atomic<uint64_t> updates{0};
-        detail::parallel_for(n, 64, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t t) {
-            JoinScratch &js = scratch[t];
-            uint64_t local_updates = 0;
-            for (uint64_t u = begin; u < end; u++) {
-                auto &m = js.members;
-                m.clear();
-                auto add_unique = [&](uint32_t v, size_t from) {
-                    for (size_t j = from; j < m.size(); j++)
-                        if (m[j] == v)
-                            return;
-                    m.push_back(v);
-                };
-                for (uint32_t j = 0; j < fwd_new.count[u]; j++)
-                    m.push_back(fwd_new.row(u)[j]);
-                for (uint32_t j = 0; j < rev_new.count[u]; j++)
-                    add_unique(rev_new.row(u)[j], 0);
-                const size_t num_new = m.size();
-                if (num_new == 0)
-                    continue;
-                for (uint32_t j = 0; j < fwd_old.count[u]; j++)
-                    add_unique(fwd_old.row(u)[j], 0);
-                for (uint32_t j = 0; j < rev_old.count[u]; j++)
-                    add_unique(rev_old.row(u)[j], 0);
-                const size_t total = m.size();
-                js.block.resize(total * dim);
-                for (size_t j = 0; j < total; j++)
-                    std::memcpy(&js.block[j * dim], data.row(m[j]), dim * sizeof(float));
-                for (size_t a = 0; a < num_new; a++) {
-                    const float *va = &js.block[a * dim];
-                    for (size_t b = a + 1; b < total; b++) {
-                        float d = dist(va, &js.block[b * dim], dim);
-                        local_updates += lists.insert(m[a], m[b], d);
-                        local_updates += lists.insert(m[b], m[a], d);
+        const uint64_t round = 8192;
+        for (uint64_t r0 = 0; r0 < n; r0 += round) {
+            const uint64_t r1 = std::min(n, r0 + round);
+            detail::parallel_for(r1 - r0, 64, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t t) {
+                JoinScratch &js = scratch[t];
+                for (uint64_t u = r0 + begin; u < r0 + end; u++) {
+                    auto &m = js.members;
+                    m.clear();
+                    auto add_unique = [&](uint32_t v) {
+                        for (uint32_t x : m)
+                            if (x == v)
+                                return;
+                        m.push_back(v);
+                    };
+                    for (uint32_t j = 0; j < fwd_new.count[u]; j++)
+                        m.push_back(fwd_new.row(u)[j]);
+                    for (uint32_t j = 0; j < rev_new.count[u]; j++)
+                        add_unique(rev_new.row(u)[j]);
+                    const size_t num_new = m.size();
+                    if (num_new == 0)
+                        continue;
+                    for (uint32_t j = 0; j < fwd_old.count[u]; j++)
+                        add_unique(fwd_old.row(u)[j]);
+                    for (uint32_t j = 0; j < rev_old.count[u]; j++)
+                        add_unique(rev_old.row(u)[j]);
+                    const size_t total = m.size();
+                    js.block.resize(total * dim);
+                    js.worst.resize(total);
+                    for (size_t j = 0; j < total; j++) {
+                        std::memcpy(&js.block[j * dim], data.row(m[j]), dim * sizeof(float));
+                        js.worst[j] = lists.worst[m[j]].load(std::memory_order_relaxed);
+                    }
+                    for (size_t a = 0; a < num_new; a++) {
+                        const float *va = &js.block[a * dim];
+                        for (size_t b = a + 1; b < total; b++) {
+                            float d = dist(va, &js.block[b * dim], dim);
+                            if (d < js.worst[a])
+                                js.queued[(uint64_t)m[a] * threads / n].push_back({m[a], m[b], d});
+                            if (d < js.worst[b])
+                                js.queued[(uint64_t)m[b] * threads / n].push_back({m[b], m[a], d});
+                        }
                     }
                 }
-            }
-            updates.fetch_add(local_updates, std::memory_order_relaxed);
-            if (progress)
-                progress->done.fetch_add(end - begin, std::memory_order_relaxed);
-        });
+                if (progress)
+                    progress->done.fetch_add(end - begin, std::memory_order_relaxed);
+            });
+            detail::parallel_for(threads, 1, threads, progress, [&](uint64_t owner, uint64_t, uint32_t) {
+                uint64_t applied = 0;
+                for (uint32_t t = 0; t < threads; t++) {
+                    auto &q = scratch[t].queued[owner];
+                    for (const Update &up : q)
+                        applied += lists.insert_unlocked(up.node, up.candidate, up.dist);
+                    q.clear();
+                }
+                updates.fetch_add(applied, std::memory_order_relaxed);
+            });
+        }
+        trace("join");
+        if (getenv("CAGRA_TRACE"))
+            fprintf(stderr, "nn-descent iteration %u: %lu updates\n", iter, (unsigned long)updates.load());
         if (updates.load() <= stop_below)
             break;
     }
 
     KnnGraph out;
     out.k = k;
-    out.ids = std::move(lists.ids);
-    out.distances = std::move(lists.dists);
+    out.ids.resize(n * k);
+    out.distances.resize(n * k);
+    for (uint64_t i = 0; i < n * k; i++) {
+        out.ids[i] = lists.entries[i].id & kIdMask;
+        out.distances[i] = lists.entries[i].dist;
+    }
     if (progress)
         progress->done.store(progress->total.load());
     return out;

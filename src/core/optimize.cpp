@@ -18,63 +18,30 @@
 namespace cagra {
 namespace {
 
-/* id -> rank map for one kNN row, open addressing; reused across rows. */
-class RankMap {
-public:
-    explicit RankMap(uint32_t k)
-    {
-        uint32_t cap = 16;
-        while (cap < 2 * k)
-            cap <<= 1;
-        mask_ = cap - 1;
-        keys_.assign(cap, kInvalidNode);
-        ranks_.assign(cap, 0);
-    }
-    void fill(const uint32_t *row, uint32_t k)
-    {
-        std::fill(keys_.begin(), keys_.end(), kInvalidNode);
-        for (uint32_t r = 0; r < k; r++) {
-            uint32_t h = slot(row[r]);
-            while (keys_[h] != kInvalidNode)
-                h = (h + 1) & mask_;
-            keys_[h] = row[r];
-            ranks_[h] = r;
-        }
-    }
-    /* Rank of id, or kInvalidNode. */
-    uint32_t find(uint32_t id) const
-    {
-        for (uint32_t h = slot(id);; h = (h + 1) & mask_) {
-            if (keys_[h] == id)
-                return ranks_[h];
-            if (keys_[h] == kInvalidNode)
-                return kInvalidNode;
-        }
-    }
-
-private:
-    uint32_t slot(uint32_t id) const { return (id * 0x9E3779B1u) >> 7 & mask_; }
-    uint32_t mask_;
-    std::vector<uint32_t> keys_, ranks_;
-};
-
-/* Row A of `pruned`: the degree edges of A's kNN list with the fewest detours. */
-void prune_row(const KnnGraph &knn, uint64_t a, uint32_t degree, RankMap &ranks, std::vector<uint32_t> &detours,
-               std::vector<uint32_t> &order, uint32_t *out)
+/* Row A of `pruned`: the degree edges of A's kNN list with the fewest
+ * detours.  rank_of is a per-thread array over all nodes, 0 except for the
+ * members of A's list while A is processed (rank 0 can never be detoured,
+ * so 0 doubles as "absent"): one load and no branch per lookup. */
+void prune_row(const KnnGraph &knn, uint64_t a, uint32_t degree, std::vector<uint16_t> &rank_of,
+               std::vector<uint32_t> &detours, std::vector<uint32_t> &order, uint32_t *out)
 {
     const uint32_t k = knn.k;
     const uint32_t *row = &knn.ids[a * k];
-    ranks.fill(row, k);
+    for (uint32_t r = 0; r < k; r++)
+        rank_of[row[r]] = r;
     std::fill(detours.begin(), detours.end(), 0);
     for (uint32_t i = 0; i + 1 < k; i++) {
+        if (i + 2 < k)
+            __builtin_prefetch(&knn.ids[(uint64_t)row[i + 2] * k]);
         const uint32_t *drow = &knn.ids[(uint64_t)row[i] * k];
         /* rank(D,B) < r <= k-1, so D's last entry can never count. */
         for (uint32_t kdb = 0; kdb + 1 < k; kdb++) {
-            uint32_t r = ranks.find(drow[kdb]);
-            if (r != kInvalidNode && r > i && kdb < r)
-                detours[r]++;
+            uint32_t r = rank_of[drow[kdb]];
+            detours[r] += (r > i) & (kdb < r);
         }
     }
+    for (uint32_t r = 0; r < k; r++)
+        rank_of[row[r]] = 0;
     for (uint32_t r = 0; r < k; r++)
         order[r] = r;
     std::stable_sort(order.begin(), order.begin() + k,
@@ -102,11 +69,11 @@ Graph optimize_graph(const KnnGraph &knn, uint32_t degree, uint32_t threads, Bui
 
     /* 1. Prune every kNN row to `degree` edges. */
     std::vector<uint32_t> pruned(n * degree);
-    detail::parallel_for(n, 256, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
-        RankMap ranks(k);
+    std::vector<std::vector<uint16_t>> rank_of(threads, std::vector<uint16_t>(n, 0));
+    detail::parallel_for(n, 256, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t t) {
         std::vector<uint32_t> detours(k), order(k);
         for (uint64_t a = begin; a < end; a++)
-            prune_row(knn, a, degree, ranks, detours, order, &pruned[a * degree]);
+            prune_row(knn, a, degree, rank_of[t], detours, order, &pruned[a * degree]);
         if (progress)
             progress->done.fetch_add(end - begin, std::memory_order_relaxed);
     });

@@ -1,7 +1,8 @@
 /*
- * parallel.h — the one threading helper of the build: run a function over
- * chunks of [0, n) on a given number of threads, stopping promptly when the
- * caller cancels.  Internal to src/core (not part of the contract).
+ * parallel.h — internal helpers of the build (not part of the contract):
+ * run a function over chunks of [0, n) on a given number of threads,
+ * stopping promptly when the caller cancels; hashing and a small random
+ * generator; the random-projection tree split.
  */
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <exception>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "build.h"
@@ -108,6 +110,13 @@ struct Rng {
     }
     uint64_t below(uint64_t n) { return next() % n; }
 };
+
+/* One random-projection tree: `order` becomes a permutation of 0..n-1 in
+ * which each leaf (at most `leaf` points split off by hyperplanes halfway
+ * between two random members) is the contiguous range given in `leaves`,
+ * in tree order.  Used to seed NN-descent and to order nodes for locality. */
+void rp_tree_leaves(const DatasetView &data, uint32_t leaf, uint64_t seed, const BuildProgress *progress,
+                    std::vector<uint32_t> &order, std::vector<std::pair<uint64_t, uint64_t>> &leaves);
 
 } // namespace detail
 } // namespace cagra

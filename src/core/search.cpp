@@ -2,6 +2,7 @@
  * search.cpp — the non-template parts of search: the in-memory accessor,
  * the visited set's sizing, and the per-thread pool of search buffers.
  */
+#include <algorithm>
 #include <memory>
 
 #include "search.h"
@@ -9,7 +10,8 @@
 namespace cagra {
 
 InMemoryGraph::InMemoryGraph(const Graph &graph, const DatasetView &data, Metric metric)
-    : graph_(&graph), data_(data), metric_(metric), kernel_(metric_kernel(metric)), size_((uint32_t)graph.size())
+    : graph_(&graph), data_(data), metric_(metric), kernel_(metric_kernel(metric)), size_((uint32_t)graph.size()),
+      lines_((uint32_t)std::min<uint64_t>((data.dim * sizeof(float) + 63) / 64, 16))
 {
     if (graph.degree == 0 || graph.size() != data.n)
         throw Error(ErrorCode::InvalidData, "graph of " + std::to_string(graph.size()) + " rows does not match " +

@@ -48,23 +48,32 @@ public:
     const float *vector(uint32_t id, float *) const { return data_.row(id); }
     void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
     {
-        const uint32_t lines = (uint32_t)std::min<uint64_t>((data_.dim * sizeof(float) + 63) / 64, 8);
+        /* Vectors of a batch are scattered in memory: keep a few rows in
+         * flight ahead of the one being computed. */
+        constexpr uint32_t ahead = 4;
+        for (uint32_t i = 0; i < count && i < ahead; i++)
+            prefetch_row(ids[i]);
         for (uint32_t i = 0; i < count; i++) {
-            if (i + 1 < count) {
-                const char *next = (const char *)data_.row(ids[i + 1]);
-                for (uint32_t l = 0; l < lines; l++)
-                    __builtin_prefetch(next + 64 * l);
-            }
+            if (i + ahead < count)
+                prefetch_row(ids[i + ahead]);
             out[i] = kernel_(query, data_.row(ids[i]), data_.dim);
         }
     }
 
 private:
+    void prefetch_row(uint32_t id) const
+    {
+        const char *p = (const char *)data_.row(id);
+        for (uint32_t l = 0; l < lines_; l++)
+            __builtin_prefetch(p + 64 * l);
+    }
+
     const Graph *graph_;
     DatasetView data_;
     Metric metric_;
     MetricKernel kernel_;
     uint32_t size_;
+    uint32_t lines_; /* cache lines prefetched per vector */
 };
 
 /* max_iterations when params.max_iterations is 0. */
