@@ -58,9 +58,40 @@ SELECT id, v, v <-> '[1,1,1]' AS l2, v <#> '[1,1,1]' AS neg_ip, v <=> '[1,1,1]' 
 SELECT '[1,2]'::vector(3);
 INSERT INTO items VALUES (5, '[1,2]');
 
--- dropping cagra leaves the type and the data alone
+-- cagra's operator classes are on the stand-in type, with its operators
+SELECT c.opcname, c.opcintype::regtype, o.amopopr::regoperator, p.oprcode
+  FROM pg_opclass c
+  JOIN pg_amop o ON o.amopfamily = c.opcfamily
+  JOIN pg_operator p ON p.oid = o.amopopr
+ WHERE c.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'cagra')
+ ORDER BY c.opcname;
+
+-- and a cagra index on a column of the stand-in type answers each operator
+-- (the first five distances, as the index returns them: ties cannot reorder)
+INSERT INTO items SELECT i, format('[%s,%s,%s]', i % 7, i % 11, i % 13)::vector
+  FROM generate_series(5, 300) i;
+SET enable_seqscan = off;
+CREATE INDEX items_l2 ON items USING cagra (v vector_l2_ops);
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY v <-> '[1,1,1]' LIMIT 5;
+SELECT array_agg(round(d::numeric, 6)) AS l2
+  FROM (SELECT v <-> '[1,1,1]' AS d FROM items ORDER BY v <-> '[1,1,1]' LIMIT 5) s;
+CREATE INDEX items_ip ON items USING cagra (v vector_ip_ops);
+SELECT array_agg(d) AS neg_ip
+  FROM (SELECT v <#> '[1,1,1]' AS d FROM items ORDER BY v <#> '[1,1,1]' LIMIT 5) s;
+CREATE INDEX items_cosine ON items USING cagra (v vector_cosine_ops);
+SELECT array_agg(round(d::numeric, 6)) AS cosine
+  FROM (SELECT v <=> '[1,2,3]' AS d FROM items ORDER BY v <=> '[1,2,3]' LIMIT 5) s;
+RESET enable_seqscan;
+SELECT * FROM cagra_index_check('items_l2');
+
+-- the indexes depend on cagra; dropping it drops them (with CASCADE) but
+-- leaves the type and the data alone
 DROP EXTENSION cagra;
-SELECT id, v FROM items ORDER BY id;
+SET client_min_messages = warning;
+DROP EXTENSION cagra CASCADE;
+RESET client_min_messages;
+SELECT count(*) AS cagra_indexes FROM pg_indexes WHERE tablename = 'items';
+SELECT id, v FROM items WHERE id <= 4 ORDER BY id;
 
 -- a type named vector of another shape is refused
 CREATE SCHEMA other;
