@@ -3,7 +3,6 @@
  * optimisation, the small-n cases and the choice of fixed entry nodes.
  */
 #include <algorithm>
-#include <cstdlib>
 #include <new>
 
 #include "build.h"
@@ -15,15 +14,14 @@ namespace {
 
 /* Below this many vectors the exact kNN graph is cheaper than NN-descent. */
 constexpr uint64_t kBruteForceBelow = 2048;
-constexpr uint64_t kEntrySample = 8192;
+constexpr uint64_t kEntrySample = 4096;
 
 /* About 2 sqrt(n) fixed entries, at most 512: enough that well-separated
  * clusters each own one, cheap next to a search (one distance each). */
 uint64_t entry_count(uint64_t n)
 {
     uint64_t e = 8;
-    uint64_t cap = getenv("CAGRA_E") ? atoi(getenv("CAGRA_E")) : 512;
-    while (e * e < 4 * n && e < cap)
+    while (e * e < 4 * n && e < 512)
         e += 8;
     return std::min(e, n);
 }

@@ -14,9 +14,6 @@
 #include <cstring>
 #include <memory>
 #include <limits>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 
 #include "build.h"
 #include "distance.h"
@@ -27,7 +24,9 @@ namespace {
 
 using detail::mix64;
 
-uint32_t kTrees = getenv("CAGRA_TREES") ? atoi(getenv("CAGRA_TREES")) : 2;
+/* Random-projection trees that seed the lists: two, because one tree's
+ * leaves leave NN-descent little to find in its first iteration. */
+constexpr uint32_t kTrees = 2;
 
 /* Spin lock per node: critical sections are a few dozen instructions. */
 struct SpinLock {
@@ -184,16 +183,19 @@ void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKe
                   uint32_t leaf, uint64_t seed, uint32_t threads, BuildProgress *progress)
 {
     const uint32_t dim = data.dim;
-    std::vector<uint32_t> order;
-    std::vector<std::pair<uint64_t, uint64_t>> leaves;
+    /* The splits of one tree are sequential: build the trees side by side. */
+    std::vector<std::vector<uint32_t>> order(trees);
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> leaves(trees);
+    detail::parallel_for(trees, 1, threads, progress, [&](uint64_t t, uint64_t, uint32_t) {
+        detail::rp_tree_leaves(data, leaf, seed ^ mix64(0x7265e + t), progress, order[t], leaves[t]);
+    });
     for (uint32_t t = 0; t < trees; t++) {
-        detail::rp_tree_leaves(data, leaf, seed ^ mix64(0x7265e + t), progress, order, leaves);
-        detail::parallel_for(leaves.size(), 16, threads, progress, [&](uint64_t lb, uint64_t le, uint32_t) {
+        detail::parallel_for(leaves[t].size(), 16, threads, progress, [&](uint64_t lb, uint64_t le, uint32_t) {
             for (uint64_t l = lb; l < le; l++) {
-                auto [begin, end] = leaves[l];
+                auto [begin, end] = leaves[t][l];
                 for (uint64_t x = begin; x < end; x++)
                     for (uint64_t y = x + 1; y < end; y++) {
-                        uint32_t u = order[x], v = order[y];
+                        uint32_t u = order[t][x], v = order[t][y];
                         float d = dist(data.row(u), data.row(v), dim);
                         lists.insert(u, v, d);
                         lists.insert(v, u, d);
@@ -300,9 +302,7 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     const uint32_t threads = params.threads;
     /* Samples per node and kind; the join costs about (2S)^2 * 1.5
      * distances per node, so S trades build time against convergence. */
-    uint32_t S = std::max<uint32_t>(4, std::min<uint32_t>(k, (k + 7) / 8));
-    if (getenv("CAGRA_S"))
-        S = atoi(getenv("CAGRA_S"));
+    const uint32_t S = std::max<uint32_t>(4, std::min<uint32_t>(k, (k + 7) / 8));
     const MetricKernel dist = metric_kernel(metric);
 
     if (progress) {
@@ -312,17 +312,9 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     }
 
     CandidateLists lists(n, k);
-    auto tt = std::chrono::steady_clock::now();
-    auto trace = [&](const char *what) {
-        if (getenv("CAGRA_TRACE"))
-            fprintf(stderr, "  %s %.3f s\n", what, std::chrono::duration<double>(std::chrono::steady_clock::now() - tt).count());
-        tt = std::chrono::steady_clock::now();
-    };
     init_empty(lists, n);
     rp_tree_init(lists, data, dist, kTrees, std::max<uint32_t>(2 * k, 32), params.seed, threads, progress);
-    trace("rp trees");
     fill_short_rows(lists, data, dist, params.seed, threads, progress);
-    trace("fill");
 
     SampleLists fwd_new(n, S, false), fwd_old(n, S, false);
     SampleLists rev_new(n, S, true), rev_old(n, S, true);
@@ -332,8 +324,9 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     const uint64_t stop_below = (uint64_t)(params.nn_descent_termination * (double)n * k);
 
     for (uint32_t iter = 0; iter < params.nn_descent_max_iterations; iter++) {
-        /* 1. Forward samples: the closest new entries (now marked old) and
-         *    the closest old ones. */
+        /* 1. Forward samples: the closest new entries (then marked old)
+         *    and the closest old ones.  (Random picks were tried: they
+         *    converge in more iterations on clustered data.) */
         detail::parallel_for(n, 1024, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
             for (uint64_t u = begin; u < end; u++) {
                 Entry *r = lists.row(u);
@@ -354,9 +347,8 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                 rev_old.count[u] = 0;
             }
         });
-        trace("sample");
-        /* 2. Reverse samples. */
         const uint64_t iseed = mix64(params.seed + iter);
+        /* 2. Reverse samples. */
         detail::parallel_for(n, 1024, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
             for (uint64_t u = begin; u < end; u++) {
                 for (uint32_t j = 0; j < fwd_new.count[u]; j++) {
@@ -369,7 +361,6 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                 }
             }
         });
-        trace("reverse");
         /* 3. Local join, in rounds of nodes: the join only reads the lists
          *    and queues the pairs that beat a list's worst entry, per owner
          *    thread; then each thread applies the updates of the rows it
@@ -432,10 +423,7 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                 updates.fetch_add(applied, std::memory_order_relaxed);
             });
         }
-        trace("join");
-        if (getenv("CAGRA_TRACE"))
-            fprintf(stderr, "nn-descent iteration %u: %lu updates\n", iter, (unsigned long)updates.load());
-        if (updates.load() <= stop_below)
+        if (iter > 0 && updates.load() <= stop_below)
             break;
     }
 

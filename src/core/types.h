@@ -39,7 +39,7 @@ struct BuildParams {
     uint32_t graph_degree = 32;        /* out-degree of the final graph */
     uint32_t intermediate_degree = 64; /* out-degree of the kNN graph */
     uint32_t nn_descent_max_iterations = 20;
-    float nn_descent_termination = 0.1f; /* stop when an iteration changed < this * n * k entries */
+    float nn_descent_termination = 0.15f; /* stop when an iteration changed < this * n * k entries */
     uint32_t threads = 1;
     uint64_t seed = 0x5eedcafe;
 };
