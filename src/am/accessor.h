@@ -56,6 +56,9 @@ private:
 	/* A share-locked buffer of `blkno` (pinned for the scan with keep_pins). */
 	Buffer lock_page(BlockNumber blkno) const;
 	void unlock_page(Buffer buf) const;
+	/* A pinned, unlocked buffer of `blkno`; *transient: the caller releases it. */
+	Buffer pin_page(BlockNumber blkno, bool *transient) const;
+	void prefetched_distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const;
 
 	Relation	index_;
 	CagraMetaData meta_;
@@ -67,4 +70,11 @@ private:
 	uint32_t	max_pins_;
 	mutable std::vector<Buffer> pins_;			/* by block; InvalidBuffer: not pinned */
 	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */
+	struct Pending
+	{
+		Buffer		buf;
+		uint32_t	offset;
+		bool		transient;
+	};
+	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
 };

@@ -175,7 +175,8 @@ struct CagraPgError
 	ErrorData  *edata;
 };
 
-/* ReadBuffer + LockBuffer that throw CagraPgError instead of longjmp'ing.
+/* ReadBuffer + LockBuffer that throw CagraPgError instead of longjmp'ing
+ * (mode BUFFER_LOCK_UNLOCK: pin only, no lock).
  * With `hint` (a buffer that held the block before, or InvalidBuffer), the
  * block is pinned through it when it is still there, and *hint is updated. */
 Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hint = NULL);

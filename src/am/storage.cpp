@@ -299,7 +299,8 @@ cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hi
 			if (hint)
 				*hint = buf;
 		}
-		LockBuffer(buf, mode);
+		if (mode != BUFFER_LOCK_UNLOCK)
+			LockBuffer(buf, mode);
 	}
 	PG_CATCH();
 	{
