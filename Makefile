@@ -61,4 +61,18 @@ CAGRA_DEPDIR = build-pgxs/deps
 
 EXTRA_CLEAN = build-pgxs
 
+# The GPU library, when CMake has built it (build/gpu/), is installed next to
+# cagra.so, where cagra.gpu_library looks by default.  Only the worker
+# process opens it; nothing here links it.
+CAGRA_GPU_LIB = $(wildcard build/gpu/libcagra_gpu.so)
+ifneq ($(CAGRA_GPU_LIB),)
+.PHONY: install-gpu-lib uninstall-gpu-lib
+install: install-gpu-lib
+install-gpu-lib: installdirs
+	$(INSTALL_SHLIB) $(CAGRA_GPU_LIB) '$(DESTDIR)$(pkglibdir)/'
+uninstall: uninstall-gpu-lib
+uninstall-gpu-lib:
+	rm -f '$(DESTDIR)$(pkglibdir)/libcagra_gpu.so'
+endif
+
 endif

@@ -29,10 +29,19 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 step "packages"
 if [ "$(id -u)" = 0 ]; then bash .ci/install-deps.sh; else echo "not root: assuming the packages are installed"; fi
 step "build and install the extension"
+# The GPU library is built (CMake, nvcc) only where a GPU is there to use it,
+# or when CAGRA_GPU=ON asks for it; make install then puts it next to cagra.so.
+if [ "${CAGRA_GPU:-}" = ON ] || { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+    echo "building the GPU library (CMake, nvcc)"
+    { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON &&
+      cmake --build build --target cagra_gpu -j2; } >/tmp/cagra-demo-gpu.log 2>&1 ||
+        { tail -40 /tmp/cagra-demo-gpu.log; echo "GPU library build failed (log: /tmp/cagra-demo-gpu.log)"; exit 1; }
+fi
 make -j2 PG_CONFIG="$PG_CONFIG" >/tmp/cagra-demo-build.log 2>&1 &&
     make install PG_CONFIG="$PG_CONFIG" >>/tmp/cagra-demo-build.log 2>&1 ||
     { tail -40 /tmp/cagra-demo-build.log; echo "build failed (log: /tmp/cagra-demo-build.log)"; exit 1; }
-echo "installed into $("$PG_CONFIG" --pkglibdir)"
+pkglib=$("$PG_CONFIG" --pkglibdir)
+echo "installed into $pkglib$([ -f build/gpu/libcagra_gpu.so ] && echo ", with libcagra_gpu.so")"
 
 # --- a throwaway cluster -----------------------------------------------------------
 BINDIR=$("$PG_CONFIG" --bindir)
@@ -62,6 +71,7 @@ echo "PostgreSQL $(as_user "$BINDIR/psql" -h "$DIR" -p "$PORT" -d postgres -Atc 
      "on port $PORT, preload: $([ "$PRELOAD" = 1 ] && echo cagra || echo none)"
 
 sql() { as_user "$BINDIR/psql" -X -h "$DIR" -p "$PORT" -d postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+show() { as_user "$BINDIR/psql" -X -h "$DIR" -p "$PORT" -d postgres -v ON_ERROR_STOP=1 -q "$@"; }
 
 # --- data ---------------------------------------------------------------------------
 step "load $ROWS vectors of $DIM dimensions (100 clusters) and $QUERIES queries"
@@ -108,7 +118,14 @@ echo "built in $t_build s, $(sql -c "SELECT pg_size_pretty(pg_relation_size('ite
 step "plan of one query"
 sql -c "EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> (SELECT embedding FROM queries WHERE id = 1) LIMIT $K"
 
+# Queries the GPU worker has answered so far (none without the worker).
+worker_queries() {
+    sql -c "SELECT CASE WHEN to_regclass('cagra_status') IS NULL THEN 0
+                        ELSE (SELECT coalesce(sum(queries), 0) FROM cagra_status) END"
+}
+
 step "index search"
+q0=$(worker_queries)
 t0=$(now)
 sql <<EOF
 CREATE TABLE approx AS
@@ -121,11 +138,15 @@ recall=$(sql -c "SELECT round(avg(cardinality(ARRAY(SELECT unnest(t.ids) INTERSE
 
 # --- what served the queries --------------------------------------------------------
 step "device"
-if [ "$(sql -c "SELECT to_regclass('cagra_status') IS NOT NULL OR to_regproc('cagra_status') IS NOT NULL")" = t ]; then
-    sql -x -P tuples_only=off -c "SELECT * FROM cagra_status"
-    device="see cagra_status above"
+by_worker=$(( $(worker_queries) - q0 ))
+if [ "$(sql -c "SELECT to_regclass('cagra_status') IS NOT NULL")" = t ]; then
+    show -x -c "SELECT state, backend, devices, queries, batches, fallbacks, message FROM cagra_status"
+fi
+show -x -c "SELECT * FROM cagra_index_info('items_embedding_idx')"
+if [ "$by_worker" -gt 0 ]; then
+    device="GPU worker ($(sql -c "SELECT backend FROM cagra_status") backend), $by_worker of $QUERIES queries"
 else
-    device="CPU (this build has no GPU worker)"
+    device="CPU, in the backend (the GPU worker answered none)"
 fi
 echo "served by: $device"
 
