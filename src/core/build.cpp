@@ -16,12 +16,16 @@ namespace {
 constexpr uint64_t kBruteForceBelow = 2048;
 constexpr uint64_t kEntrySample = 4096;
 
-/* About 2 sqrt(n) fixed entries, at most 512: enough that well-separated
- * clusters each own one, cheap next to a search (one distance each). */
+/* About 2 sqrt(n) fixed entries, at most kMaxEntryNodes: enough that each
+ * cluster of a set of well-separated clusters owns one (the kNN graph has no
+ * edge between such clusters, so a search can only start inside them), and
+ * cheap next to a search (one distance each). */
+constexpr uint64_t kMaxEntryNodes = 384;
+
 uint64_t entry_count(uint64_t n)
 {
     uint64_t e = 8;
-    while (e * e < 4 * n && e < 512)
+    while (e * e < 4 * n && e < kMaxEntryNodes)
         e += 8;
     return std::min(e, n);
 }
