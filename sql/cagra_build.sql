@@ -131,6 +131,18 @@ INSERT INTO t_unlogged VALUES (1000, '[10,20.5,1]');
 SELECT id FROM t_unlogged ORDER BY v <-> '[10,20.5,1]' LIMIT 3;
 SELECT * FROM cagra_index_check('t_unlogged_idx');
 
+-- a temporary table (local buffers, no WAL)
+CREATE TEMP TABLE t_temp (id int, v vector(2));
+INSERT INTO t_temp SELECT i, ARRAY[i, (i * 7) % 11]::vector FROM generate_series(1, 500) i;
+CREATE INDEX t_temp_idx ON t_temp USING cagra (v);
+SELECT id FROM t_temp ORDER BY v <-> '[250.2,4]' LIMIT 3;
+INSERT INTO t_temp VALUES (1000, '[250.3,4]');
+DELETE FROM t_temp WHERE id = 250;
+VACUUM t_temp;
+SELECT id FROM t_temp ORDER BY v <-> '[250.2,4]' LIMIT 3;
+SELECT * FROM cagra_index_check('t_temp_idx');
+DROP TABLE t_temp;
+
 -- 16,000 dimensions: a node spans several pages
 CREATE TABLE t_wide (id int, v vector(16000));
 INSERT INTO t_wide SELECT i, array_fill(i::real, ARRAY[16000])::vector FROM generate_series(1, 30) i;
