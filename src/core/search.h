@@ -143,8 +143,9 @@ void release_scratch(SearchScratch *s);
 template <class Accessor>
 class Searcher {
 public:
-    /* `query` is prepared (prepare_vector) and must outlive the searcher.
-     * Throws Error(InvalidParameter) for bad parameters. */
+    /* `query` is prepared (prepare_vector); it and the accessor must outlive
+     * the searcher (entry_nodes need not).  The entry distances are computed
+     * here.  Throws Error(InvalidParameter) for bad parameters. */
     Searcher(const Accessor &graph, const float *query, const SearchParams &params,
              const std::vector<uint32_t> &entry_nodes);
     ~Searcher();
@@ -166,7 +167,7 @@ public:
     uint64_t iteration_count() const { return iterations_; }    /* expansions rounds so far */
 
 private:
-    void start();
+    void start(const std::vector<uint32_t> &entries);
     bool iterate(uint32_t width);
     void expand(const uint32_t *parents, uint32_t count);
     void insert(float dist, uint32_t id);
@@ -176,11 +177,9 @@ private:
     const Accessor &g_;
     const float *query_;
     SearchParams params_;
-    const std::vector<uint32_t> &entries_;
     detail::SearchScratch *s_;
     uint32_t size_ = 0; /* entries in s_->buffer */
     uint32_t scan_ = 0; /* every buffer entry before this one is expanded */
-    bool started_ = false;
     bool overflow_heap_ = false;
     float overflow_min_ = std::numeric_limits<float>::infinity();
     float last_ = -std::numeric_limits<float>::infinity();

@@ -17,12 +17,18 @@ namespace cagra {
 template <class Accessor>
 Searcher<Accessor>::Searcher(const Accessor &graph, const float *query, const SearchParams &params,
                              const std::vector<uint32_t> &entry_nodes)
-    : g_(graph), query_(query), params_(params), entries_(entry_nodes), s_(nullptr)
+    : g_(graph), query_(query), params_(params), s_(nullptr)
 {
     validate_search_params(params, 0);
     if (params_.max_iterations == 0)
         params_.max_iterations = auto_max_iterations(params_);
     s_ = detail::acquire_scratch();
+    try {
+        start(entry_nodes);
+    } catch (...) {
+        detail::release_scratch(s_); /* the destructor will not run */
+        throw;
+    }
 }
 
 template <class Accessor>
@@ -31,15 +37,16 @@ Searcher<Accessor>::~Searcher()
     detail::release_scratch(s_);
 }
 
+/* Seed the buffer with the entry nodes (done in the constructor, so the
+ * entry list need not outlive the searcher). */
 template <class Accessor>
-void Searcher<Accessor>::start()
+void Searcher<Accessor>::start(const std::vector<uint32_t> &entries)
 {
-    started_ = true;
     const uint32_t n = g_.size();
     const uint32_t degree = g_.degree();
     s_->buffer.resize(params_.itopk_size);
     s_->overflow.clear();
-    s_->ids.resize((size_t)std::max(params_.search_width * degree, params_.random_entries + (uint32_t)entries_.size()));
+    s_->ids.resize((size_t)std::max(params_.search_width * degree, params_.random_entries + (uint32_t)entries.size()));
     s_->dists.resize(s_->ids.size());
     s_->row.resize(degree);
     s_->visited.reset(params_.itopk_size * degree / 2);
@@ -47,12 +54,12 @@ void Searcher<Accessor>::start()
         return;
 
     uint32_t count = 0;
-    for (uint32_t e : entries_)
+    for (uint32_t e : entries)
         if (e < n && s_->visited.insert(e))
             s_->ids[count++] = e;
     detail::Rng rng(params_.seed);
     uint32_t want = std::min(params_.random_entries, n);
-    for (uint32_t tries = 0; tries < 2 * want + 8 && count < want + entries_.size(); tries++) {
+    for (uint32_t tries = 0; tries < 2 * want + 8 && count < want + entries.size(); tries++) {
         uint32_t id = (uint32_t)rng.below(n);
         if (s_->visited.insert(id))
             s_->ids[count++] = id;
@@ -181,8 +188,6 @@ template <class Accessor>
 template <class Filter>
 uint32_t Searcher<Accessor>::next(uint32_t k, Filter &&accept, Neighbor *out)
 {
-    if (!started_)
-        start();
     uint32_t produced = 0;
     uint32_t iterations = 0;
     detail::Candidate *buf = s_->buffer.data();
