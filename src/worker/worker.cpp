@@ -162,6 +162,8 @@ cagra_worker_main(Datum arg)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000L,
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		/* as a backend it must absorb ProcSignalBarriers (DROP DATABASE waits for them) */
+		CHECK_FOR_INTERRUPTS();
 	}
 	/* exit code 1: restarted after bgw_restart_time unless the server stops */
 	proc_exit(1);
