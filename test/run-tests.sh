@@ -11,6 +11,8 @@
 # unprivileged user $CAGRA_TEST_USER (default cagra_test, created if missing)
 # in a scratch directory.  Failure details are copied back into the checkout:
 # regression.diffs and results/ (pg_regress), tmp_check/log/ (TAP).
+# TAP tests run from a copy of test/ and get CAGRA_SRC, the root of that copy
+# (with build/gpu/libcagra_gpu.so when it was built).
 # Exit status is non-zero when any layer fails.
 #
 # Environment: PG_CONFIG (default pg_config), JOBS (default 2),
@@ -129,16 +131,23 @@ if [ "$EXT_OK" != 1 ]; then
 elif [ -z "$TAP_TESTS" ]; then
     record TAP SKIP "no test/t/*.pl"
 else
+    # The checkout may not be readable by the test user (a clone under
+    # /root): the tests run from a copy, and CAGRA_SRC names that copy.  It
+    # holds test/ and the GPU library when CMake built it.
     TDIR=$SCRATCH/tap
-    mkdir -p "$TDIR"
-    [ "$(id -u)" = 0 ] && chown "$TEST_USER" "$TDIR"
+    mkdir -p "$TDIR/src"
+    cp -r test "$TDIR/src/"
+    if [ -f build/gpu/libcagra_gpu.so ]; then
+        mkdir -p "$TDIR/src/build/gpu" && cp build/gpu/libcagra_gpu.so "$TDIR/src/build/gpu/"
+    fi
+    [ "$(id -u)" = 0 ] && chown -R "$TEST_USER" "$TDIR"
     rm -rf tmp_check/log
     # shellcheck disable=SC2086
     if (cd "$TDIR" && as_test_user env \
             PATH="$BINDIR:$PATH" TESTDIR="$TDIR" PG_REGRESS="$PG_REGRESS" \
-            PG_CONFIG="$BINDIR/pg_config" CAGRA_SRC="$ROOT" \
-            prove -I "$PGXS_SRC/test/perl" -I "$ROOT/test/t" \
-                  $(for t in $TAP_TESTS; do echo "$ROOT/$t"; done)) 2>&1 | tee "$SCRATCH/tap.log"
+            PG_CONFIG="$BINDIR/pg_config" CAGRA_SRC="$TDIR/src" \
+            prove -I "$PGXS_SRC/test/perl" -I "$TDIR/src/test/t" \
+                  $(for t in $TAP_TESTS; do echo "$TDIR/src/$t"; done)) 2>&1 | tee "$SCRATCH/tap.log"
        [ "${PIPESTATUS[0]}" = 0 ]; then
         record TAP PASS "$(grep -E "^Files=" "$SCRATCH/tap.log" | cut -d, -f1-2)"
     else
