@@ -19,7 +19,7 @@ $(error run "make check" on its own: it builds, installs and tests everything)
 endif
 .PHONY: check
 check:
-	bash test/run-tests.sh
+	PG_CONFIG="$(PG_CONFIG)" bash test/run-tests.sh
 
 else
 
