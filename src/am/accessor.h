@@ -8,11 +8,18 @@
  */
 #pragma once
 
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "am/cagra_am.h"
 #include "core/distance.h"
+
+/* In NodeInfo only, never on disk: distance from the entry-vector cache,
+ * the header (TID, flags) is read when node_info() is asked. */
+#define CAGRA_NODE_UNCHECKED 0x8000
+
+struct CagraEntryVectors;
 
 class CagraPageAccessor
 {
@@ -41,7 +48,8 @@ public:
 		uint16		flags;
 	};
 
-	/* Recorded TID and flags of `id` (record_nodes only); false if unseen. */
+	/* Recorded TID and flags of `id` (record_nodes only); false if unseen.
+	 * May read the node's header page (nodes measured from cached vectors). */
 	bool node_info(uint32_t id, NodeInfo *out) const;
 	void forget_nodes() { seen_.clear(); }
 
@@ -59,6 +67,8 @@ private:
 	/* A pinned, unlocked buffer of `blkno`; *transient: the caller releases it. */
 	Buffer pin_page(BlockNumber blkno, bool *transient) const;
 	void prefetched_distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const;
+	/* Distance from the entry-vector cache; false if `id` is not cached. */
+	bool cached_distance(const float *query, uint32_t id, float *out) const;
 
 	Relation	index_;
 	CagraMetaData meta_;
@@ -77,4 +87,5 @@ private:
 		bool		transient;
 	};
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
+	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* scans only */
 };

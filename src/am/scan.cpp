@@ -10,6 +10,7 @@
  */
 #include "am/accessor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -25,6 +26,64 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
+/* ---- the entry-vector cache ----
+ *
+ * Every search starts by measuring the distance to all fixed entry nodes
+ * (hundreds), one page access each.  Node vectors never change (slots are
+ * not reused; REINDEX gives a new relfilenode), so each backend keeps the
+ * entry vectors of the indexes it searched, contiguous in memory.  Flags can
+ * change (vacuum): they are read from the page when the node is a result.
+ */
+struct CagraEntryVectors
+{
+	RelFileNode node;
+	uint32_t	count = 0;
+	uint32_t	dims = 0;
+	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id */
+	std::vector<float> vectors;							/* count x dims */
+
+	const float *find(uint32_t id) const
+	{
+		auto		it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(id, 0u));
+
+		if (it == rows.end() || it->first != id)
+			return nullptr;
+		return vectors.data() + (size_t) it->second * dims;
+	}
+};
+
+/* At most this many bytes of entry vectors per index, and indexes kept. */
+static const size_t kEntryCacheBytes = 8 * 1024 * 1024;
+static const size_t kEntryCacheIndexes = 4;
+static std::vector<std::shared_ptr<const CagraEntryVectors>> cagra_entry_cache;
+
+std::shared_ptr<const CagraEntryVectors>
+cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMetaData &meta)
+{
+	if (meta.entry_count == 0 || (size_t) meta.entry_count * meta.dims * sizeof(float) > kEntryCacheBytes)
+		return nullptr;
+	for (const auto &e : cagra_entry_cache)
+		if (RelFileNodeEquals(e->node, index->rd_node) && e->count == meta.entry_count && e->dims == meta.dims)
+			return e;
+
+	auto		e = std::make_shared<CagraEntryVectors>();
+
+	e->node = index->rd_node;
+	e->count = meta.entry_count;
+	e->dims = meta.dims;
+	e->vectors.resize((size_t) meta.entry_count * meta.dims);
+	for (uint32_t r = 0; r < meta.entry_count; r++)
+	{
+		acc.read_vector(meta.entries[r], e->vectors.data() + (size_t) r * meta.dims, nullptr);
+		e->rows.push_back({meta.entries[r], r});
+	}
+	std::sort(e->rows.begin(), e->rows.end());
+	if (cagra_entry_cache.size() >= kEntryCacheIndexes)
+		cagra_entry_cache.erase(cagra_entry_cache.begin());
+	cagra_entry_cache.push_back(e);
+	return e;
+}
+
 /* ---- the accessor ---- */
 
 CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, bool record_nodes,
@@ -35,7 +94,10 @@ CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, 
 	max_pins_ = (uint32_t) Min(4096, NBuffers / 8);
 	nblocks_ = cagra_blocks_for(&meta_, meta_.n);
 	if (keep_pins_)
+	{
 		pins_.assign(nblocks_, InvalidBuffer);
+		entry_vectors_ = cagra_entry_vectors(*this, index_, meta_);
+	}
 }
 
 Buffer
@@ -164,6 +226,25 @@ CagraPageAccessor::distance_to(const float *query, uint32_t id, NodeInfo *info) 
 	return d;
 }
 
+bool
+CagraPageAccessor::cached_distance(const float *query, uint32_t id, float *out) const
+{
+	const float *v = entry_vectors_ ? entry_vectors_->find(id) : nullptr;
+
+	if (!v)
+		return false;
+	*out = cagra::distance(metric(), query, v, meta_.dims);
+	if (record_)
+	{
+		NodeInfo	info;
+
+		ItemPointerSetInvalid(&info.heap_tid);
+		info.flags = CAGRA_NODE_UNCHECKED;
+		seen_.emplace(id, info);
+	}
+	return true;
+}
+
 Buffer
 CagraPageAccessor::pin_page(BlockNumber blkno, bool *transient) const
 {
@@ -203,6 +284,11 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 		BlockNumber blkno;
 		Pending    &p = pending_[i];
 
+		if (cached_distance(query, ids[i], &out[i]))
+		{
+			p.buf = InvalidBuffer;
+			continue;
+		}
 		cagra_locate(&meta_, ids[i], 0, &blkno, &p.offset);
 		p.buf = pin_page(blkno, &p.transient);
 
@@ -215,6 +301,8 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 	{
 		const Pending &p = pending_[i];
 
+		if (p.buf == InvalidBuffer)
+			continue;			/* from the entry-vector cache */
 		LockBuffer(p.buf, BUFFER_LOCK_SHARE);
 
 		const char *rec = (const char *) BufferGetPage(p.buf) + p.offset;
@@ -244,6 +332,8 @@ CagraPageAccessor::distances(const float *query, const uint32_t *ids, uint32_t c
 	{
 		NodeInfo	info;
 
+		if (cached_distance(query, ids[i], &out[i]))
+			continue;
 		out[i] = distance_to(query, ids[i], &info);
 		if (record_)
 			seen_[ids[i]] = info;
@@ -264,6 +354,19 @@ CagraPageAccessor::node_info(uint32_t id, NodeInfo *out) const
 
 	if (it == seen_.end())
 		return false;
+	if (it->second.flags & CAGRA_NODE_UNCHECKED)
+	{
+		BlockNumber blkno;
+		uint32		poff;
+
+		cagra_locate(&meta_, id, 0, &blkno, &poff);
+		Buffer		buf = lock_page(blkno);
+		const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((char *) BufferGetPage(buf) + poff);
+
+		it->second.heap_tid = hdr->heap_tid;
+		it->second.flags = hdr->flags;
+		unlock_page(buf);
+	}
 	*out = it->second;
 	return true;
 }
