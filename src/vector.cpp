@@ -325,8 +325,8 @@ element_to_float(Datum d, Oid elemtype)
 	return 0;					/* not reached */
 }
 
-/* array_to_vector(anyarray-ish, integer, boolean): integer[], real[],
- * double precision[] and numeric[] to vector */
+/* array_to_vector(integer[] | real[] | double precision[] | numeric[],
+ * integer, boolean): the casts from arrays */
 Datum
 array_to_vector(PG_FUNCTION_ARGS)
 {
