@@ -63,6 +63,36 @@ TEST(Build, InvariantsOnClusteredData)
         EXPECT_LT(e, 5000u);
 }
 
+TEST(Build, EveryNodeReachableFromTheFirstEntry)
+{
+    /* 256 separated clusters of ~80 points, more than the kNN degree of 64:
+     * the kNN graph alone falls apart; connect_graph must link them in. */
+    const uint32_t dim = 8;
+    const uint64_t n = 20000;
+    auto data = clustered(n, dim, 8);
+    BuildParams p;
+    p.threads = 2;
+    BuiltGraph b = build(data, dim, p);
+    std::vector<uint8_t> seen(n, 0);
+    std::vector<uint32_t> queue{b.entry_nodes[0]};
+    seen[b.entry_nodes[0]] = 1;
+    for (size_t i = 0; i < queue.size(); i++)
+        for (uint32_t j = 0; j < b.graph.degree; j++) {
+            uint32_t w = b.graph.row(queue[i])[j];
+            if (!seen[w]) {
+                seen[w] = 1;
+                queue.push_back(w);
+            }
+        }
+    EXPECT_EQ(queue.size(), n);
+    expect_valid_graph(b.graph, n, p.graph_degree);
+
+    /* Without the links the kNN-based graph is indeed not connected. */
+    DatasetView view{data.data(), n, dim};
+    Graph bare = optimize_graph(nn_descent(view, Metric::L2, p), p.graph_degree, 2);
+    EXPECT_GT(connect_graph(bare, view, Metric::L2, {b.entry_nodes[0]}), 0u);
+}
+
 TEST(Build, InvariantsForEveryMetricAndOddDegrees)
 {
     const uint32_t dim = 17;

@@ -91,6 +91,23 @@ TEST(Search, WiderSearch)
     EXPECT_GE(total / truth.size(), 0.95);
 }
 
+TEST(Search, IterationCapStillGivesSortedResults)
+{
+    const Fixture &f = fixture();
+    InMemoryGraph g = f.graph();
+    SearchParams p;
+    p.max_iterations = 1;
+    for (size_t q = 0; q < 20; q++) {
+        Searcher<InMemoryGraph> s(g, f.query(q), p, f.built.entry_nodes);
+        Neighbor out[10];
+        ASSERT_EQ(s.next(10, out), 10u);
+        for (int i = 1; i < 10; i++)
+            ASSERT_LE(out[i - 1].distance, out[i].distance);
+        /* One iteration plus the expansion of each returned node. */
+        EXPECT_LE(s.iteration_count(), 1u);
+    }
+}
+
 TEST(Search, RandomEntriesOnly)
 {
     /* Without fixed entries a search starts only where the random entries

@@ -82,6 +82,20 @@ TEST(Serialize, RoundTrip)
     }
 }
 
+TEST(Serialize, SmallGraphWithPadding)
+{
+    IndexImage im;
+    im.dim = 3;
+    im.vectors = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+    im.params.graph_degree = 4;
+    im.params.intermediate_degree = 4;
+    im.built = build_graph(DatasetView{im.vectors.data(), 3, 3}, im.metric, im.params);
+    std::vector<uint8_t> bytes = serialize(im);
+    IndexImage back = deserialize(bytes.data(), bytes.size());
+    EXPECT_EQ(back.built.graph.edges, im.built.graph.edges);
+    EXPECT_EQ(back.built.graph.row(0)[3], kInvalidNode);
+}
+
 TEST(Serialize, CorruptInputRejected)
 {
     std::vector<uint8_t> good = serialize(make_image(true));
