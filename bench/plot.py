@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""bench/plot.py — recall@10 against queries/s, one curve per system, as a PNG.
+
+Reads result tables and draws one curve per system (cagra GPU, cagra CPU,
+pgvector HNSW, hnswlib, exact: a single point), queries/s on a log scale, the
+build time of each system in the legend.  Each INPUT is either
+
+  * a CSV file (name ends in .csv) with the header
+        system,build_seconds,param,recall_at_10,qps
+    one row per measured point (build_seconds may be empty: no build, e.g.
+    exact search), or
+  * the printed output of a benchmark program, recognised by its content:
+        bench/core_bench   "cagra: build ..." / "hnswlib: build ..." tables
+                           and the "exact (brute force ...)" line
+        bench/gpu_bench    the markdown tables it prints (also the same
+                           tables pasted into docs/benchmarks.md)
+        bench/sql_bench.py "cagra CREATE INDEX ..." and its per-setting lines
+
+Options:
+  --out FILE.png     the plot (required)
+  --csv FILE.csv     also write every parsed point in the CSV form above
+  --title TEXT       the plot title (say the data set and the machine)
+  --core-qps cpu|wall  which core_bench rate to use (default cpu: queries per
+                     CPU-second of one thread; on a shared machine the wall
+                     clock also counts time spent waiting for a core)
+  --only REGEX       keep only systems whose name matches
+  --min-recall R     left edge of the x axis (default: from the data)
+
+Needs matplotlib (Debian: apt-get install python3-matplotlib).  Example, the
+plots in docs/:
+  bench/plot.py --out docs/c100k-cpu.png --csv docs/c100k-cpu.csv \\
+      --title "c100k (100,000 x 128), 2 shared cores, 1 search thread" core_bench.txt
+"""
+import argparse
+import csv
+import math
+import re
+import sys
+
+FIELDS = ["system", "build_seconds", "param", "recall_at_10", "qps"]
+
+
+class Point:
+    def __init__(self, system, build_seconds, param, recall, qps):
+        self.system = system
+        self.build_seconds = build_seconds  # None: not built (exact search)
+        self.param = param
+        self.recall = recall
+        self.qps = qps
+
+
+# ---------------------------------------------------------------- readers
+
+def read_csv(path):
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            b = row.get("build_seconds", "").strip()
+            out.append(Point(row["system"], float(b) if b else None, row.get("param", ""),
+                             float(row["recall_at_10"]), float(row["qps"])))
+    return out
+
+
+def read_core_bench(text, rate):
+    """bench/core_bench output: a cagra itopk sweep, an hnswlib ef sweep, exact."""
+    out = []
+    col = 4 if rate == "cpu" else 3  # itopk width recall wall cpu | ef recall wall cpu
+    system, build, param_name = None, None, None
+    for line in text.splitlines():
+        m = re.match(r"(cagra|hnswlib): build ([\d.]+) s wall.*?\(([^)]*)\)", line)
+        if m:
+            kind = m.group(1)
+            system = ("cagra CPU" if kind == "cagra" else "hnswlib") + " (%s)" % m.group(3)
+            build, param_name = float(m.group(2)), "itopk" if kind == "cagra" else "ef"
+            continue
+        m = re.match(r"exact \(brute force, (\d+) thread.*recall@10 ([\d.]+), QPS ([\d.]+) wall, ([\d.]+) CPU", line)
+        if m:
+            out.append(Point("exact (brute force)", None, "", float(m.group(2)),
+                             float(m.group(4) if rate == "cpu" else m.group(3))))
+            system = None
+            continue
+        f = line.split()
+        if system and f and f[0].isdigit():
+            if param_name == "itopk":
+                recall, qps = float(f[2]), float(f[col])
+            else:
+                recall, qps = float(f[1]), float(f[col - 1])
+            out.append(Point(system, build, "%s %s" % (param_name, f[0]), recall, qps))
+        elif system and line.strip() == "":
+            system = None
+    return out
+
+
+def read_gpu_tables(text):
+    """bench/gpu_bench markdown: build rows, the exact row and itopk/batch tables."""
+    builds, out, title = {}, [], ""
+    pending = []
+    in_table = False  # inside a table headed "| itopk | batch | ..."
+    for line in text.splitlines():
+        s = line.strip()
+        m = re.match(r"\|\s*(GPU|CPU) build[^|]*\|\s*([\d.]+) s", s)
+        if m:
+            builds[m.group(1)] = float(m.group(2))
+            continue
+        m = re.match(r"\|\s*exact brute force on the GPU[^|]*\|\s*([\d.]+) q/s, recall@10 ([\d.]+)", s)
+        if m:
+            out.append(Point("exact on the GPU (batch 10,000)", None, "", float(m.group(2)),
+                             float(m.group(1))))
+            continue
+        if re.match(r"\|\s*itopk\s*\|\s*batch\s*\|", s):
+            in_table = True
+            continue
+        if not s.startswith("|"):
+            in_table = False
+        cells = [c.strip() for c in s.strip("|").split("|")] if in_table else []
+        if len(cells) == 5 and cells[0].isdigit():
+            itopk, batch, recall, qps = int(cells[0]), int(cells[1]), float(cells[2]), float(cells[3])
+            cpu_graph = "CPU-built" in title
+            fp16 = "fp16" in title
+            name = "cagra GPU, batch %s%s%s" % (format(batch, ","), ", fp16" if fp16 else "",
+                                                 ", CPU-built graph" if cpu_graph else "")
+            pending.append((name, "CPU" if cpu_graph else "GPU", "itopk %d" % itopk, recall, qps))
+        elif s and not s.startswith("|"):
+            title = s
+    for name, builder, param, recall, qps in pending:
+        out.append(Point(name, builds.get(builder), param, recall, qps))
+    return out
+
+
+def read_sql_bench(text):
+    """bench/sql_bench.py output: CREATE INDEX times and per-setting figures."""
+    out, builds = [], {}
+    for line in text.splitlines():
+        m = re.match(r"(cagra|pgvector HNSW) CREATE INDEX.*?: ([\d.]+) s", line)
+        if m:
+            builds["cagra" if m.group(1) == "cagra" else "pgvector"] = float(m.group(2))
+            continue
+        m = re.match(r"exact \(seq scan\)\s+recall@10 ([\d.]+)\s+([\d.]+) ms/query", line)
+        if m:
+            out.append(Point("exact (seq scan, SQL)", None, "", float(m.group(1)), 1000.0 / float(m.group(2))))
+            continue
+        m = re.match(r"(cagra itopk_size|pgvector hnsw ef_search) (\d+)\s+recall@10 ([\d.]+).*?"
+                     r"1 client\s+([\d.]+) q/s\s+(\d+) clients\s+([\d.]+) q/s", line)
+        if m:
+            kind = "cagra" if m.group(1).startswith("cagra") else "pgvector"
+            label = "cagra (SQL)" if kind == "cagra" else "pgvector HNSW (SQL)"
+            param = ("itopk " if kind == "cagra" else "ef ") + m.group(2)
+            recall = float(m.group(3))
+            out.append(Point(label + ", 1 client", builds.get(kind), param, recall, float(m.group(4))))
+            out.append(Point(label + ", %s clients" % m.group(5), builds.get(kind), param, recall,
+                             float(m.group(6))))
+    return out
+
+
+def read_any(path, rate):
+    if path.endswith(".csv"):
+        return read_csv(path)
+    with open(path) as f:
+        text = f.read()
+    if re.search(r"^(cagra|hnswlib): build", text, re.M):
+        return read_core_bench(text, rate)
+    if re.search(r"\| itopk \| batch \|", text):
+        return read_gpu_tables(text)
+    if "CREATE INDEX" in text and "recall@10" in text:
+        return read_sql_bench(text)
+    sys.exit("plot.py: %s: not a CSV file nor output of core_bench, gpu_bench or sql_bench" % path)
+
+
+# ---------------------------------------------------------------- output
+
+def write_csv(path, points):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(FIELDS)
+        for p in points:
+            w.writerow([p.system, "" if p.build_seconds is None else "%g" % p.build_seconds, p.param,
+                        "%.4f" % p.recall, "%.1f" % p.qps])
+
+
+def style(system):
+    """Colour by system family, line style by batch or client count, marker by
+    variant, so that related curves look related."""
+    s = system.lower()
+    if s.startswith("exact"):
+        return {"color": "black", "marker": "*", "markersize": 12, "linestyle": "none"}
+    color = ("tab:green" if "gpu" in s else "tab:blue" if s.startswith("cagra") else
+             "tab:red" if "pgvector" in s else "tab:orange" if "hnswlib" in s else None)
+    dash = "-"
+    if re.search(r"batch 100\b|\d+ clients", s):
+        dash = "--"
+    elif re.search(r"batch 1\b", s):
+        dash = ":"
+    marker = "s" if "fp16" in s else "^" if "cpu-built" in s else "o"
+    return {"color": color, "marker": marker, "markersize": 4, "linestyle": dash}
+
+
+def plot(points, out, title, min_recall):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = []
+    for p in points:
+        if p.system not in systems:
+            systems.append(p.system)
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+    for name in systems:
+        pts = sorted((p for p in points if p.system == name), key=lambda p: p.recall)
+        build = pts[0].build_seconds
+        label = name + ("" if build is None else " — build %s s" % ("%.2f" % build if build < 10 else "%.1f" % build))
+        ax.plot([p.recall for p in pts], [p.qps for p in pts], label=label, **style(name))
+    lo = min_recall if min_recall is not None else max(0.0, math.floor(min(p.recall for p in points) * 20) / 20)
+    ax.set_xlim(lo, 1.0 + (1.0 - lo) * 0.02)
+    ax.set_yscale("log")
+    ax.set_xlabel("recall@10")
+    ax.set_ylabel("queries per second (log scale)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="recall@10 against queries/s, one curve per system")
+    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--csv")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--core-qps", choices=["cpu", "wall"], default="cpu")
+    ap.add_argument("--only")
+    ap.add_argument("--min-recall", type=float)
+    args = ap.parse_args()
+    points = []
+    for path in args.inputs:
+        points += read_any(path, args.core_qps)
+    if args.only:
+        points = [p for p in points if re.search(args.only, p.system)]
+    if not points:
+        sys.exit("plot.py: no points read")
+    if args.csv:
+        write_csv(args.csv, points)
+    plot(points, args.out, args.title, args.min_recall)
+    print("%s: %d points, %d systems" % (args.out, len(points), len({p.system for p in points})))
+
+
+if __name__ == "__main__":
+    main()
