@@ -18,6 +18,7 @@
 #include "core/build.h"
 #include "core/distance.h"
 #include "vector.h"
+#include "worker/client.h"
 
 extern "C" {
 #include "access/tableam.h"
@@ -408,12 +409,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 {
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
-	if (cagra_option_build_device(index) == CAGRA_DEVICE_GPU)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot build index \"%s\" on the GPU: no cagra GPU worker is available",
-						RelationGetRelationName(index)),
-				 errhint("Use build_device = auto or build_device = cpu.")));
+	cagra_worker_check_build_device(index, cagra_option_build_device(index));
 
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra build",
 											  ALLOCSET_DEFAULT_SIZES);
@@ -440,26 +436,37 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	CagraMetaData meta;
 	CagraOwner *owner = NULL;
 	CagraBuildJob *job = NULL;
+	const cagra::BuiltGraph *built = NULL;
+	uint32		built_on = CAGRA_DEVICE_CPU;
 
 	if (bs->n > 0)
 	{
 		cagra_check_build_memory(bs, bs->n);
-		job = cagra_run_core_build(bs, &owner);
-		cagra_check_built_graph(index, bs, job->result);
+		/* the GPU worker when it runs (NULL: build here, on the CPU) */
+		built = cagra_worker_build_graph(index, bs->vectors, bs->n, bs->dims, bs->metric,
+										 bs->graph_degree, bs->intermediate_degree,
+										 cagra_option_build_device(index), cxt, &built_on);
+		if (!built)
+		{
+			job = cagra_run_core_build(bs, &owner);
+			built = &job->result;
+		}
+		cagra_check_built_graph(index, bs, *built);
 	}
 
 	cagra_fill_meta(&meta, index, bs->metric, bs->dims, bs->graph_degree, bs->intermediate_degree);
 	meta.n = meta.live = (uint32) bs->n;
-	if (job)
+	meta.build_device = built_on;
+	if (built)
 	{
-		meta.entry_count = (uint32) Min(job->result.entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
+		meta.entry_count = (uint32) Min(built->entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
 		for (uint32 i = 0; i < meta.entry_count; i++)
-			meta.entries[i] = job->result.entry_nodes[i];
+			meta.entries[i] = built->entry_nodes[i];
 	}
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
-	cagra_write_pages(index, &meta, bs, job ? &job->result.graph : NULL);
+	cagra_write_pages(index, &meta, bs, built ? &built->graph : NULL);
 	if (RelationNeedsWAL(index))
 		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
 

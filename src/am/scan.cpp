@@ -17,6 +17,7 @@
 
 #include "core/search.h"
 #include "vector.h"
+#include "worker/client.h"
 
 extern "C" {
 #include "access/relscan.h"
@@ -91,7 +92,7 @@ CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, 
 	: index_(index), meta_(meta), record_(record_nodes), vecbuf_(meta.dims), keep_pins_(keep_pins)
 {
 	/* never hold so many pins that other backends run out of buffers */
-	max_pins_ = (uint32_t) Min(4096, NBuffers / 8);
+	max_pins_ = (uint32_t) Min(1024, NBuffers / 64);
 	nblocks_ = cagra_blocks_for(&meta_, meta_.n);
 	if (keep_pins_)
 	{
@@ -409,6 +410,7 @@ typedef struct CagraScanOpaqueData
 	bool		started;		/* the search has been set up since the last rescan */
 	bool		empty;			/* nothing to return (empty index) */
 	bool		null_query;		/* ORDER BY v <-> NULL: any order, NULL values */
+	CagraWorkerScan *worker;	/* the GPU worker's results, returned first */
 } CagraScanOpaqueData;
 
 typedef CagraScanOpaqueData *CagraScanOpaque;
@@ -469,6 +471,8 @@ cagra_rescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int 
 		memmove(scan->orderByData, orderbys, scan->numberOfOrderBys * sizeof(ScanKeyData));
 	cagra_reset_scan_state(so->state);
 	so->started = false;
+	cagra_worker_scan_end(so->worker);
+	so->worker = NULL;
 	so->empty = false;
 }
 
@@ -575,6 +579,11 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 		cagra_check_dims(scan->indexRelation, meta.dims, q->dim);
 		raw = q->x;
 	}
+	if (!so->null_query)
+		so->worker = cagra_worker_scan_begin(scan->indexRelation, &meta, raw,
+											 (uint32) cagra_itopk_size);
+	if (so->worker)
+		return true;			/* the CPU search starts if the executor wants more */
 	cagra_start_search(so->state, scan->indexRelation, &meta, raw, &st);
 	if (!st.ok)
 		cagra_report_status(&st);
@@ -604,6 +613,26 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 
 	for (;;)
 	{
+		ItemPointerData wtid;
+		double		wvalue;
+
+		if (so->worker && !s->searcher && cagra_worker_scan_next(so->worker, &wtid, &wvalue))
+		{
+			scan->xs_heaptid = wtid;
+			scan->xs_recheck = false;
+			scan->xs_recheckorderby = false;
+			scan->xs_orderbyvals[0] = Float8GetDatum(wvalue);
+			scan->xs_orderbynulls[0] = false;
+			return true;
+		}
+		if (so->worker && !s->searcher)
+		{
+			/* the worker's results ran out: continue with the CPU search */
+			cagra_start_search(s, scan->indexRelation, cagra_worker_scan_meta(so->worker),
+							   DatumGetVector(scan->orderByData[0].sk_argument)->x, &st);
+			if (!st.ok)
+				cagra_report_status(&st);
+		}
 		if (s->pos < s->batch.size())
 		{
 			ItemPointerData tid;
@@ -611,6 +640,8 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 
 			if (!cagra_take_result(s, &tid, &value))
 				elog(ERROR, "cagra scan lost the heap TID of a result");
+			if (so->worker && cagra_worker_scan_skip(so->worker, &tid, value))
+				continue;
 			scan->xs_heaptid = tid;
 			scan->xs_recheck = false;
 			scan->xs_recheckorderby = false;
@@ -637,6 +668,7 @@ cagra_endscan(IndexScanDesc scan)
 	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
 
 	cagra_reset_scan_state(so->state);
+	cagra_worker_scan_end(so->worker);
 	cagra_owner_free(so->owner);
 	pfree(so);
 	scan->opaque = NULL;
