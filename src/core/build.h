@@ -13,8 +13,9 @@ namespace cagra {
 enum class BuildPhase : uint32_t { Validating = 0, KnnGraph = 1, Pruning = 2, Done = 3 };
 
 /* Shared with the thread that started the build: the caller polls the
- * counters for progress reports and sets `cancel` to stop the build, which
- * then throws Error(ErrorCode::Cancelled) soon after. */
+ * counters for progress reports (done/total restart in each phase) and sets
+ * `cancel` to stop the build, which then throws Error(ErrorCode::Cancelled)
+ * within about 100 ms, from every phase. */
 struct BuildProgress {
     std::atomic<uint32_t> phase{0};
     std::atomic<uint64_t> done{0};
@@ -32,17 +33,23 @@ struct KnnGraph {
 
 struct BuiltGraph {
     Graph graph;
-    std::vector<uint32_t> entry_nodes; /* fixed entry points for searches */
+    /* Fixed entry points for searches: the node nearest the data's mean,
+     * then farthest-point picks, about 2 sqrt(n), at most 384; any prefix
+     * is a well-spread subset. */
+    std::vector<uint32_t> entry_nodes;
 };
 
 /* Throws Error(InvalidParameter / InvalidData) with a message a user can act on. */
 void validate_build_params(const BuildParams &params);
 void validate_dataset(const DatasetView &data);
 
+/* The whole build (docs/core.md): data prepared for the metric; uses
+ * params.threads threads; deterministic for a fixed seed with one thread.
+ * Rows hold kInvalidNode padding only when n <= graph_degree. */
 BuiltGraph build_graph(const DatasetView &data, Metric metric, const BuildParams &params,
                        BuildProgress *progress = nullptr);
 
-/* The two steps of build_graph, public for tests and for the GPU comparisons. */
+/* Steps of build_graph, public for tests and for the GPU library. */
 KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &params,
                     BuildProgress *progress = nullptr);
 Graph optimize_graph(const KnnGraph &knn, uint32_t graph_degree, uint32_t threads,

@@ -2,13 +2,15 @@
  * nn_descent.cpp — the approximate kNN graph (NN-descent, Dong et al. 2011)
  * and the exact one by brute force.
  *
- * Each node keeps a sorted candidate list of k (id, distance, is-new).  An
- * iteration samples up to S new and S old entries per node, adds reverse
- * samples (bounded, chosen by a hash priority so the choice does not depend
- * on thread timing), and joins every new sample with every other new and old
- * sample of the same node: a pair (a, b) updates the lists of a and b.  The
- * vectors of one node's samples are gathered into a contiguous block first,
- * so the join's distance matrix reads them from cache.
+ * Each node keeps a sorted candidate list of k (distance, id, is-new),
+ * seeded by the leaves of two random-projection trees.  An iteration samples
+ * the S closest new and S closest old entries per node, adds reverse samples
+ * (bounded, chosen by a hash priority so the choice does not depend on
+ * thread timing), and joins every new sample with every other new and old
+ * sample of the same node: a pair (a, b) may update the lists of a and b.
+ * The vectors of one node's samples are gathered into a contiguous block
+ * first, so the join's distance matrix reads them from cache; the updates
+ * are queued and applied per owner thread, without locks.  See docs/core.md.
  */
 #include <algorithm>
 #include <cstring>
@@ -35,9 +37,15 @@ struct SpinLock {
     {
         while (held.exchange(true, std::memory_order_acquire))
             while (held.load(std::memory_order_relaxed))
-                __builtin_ia32_pause();
+                relax();
     }
     void unlock() { held.store(false, std::memory_order_release); }
+    static void relax()
+    {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
 };
 
 /* One list entry; the top bit of `id` marks an entry not yet joined
