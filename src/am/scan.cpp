@@ -58,7 +58,7 @@ static const size_t kEntryCacheBytes = 8 * 1024 * 1024;
 static const size_t kEntryCacheIndexes = 4;
 static std::vector<std::shared_ptr<const CagraEntryVectors>> cagra_entry_cache;
 
-std::shared_ptr<const CagraEntryVectors>
+static std::shared_ptr<const CagraEntryVectors>
 cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMetaData &meta)
 {
 	if (meta.entry_count == 0 || (size_t) meta.entry_count * meta.dims * sizeof(float) > kEntryCacheBytes)
