@@ -175,8 +175,12 @@ void fill_short_rows(CandidateLists &lists, const DatasetView &data, const Metri
             uint64_t next = 0; /* sequential fallback when random picks keep colliding */
             for (uint32_t tries = 0; lists.row(u)[k - 1].id == kIdMask; tries++) {
                 uint64_t v = tries < 8 * k ? rng.below(n) : next++;
-                if (v != u && v < n)
-                    lists.insert((uint32_t)u, (uint32_t)v, dist(data.row(u), data.row(v), data.dim));
+                if (v == u || v >= n)
+                    continue;
+                /* Huge finite components can square to infinity, which no
+                 * list would take: clamp, so every row fills. */
+                float d = std::min(dist(data.row(u), data.row(v), data.dim), std::numeric_limits<float>::max());
+                lists.insert((uint32_t)u, (uint32_t)v, d);
             }
         }
     });

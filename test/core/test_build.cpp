@@ -140,6 +140,18 @@ TEST(Build, DuplicateVectors)
     expect_valid_graph(build(data, dim, p).graph, 3000, 32);
 }
 
+TEST(Build, HugeComponentsWhoseDistancesOverflow)
+{
+    /* Finite inputs whose squared distances overflow to infinity. */
+    const uint32_t dim = 4;
+    auto data = clustered(3000, dim, 9);
+    for (auto &x : data)
+        x *= 1e19f;
+    BuildParams p;
+    p.threads = 2;
+    expect_valid_graph(build(data, dim, p).graph, 3000, 32);
+}
+
 TEST(Build, NnDescentRecallAgainstBruteForce)
 {
     const uint32_t dim = 32;
