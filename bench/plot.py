@@ -26,10 +26,25 @@ Options:
   --only REGEX       keep only systems whose name matches
   --min-recall R     left edge of the x axis (default: from the data)
 
-Needs matplotlib (Debian: apt-get install python3-matplotlib).  Example, the
-plots in docs/:
-  bench/plot.py --out docs/c100k-cpu.png --csv docs/c100k-cpu.csv \\
-      --title "c100k (100,000 x 128), 2 shared cores, 1 search thread" core_bench.txt
+Needs matplotlib (Debian: apt-get install python3-matplotlib; run it with
+/usr/bin/python3).  The plots in docs/ were made by:
+
+  # c100k on the 2-core machine: core_bench's output (cagra CPU, hnswlib, exact)
+  build/core_bench /work/data/c100k --repeat 2 > c100k.txt
+  bench/plot.py --out docs/c100k-cpu.png --csv docs/c100k-cpu.csv \
+      --title "c100k (100,000 x 128, L2, k=10), ..." c100k.txt
+
+  # c1m on the H200: gpu_bench's tables as pasted into docs/benchmarks.md, and
+  # pgvector's reference figures (shared/bench/README.md) as a CSV
+  bench/plot.py --out docs/c1m-gpu.png --csv docs/c1m-gpu.csv \
+      --only "fp32|^cagra GPU, batch [0-9,]+$|exact|pgvector" --min-recall 0.9 \
+      --title "c1m (1,000,000 x 128, L2, k=10), ..." \
+      docs/benchmarks.md docs/c1m-pgvector-reference.csv
+
+  # text384 (bench/text_dataset.py) on the 2-core machine, as for c100k
+  build/core_bench /work/data/text384 --repeat 2 > text384.txt
+  bench/plot.py --out docs/text384-cpu.png --csv docs/text384-cpu.csv \
+      --title "..." text384.txt
 """
 import argparse
 import csv
@@ -177,21 +192,28 @@ def write_csv(path, points):
                         "%.4f" % p.recall, "%.1f" % p.qps])
 
 
-def style(system):
-    """Colour by system family, line style by batch or client count, marker by
-    variant, so that related curves look related."""
+def family_color(system):
     s = system.lower()
-    if s.startswith("exact"):
-        return {"color": "black", "marker": "*", "markersize": 12, "linestyle": "none"}
-    color = ("tab:green" if "gpu" in s else "tab:blue" if s.startswith("cagra") else
-             "tab:red" if "pgvector" in s else "tab:orange" if "hnswlib" in s else None)
-    dash = "-"
-    if re.search(r"batch 100\b|\d+ clients", s):
-        dash = "--"
-    elif re.search(r"batch 1\b", s):
-        dash = ":"
-    marker = "s" if "fp16" in s else "^" if "cpu-built" in s else "o"
-    return {"color": color, "marker": marker, "markersize": 4, "linestyle": dash}
+    return ("black" if s.startswith("exact") else "tab:green" if "gpu" in s else
+            "tab:blue" if s.startswith("cagra") else "tab:red" if "pgvector" in s else
+            "tab:orange" if "hnswlib" in s else "tab:purple")
+
+
+def styles(systems):
+    """Colour by family (cagra GPU, cagra CPU, pgvector, hnswlib, exact); the
+    curves of one family differ by line style and marker, in order of appearance."""
+    dashes, markers = ["-", "--", ":", "-."], ["o", "s", "^", "D", "v"]
+    seen, out = {}, {}
+    for name in systems:
+        color = family_color(name)
+        if name.lower().startswith("exact"):
+            out[name] = {"color": color, "marker": "*", "markersize": 12, "linestyle": "none"}
+            continue
+        k = seen.get(color, 0)
+        seen[color] = k + 1
+        out[name] = {"color": color, "linestyle": dashes[k % len(dashes)],
+                     "marker": markers[k % len(markers)], "markersize": 4}
+    return out
 
 
 def plot(points, out, title, min_recall):
@@ -203,12 +225,13 @@ def plot(points, out, title, min_recall):
     for p in points:
         if p.system not in systems:
             systems.append(p.system)
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 6.5 + 0.22 * len(systems)), dpi=110)
+    look = styles(systems)
     for name in systems:
         pts = sorted((p for p in points if p.system == name), key=lambda p: p.recall)
         build = pts[0].build_seconds
         label = name + ("" if build is None else " — build %s s" % ("%.2f" % build if build < 10 else "%.1f" % build))
-        ax.plot([p.recall for p in pts], [p.qps for p in pts], label=label, **style(name))
+        ax.plot([p.recall for p in pts], [p.qps for p in pts], label=label, **look[name])
     lo = min_recall if min_recall is not None else max(0.0, math.floor(min(p.recall for p in points) * 20) / 20)
     ax.set_xlim(lo, 1.0 + (1.0 - lo) * 0.02)
     ax.set_yscale("log")
@@ -216,7 +239,8 @@ def plot(points, out, title, min_recall):
     ax.set_ylabel("queries per second (log scale)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
+    # below the axes, so that no curve hides behind it
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=1, frameon=False)
     fig.tight_layout()
     fig.savefig(out)
 
