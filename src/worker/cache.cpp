@@ -219,6 +219,10 @@ cagra_cache_finish_upload(const CagraIndexId &id, CagraStagedIndex &s, char *msg
 
 	if (r != CAGRA_REPLY_OK)
 	{
+		/* the device had less free memory than the limit allows: do not
+		 * let every search upload it again (SIGHUP forgets this) */
+		if (r == CAGRA_REPLY_OUT_OF_MEMORY)
+			too_large[id] = bytes;
 		strlcpy(msg, err.c_str(), msglen);
 		return r;
 	}

@@ -1,0 +1,176 @@
+# test/t/101_worker_cpu_backend.pl — the real IPC path with the worker's CPU
+# engine (cagra.worker_backend = cpu): searches and builds go through the
+# worker (status counters show it) with the same results as in the
+# backend; appended rows are found, vacuumed rows never returned; requests
+# of several sessions are batched; and a worker that is stopped, terminated
+# or slow never leaves a session hanging: statement_timeout and cancel
+# work while waiting, cagra.worker_timeout and a terminated worker mean a
+# CPU search with a NOTICE, and the worker comes back.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+
+my $node = PostgreSQL::Test::Cluster->new('cpuworker');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'cagra'
+cagra.worker_backend = cpu
+cagra.batch_window = 0
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
+$node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
+  or die 'worker not running';
+
+$node->safe_psql('postgres', q{
+	CREATE TABLE items (id int PRIMARY KEY, v vector(16));
+	INSERT INTO items SELECT i, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.11 * j)
+	                                  FROM generate_series(1, 16) j)::vector
+	  FROM generate_series(1, 2000) i;
+});
+
+sub status
+{
+	my ($cols) = @_;
+	return $node->safe_psql('postgres', "SELECT $cols FROM cagra_status");
+}
+
+# --- build offload ------------------------------------------------------------------
+$node->safe_psql('postgres', 'CREATE INDEX items_v ON items USING cagra (v) WITH (graph_degree = 16)');
+is(status('builds'), '1', 'CREATE INDEX went through the worker');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v')"), '0',
+	'worker-built index passes cagra_index_check');
+is($node->safe_psql('postgres', "SELECT nodes, live_nodes FROM cagra_index_info('items_v')"),
+	'2000|2000', 'worker-built index holds every row');
+
+# --- searches through the worker -------------------------------------------------
+my $queries = 'ARRAY(SELECT v FROM items WHERE id % 100 = 0 ORDER BY id)';
+my $search = "SELECT string_agg(query || ':' || ctid::text, ' ' ORDER BY query, distance, ctid)
+              FROM cagra_search('items_v', $queries, 5)";
+my $on_cpu = $node->safe_psql('postgres', "SET cagra.device = cpu; $search");
+my $exact = $node->safe_psql('postgres', q{
+	SELECT string_agg(q || ':' || c, ' ' ORDER BY q, d, c) FROM (
+	  SELECT q.rn AS q, r.ctid::text AS c, r.d FROM
+	    (SELECT row_number() OVER (ORDER BY id) rn, v FROM items WHERE id % 100 = 0) q,
+	    LATERAL (SELECT ctid, v <-> q.v AS d FROM items ORDER BY v <-> q.v LIMIT 5) r) s});
+is($on_cpu, $exact, 'cagra_search on the CPU finds the exact neighbours');
+is($node->safe_psql('postgres', $search), $exact, 'cagra_search through the worker finds them too');
+is(status('uploads, cached_indexes, queries >= 20, fallbacks'), '1|1|t|0',
+	'one index copy uploaded, queries served by the worker');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM cagra_worker_cache() c JOIN pg_class r ON r.oid = c.index'
+	. " WHERE r.relname = 'items_v' AND c.nodes = 2000"), '1', 'cagra_worker_cache lists the copy');
+
+$node->safe_psql('postgres', 'CREATE TABLE q AS SELECT v FROM items WHERE id = 1234');
+my $scan = q{
+	SET enable_seqscan = off;
+	SELECT string_agg(id::text, ',') FROM (
+	  SELECT id FROM items ORDER BY v <-> (SELECT v FROM q) LIMIT 5) s};
+my $before = status('queries');
+my $scan_result = $node->safe_psql('postgres', $scan);
+like($scan_result, qr/^1234,/, 'index scan through the worker finds the row itself first');
+is(status('queries'), $before + 1, 'the index scan was served by the worker');
+is($node->safe_psql('postgres', "SET cagra.device = cpu; $scan"), $scan_result,
+	'same rows as the CPU scan');
+
+# appended rows: searched in the backend and merged, no new upload
+$node->safe_psql('postgres', q{INSERT INTO items VALUES (5001, (SELECT v FROM q))});
+like($node->safe_psql('postgres', $scan), qr/^(1234,5001|5001,1234),/, 'a row inserted after the copy is found');
+is(status('uploads'), '1', 'appended rows did not need a new copy');
+
+# vacuum: a new generation, a new copy, and the deleted row is never returned
+$node->safe_psql('postgres', 'DELETE FROM items WHERE id = 1234');
+$node->safe_psql('postgres', 'VACUUM items');
+unlike($node->safe_psql('postgres', $scan), qr/\b1234\b/, 'deleted row not returned after VACUUM');
+is(status('uploads'), '2', 'vacuum made the worker load a new copy');
+$node->safe_psql('postgres', q{INSERT INTO items VALUES (1234, (SELECT v FROM q))});
+
+# --- batching of several sessions ------------------------------------------------
+$node->append_conf('postgresql.conf', "cagra.batch_window = 300000\n");
+$node->reload;
+$node->poll_query_until('postgres', "SELECT current_setting('cagra.batch_window') = '300000'");
+sleep(1);    # the worker reloads on SIGHUP
+my ($batches0, $queries0) = split /\|/, status('batches, queries');
+my @h;
+for my $i (1 .. 4)
+{
+	my $out = '';
+	push @h, IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c',
+		  "SELECT count(*) FROM cagra_search('items_v', ARRAY[(SELECT v FROM items WHERE id = $i)], 3)" ],
+		'>', \$out, '2>', \my $err);
+}
+$_->finish for @h;
+my ($batches1, $queries1) = split /\|/, status('batches, queries');
+is($queries1 - $queries0, 4, 'four queries served');
+cmp_ok($batches1 - $batches0, '<', 4, 'queries of several sessions shared a launch');
+$node->append_conf('postgresql.conf', "cagra.batch_window = 0\n");
+$node->reload;
+
+# --- a stopped worker: statement_timeout, cancel, worker_timeout -------------------
+my $pid = status('pid');
+my $one = "SELECT count(*) FROM cagra_search('items_v', ARRAY[(SELECT v FROM items WHERE id = 42)], 3)";
+kill 'STOP', $pid;
+my ($ret, $out, $err) = $node->psql('postgres', "SET statement_timeout = '300ms'; $one");
+like($err, qr/canceling statement due to statement timeout/, 'statement_timeout while waiting on the worker');
+
+($ret, $out, $err) = $node->psql('postgres', "SET cagra.worker_timeout = '200ms'; $one");
+is($out, '3', 'cagra.worker_timeout: the search completes on the CPU');
+like($err, qr/NOTICE:  cagra search runs on the CPU: the cagra GPU worker did not answer within cagra.worker_timeout/,
+	'NOTICE of the fallback');
+
+# cancel while waiting
+my ($bout, $berr) = ('', '');
+my $bg = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c',
+	  "SET application_name = 'waiter'; $one" ],
+	'>', \$bout, '2>', \$berr);
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND wait_event = 'Extension'")
+  or die 'the search never waited on the worker';
+$node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'waiter'");
+$bg->finish;
+like($berr, qr/canceling statement due to user request/, 'cancel while waiting on the worker');
+
+kill 'CONT', $pid;
+my $q0 = status('queries');
+is($node->safe_psql('postgres', $one), '3', 'worker serves again after the abandoned requests');
+is(status('queries'), $q0 + 1, 'that search went through the worker');
+
+# --- the worker terminated during a search -----------------------------------------
+my ($generation) = status('generation');
+kill 'STOP', $pid;
+($bout, $berr) = ('', '');
+$bg = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c',
+	  "SET application_name = 'victim'; SET cagra.worker_timeout = '60s'; "
+	  . "SELECT string_agg(ctid::text, ',' ORDER BY distance, ctid) FROM cagra_search('items_v', ARRAY[(SELECT v FROM items WHERE id = 42)], 3)" ],
+	'>', \$bout, '2>', \$berr);
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'victim' AND wait_event = 'Extension'")
+  or die 'the search never waited on the worker';
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+kill 'CONT', $pid;
+$bg->finish;
+my $expected = $node->safe_psql('postgres',
+	"SET cagra.device = cpu; SELECT string_agg(ctid::text, ',' ORDER BY distance, ctid) FROM cagra_search('items_v', ARRAY[(SELECT v FROM items WHERE id = 42)], 3)");
+is((split /\n/, $bout)[-1], $expected, 'the search completed on the CPU with the right rows');
+like($berr, qr/NOTICE:  cagra search runs on the CPU: the cagra GPU worker exited or restarted during the request/,
+	'NOTICE says the worker went away');
+
+# it comes back (bgw_restart_time 5 s) as a new generation, with an empty cache
+$node->poll_query_until('postgres', "SELECT state = 'running' AND generation = $generation + 1 FROM cagra_status")
+  or die 'worker did not come back';
+isnt(status('pid'), $pid, 'a new worker process');
+is(status('cached_indexes'), '0', 'the new worker starts with an empty cache');
+is($node->safe_psql('postgres', $search), $node->safe_psql('postgres', "SET cagra.device = cpu; $search"),
+	'searches go through the new worker with the same results');
+
+# build_device = gpu needs a GPU engine, not the CPU one
+($ret, $out, $err) = $node->psql('postgres', 'CREATE INDEX ON items USING cagra (v) WITH (build_device = gpu)');
+like($err, qr/no cagra GPU worker is available/, 'build_device = gpu refused with the CPU engine');
+
+$node->stop;
+done_testing();

@@ -1,0 +1,92 @@
+# test/t/102_worker_gpu.pl — the worker on a real device (run by
+# test/device-sql.sh on the GPU machine; skipped elsewhere): CREATE INDEX
+# is built on the GPU, searches are served by the GPU with the recall of
+# the CPU path, and a worker killed with SIGKILL during a batch takes the
+# cluster through crash recovery, after which the index checks clean and
+# the worker serves again.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+
+my $lib = $ENV{CAGRA_GPU_LIBRARY};
+plan skip_all => 'CAGRA_GPU_LIBRARY not set (device check only)' unless $lib && -r $lib;
+
+my $node = PostgreSQL::Test::Cluster->new('gpu');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'cagra'
+cagra.gpu_library = '$lib'
+maintenance_work_mem = '1GB'
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
+$node->poll_query_until('postgres', "SELECT state NOT IN ('not started', 'starting') FROM cagra_status")
+  or die 'worker never reported';
+my $state = $node->safe_psql('postgres', 'SELECT state FROM cagra_status');
+if ($state ne 'running')
+{
+	diag($node->safe_psql('postgres', 'SELECT message FROM cagra_status'));
+	plan skip_all => "worker state '$state': no device here";
+}
+diag('devices: ' . $node->safe_psql('postgres', 'SELECT devices FROM cagra_status'));
+
+$node->safe_psql('postgres', q{
+	CREATE TABLE items (id int PRIMARY KEY, v vector(64));
+	INSERT INTO items SELECT i, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.011 * j) + (i % 97) * 0.01
+	                                  FROM generate_series(1, 64) j)::vector
+	  FROM generate_series(1, 50000) i;
+	CREATE TABLE queries AS SELECT id, v FROM items WHERE id % 500 = 0;
+});
+
+sub status { return $node->safe_psql('postgres', "SELECT $_[0] FROM cagra_status"); }
+
+$node->safe_psql('postgres', 'CREATE INDEX items_v ON items USING cagra (v) WITH (build_device = gpu)');
+is(status('builds'), '1', 'CREATE INDEX built on the GPU');
+is($node->safe_psql('postgres', "SELECT build_device, nodes FROM cagra_index_info('items_v')"), 'gpu|50000',
+	'index records the GPU build');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v')"), '0', 'GPU-built index checks clean');
+
+# recall@10 of the GPU search and of the CPU search against exact results
+my $recall = q{
+	WITH r AS (SELECT s.query, s.ctid FROM cagra_search('items_v', ARRAY(SELECT v FROM queries ORDER BY id), 10) s),
+	     e AS (SELECT q.rn AS query, x.ctid FROM
+	             (SELECT row_number() OVER (ORDER BY id) rn, v FROM queries) q,
+	             LATERAL (SELECT ctid FROM items ORDER BY v <-> q.v LIMIT 10) x)
+	SELECT round(count(r.ctid)::numeric / count(*), 3) FROM e LEFT JOIN r USING (query, ctid)};
+my $q0 = status('queries');
+my $gpu_recall = $node->safe_psql('postgres', "SET enable_indexscan = off; $recall");
+cmp_ok(status('queries') - $q0, '>=', 100, 'cagra_search served by the GPU');
+my $cpu_recall = $node->safe_psql('postgres', "SET cagra.device = cpu; SET enable_indexscan = off; $recall");
+diag("recall\@10: GPU $gpu_recall, CPU $cpu_recall");
+cmp_ok($gpu_recall, '>=', 0.95, 'GPU recall@10 >= 0.95');
+cmp_ok($gpu_recall, '>=', $cpu_recall - 0.02, 'GPU recall close to the CPU recall');
+
+$q0 = status('queries');
+my $scan = q{SET cagra.device = gpu; SET enable_seqscan = off;
+	SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE id = 1000) LIMIT 3};
+like($node->safe_psql('postgres', $scan), qr/^1000\n/, 'index scan on the GPU finds the row');
+is(status('queries'), $q0 + 1, 'the index scan was served by the GPU');
+is(status('errors || \'|\' || fallbacks'), '0|0', 'no errors, no fallbacks');
+
+# SIGKILL of the worker during a large batch: crash recovery, then service again
+my $pid = status('pid');
+my ($out, $err) = ('', '');
+my $bg = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c',
+	  "SET application_name = 'batch'; SELECT count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM items WHERE id % 5 = 0), 10)" ],
+	'>', \$out, '2>', \$err);
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'batch' AND wait_event = 'Extension'");
+kill 'KILL', $pid;
+$bg->finish;
+$node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
+  or die 'worker did not come back after the crash';
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v')"), '0',
+	'index checks clean after crash recovery');
+like($node->safe_psql('postgres', $scan), qr/^1000\n/, 'the new worker serves searches');
+
+$node->stop;
+done_testing();
