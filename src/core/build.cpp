@@ -43,7 +43,7 @@ Graph small_graph(const DatasetView &data, Metric metric, uint32_t degree)
         row.clear();
         for (uint64_t b = 0; b < data.n; b++)
             if (b != a)
-                row.push_back({dist(data.row(a), data.row(b), data.dim), (uint32_t)b});
+                row.push_back({detail::sortable(dist(data.row(a), data.row(b), data.dim)), (uint32_t)b});
         std::sort(row.begin(), row.end());
         for (size_t j = 0; j < row.size(); j++)
             g.row(a)[j] = row[j].second;

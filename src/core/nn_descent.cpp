@@ -177,9 +177,12 @@ void fill_short_rows(CandidateLists &lists, const DatasetView &data, const Metri
                 uint64_t v = tries < 8 * k ? rng.below(n) : next++;
                 if (v == u || v >= n)
                     continue;
-                /* Huge finite components can square to infinity, which no
-                 * list would take: clamp, so every row fills. */
-                float d = std::min(dist(data.row(u), data.row(v), data.dim), std::numeric_limits<float>::max());
+                /* Huge finite components can give an infinite (or, for
+                 * inner products, NaN) distance, which no list would take:
+                 * clamp, so every row fills. */
+                float d = dist(data.row(u), data.row(v), data.dim);
+                if (!(d < std::numeric_limits<float>::max()))
+                    d = std::numeric_limits<float>::max();
                 lists.insert((uint32_t)u, (uint32_t)v, d);
             }
         }
@@ -289,7 +292,7 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
             all.clear();
             for (uint64_t v = 0; v < data.n; v++)
                 if (v != u)
-                    all.push_back({dist(data.row(u), data.row(v), data.dim), (uint32_t)v});
+                    all.push_back({detail::sortable(dist(data.row(u), data.row(v), data.dim)), (uint32_t)v});
             std::partial_sort(all.begin(), all.begin() + k, all.end());
             for (uint32_t j = 0; j < k; j++) {
                 out.ids[u * k + j] = all[j].second;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <limits>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -86,6 +87,13 @@ void parallel_for(uint64_t n, uint64_t chunk, uint32_t threads, const BuildProgr
     if (error)
         std::rethrow_exception(error);
     throw_if_cancelled(progress);
+}
+
+/* A distance that sorts: inner products of huge vectors can overflow to
+ * NaN, which would break std::sort's ordering; treat it as farthest. */
+inline float sortable(float d)
+{
+    return d == d ? d : std::numeric_limits<float>::infinity();
 }
 
 /* splitmix64: a cheap, well-mixed hash for seeding and sampling. */

@@ -150,6 +150,11 @@ TEST(Build, HugeComponentsWhoseDistancesOverflow)
     BuildParams p;
     p.threads = 2;
     expect_valid_graph(build(data, dim, p).graph, 3000, 32);
+    /* Inner products of such vectors overflow, with mixed signs even to NaN;
+     * 1000 rows take the brute-force path. */
+    expect_valid_graph(build(data, dim, p, Metric::InnerProduct).graph, 3000, 32);
+    std::vector<float> small(data.begin(), data.begin() + 1000 * dim);
+    expect_valid_graph(build(small, dim, p, Metric::InnerProduct).graph, 1000, 32);
 }
 
 TEST(Build, NnDescentRecallAgainstBruteForce)
