@@ -12,6 +12,8 @@
 #include "worker/cache.h"
 #include "worker/queue.h"
 
+#include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <vector>
 
@@ -73,10 +75,81 @@ cagra_collect_batch(CagraWorkerShared *sh, int first, int *picked, uint64 *queri
 	return n;
 }
 
+/* ---- backends' reusable segments, kept mapped ---- */
+
+typedef struct CagraMappedMailbox
+{
+	dsm_handle	handle;
+	pid_t		pid;
+	dsm_segment *seg;
+} CagraMappedMailbox;
+
+static CagraMappedMailbox *mailboxes = NULL;
+static int	nmailboxes = 0;
+
+static void
+cagra_unmap_mailbox(int i)
+{
+	dsm_detach(mailboxes[i].seg);
+	mailboxes[i] = mailboxes[--nmailboxes];
+}
+
+void
+cagra_worker_forget_mailboxes(void)
+{
+	for (int i = nmailboxes - 1; i >= 0; i--)
+		if (kill(mailboxes[i].pid, 0) != 0 && errno == ESRCH)
+			cagra_unmap_mailbox(i);
+}
+
+/* A backend abandoned a request in its mailbox: it will use a new one. */
+static void
+cagra_drop_mailbox(dsm_handle handle)
+{
+	for (int i = 0; i < nmailboxes; i++)
+		if (mailboxes[i].handle == handle)
+		{
+			cagra_unmap_mailbox(i);
+			return;
+		}
+}
+
+static void *
+cagra_attach_mailbox(const CagraRequestSlot *s)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	if (!mailboxes)
+		mailboxes = (CagraMappedMailbox *) MemoryContextAllocZero(TopMemoryContext,
+																   sizeof(CagraMappedMailbox) * sh->nslots);
+	for (int i = 0; i < nmailboxes; i++)
+		if (mailboxes[i].handle == s->handle)
+			return dsm_segment_address(mailboxes[i].seg);
+	if (nmailboxes == sh->nslots)
+		cagra_worker_forget_mailboxes();
+	if (nmailboxes == sh->nslots)
+		cagra_unmap_mailbox(0);
+
+	dsm_segment *seg = dsm_attach(s->handle);
+
+	if (!seg)
+		return NULL;
+	mailboxes[nmailboxes].handle = s->handle;
+	mailboxes[nmailboxes].pid = s->backend_pid;
+	mailboxes[nmailboxes].seg = seg;
+	nmailboxes++;
+	return dsm_segment_address(seg);
+}
+
 /* Mark answered slots DONE (or free abandoned ones) and wake their backends. */
 static void
 cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
 {
+	static dsm_handle *abandoned = NULL;
+	int			nabandoned = 0;
+
+	if (!abandoned)
+		abandoned = (dsm_handle *) MemoryContextAlloc(TopMemoryContext, sizeof(dsm_handle) * sh->nslots);
 	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < n; i++)
 	{
@@ -84,6 +157,8 @@ cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
 
 		if (s->state == CAGRA_SLOT_ABANDONED)
 		{
+			if (s->mailbox)
+				abandoned[nabandoned++] = s->handle;
 			s->state = CAGRA_SLOT_FREE;
 			continue;
 		}
@@ -95,6 +170,8 @@ cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
 	}
 	LWLockRelease(sh->lock);
 	pg_atomic_fetch_add_u64(&sh->requests, n);
+	for (int i = 0; i < nabandoned; i++)
+		cagra_drop_mailbox(abandoned[i]);
 }
 
 /* Run a batch of searches whose payloads are attached (NULL: gone). */
@@ -183,10 +260,15 @@ cagra_run_search_batch(CagraWorkerShared *sh, const int *picked, int n, void **p
 	}
 }
 
+/* The request's payload; *seg is set when it must be detached afterwards
+ * (one-off segments; mailboxes stay mapped). */
 static void *
-cagra_attach_payload(dsm_handle handle, dsm_segment **seg)
+cagra_attach_payload(const CagraRequestSlot *s, dsm_segment **seg)
 {
-	*seg = dsm_attach(handle);
+	*seg = NULL;
+	if (s->mailbox)
+		return cagra_attach_mailbox(s);
+	*seg = dsm_attach(s->handle);
 	return *seg ? dsm_segment_address(*seg) : NULL;
 }
 
@@ -227,7 +309,7 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked, dsm_segment 
 	LWLockRelease(sh->lock);
 
 	for (int i = 0; i < n; i++)
-		payloads[i] = cagra_attach_payload(sh->slots[picked[i]].handle, &segs[i]);
+		payloads[i] = cagra_attach_payload(&sh->slots[picked[i]], &segs[i]);
 	cagra_run_search_batch(sh, picked, n, payloads, total);
 	for (int i = 0; i < n; i++)
 		if (segs[i])
@@ -244,7 +326,7 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 	s->state = CAGRA_SLOT_RUNNING;
 	LWLockRelease(sh->lock);
 
-	void	   *payload = cagra_attach_payload(s->handle, &seg);
+	void	   *payload = cagra_attach_payload(s, &seg);
 
 	if (!payload)
 	{

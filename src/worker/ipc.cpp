@@ -34,12 +34,49 @@ cagra_worker_running(int *backend)
 	return running;
 }
 
+/* The backend's reusable segment (session lifetime), NULL until needed or
+ * after a request in it was abandoned while the worker ran it. */
+static dsm_segment *cagra_mailbox = NULL;
+
+static dsm_segment *
+cagra_get_mailbox(void)
+{
+	if (!cagra_mailbox)
+	{
+		cagra_mailbox = dsm_create(CAGRA_MAILBOX_BYTES, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+		if (cagra_mailbox)
+			dsm_pin_mapping(cagra_mailbox);
+	}
+	return cagra_mailbox;
+}
+
+/* The worker may still write into it: never reuse it (the worker unmaps
+ * it when it finishes the abandoned request). */
+static void
+cagra_forget_mailbox(CagraCall *call)
+{
+	if (!call->in_mailbox || !cagra_mailbox)
+		return;
+	dsm_detach(cagra_mailbox);
+	cagra_mailbox = NULL;
+	call->seg = NULL;
+	call->payload = NULL;
+	call->in_mailbox = false;
+}
+
 bool
 cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
 {
 	memset(call, 0, sizeof(*call));
 	call->kind = kind;
 	call->size = size;
+	if (size <= CAGRA_MAILBOX_BYTES && cagra_get_mailbox())
+	{
+		call->seg = cagra_mailbox;
+		call->in_mailbox = true;
+		call->payload = dsm_segment_address(call->seg);
+		return true;
+	}
 	call->seg = dsm_create(size, DSM_CREATE_NULL_IF_MAXSEGMENTS);
 	if (!call->seg)
 		return false;
@@ -50,7 +87,7 @@ cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
 void
 cagra_call_done(CagraCall *call)
 {
-	if (call->seg)
+	if (call->seg && !call->in_mailbox)
 		dsm_detach(call->seg);
 	call->seg = NULL;
 	call->payload = NULL;
@@ -93,6 +130,7 @@ cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 	s->seq = ++sh->next_seq;
 	s->queued_at = GetCurrentTimestamp();
 	s->handle = dsm_segment_handle(call->seg);
+	s->mailbox = call->in_mailbox;
 	s->key = call->key;
 	s->search = call->search;
 	s->nq = call->nq;
@@ -108,17 +146,18 @@ cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 
 /* Give the slot back without an answer (lock not held). */
 static void
-cagra_abandon_slot(int idx, uint64 generation)
+cagra_abandon_slot(CagraCall *call, int idx, uint64 generation)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	CagraRequestSlot *s = &sh->slots[idx];
+	bool		running;
 
 	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
-	if (s->state == CAGRA_SLOT_RUNNING && sh->pid != 0 && sh->generation == generation)
-		s->state = CAGRA_SLOT_ABANDONED;	/* the worker frees it */
-	else
-		s->state = CAGRA_SLOT_FREE;
+	running = s->state == CAGRA_SLOT_RUNNING && sh->pid != 0 && sh->generation == generation;
+	s->state = running ? CAGRA_SLOT_ABANDONED : CAGRA_SLOT_FREE;	/* abandoned: the worker frees it */
 	LWLockRelease(sh->lock);
+	if (running)
+		cagra_forget_mailbox(call);
 }
 
 /* One look at the slot: true when the wait is over (outcome set). */
@@ -175,7 +214,7 @@ cagra_call_run(CagraCall *call, int timeout_ms)
 
 				if (left <= 0)
 				{
-					cagra_abandon_slot(idx, generation);
+					cagra_abandon_slot(call, idx, generation);
 					outcome = CAGRA_CALL_TIMEOUT;
 					break;
 				}
@@ -191,7 +230,7 @@ cagra_call_run(CagraCall *call, int timeout_ms)
 	PG_FINALLY();
 	{
 		if (!finished)
-			cagra_abandon_slot(idx, generation);
+			cagra_abandon_slot(call, idx, generation);
 	}
 	PG_END_TRY();
 	return outcome;

@@ -21,6 +21,7 @@ typedef struct CagraCall
 	dsm_segment *seg;
 	void	   *payload;
 	Size		size;
+	bool		in_mailbox;		/* seg is the backend's reusable segment */
 	/* the request (filled by the caller before cagra_call_run) */
 	CagraRequestKind kind;
 	CagraIndexKey key;

@@ -12,5 +12,8 @@ int			cagra_worker_serve_queue(void);
 /* One non-search request, executed in place (offload_build.cpp, cache.cpp). */
 CagraReply	cagra_worker_run_build_request(CagraRequestSlot *slot, void *payload);
 
+/* Unmap the reusable segments of backends that are gone. */
+void		cagra_worker_forget_mailboxes(void);
+
 /* Drop build state of backends that are gone. */
 void		cagra_worker_forget_builds(void);

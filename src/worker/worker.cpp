@@ -158,6 +158,8 @@ cagra_worker_main(Datum arg)
 		}
 		if (cagra_worker_serve_queue() > 0)
 			cagra_cache_publish();
+		else
+			cagra_worker_forget_mailboxes();	/* idle: unmap those of exited backends */
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000L,
 						 PG_WAIT_EXTENSION);

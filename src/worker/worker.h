@@ -25,6 +25,11 @@ extern "C" {
 /* Largest DSM segment one request uses: bulk transfers go in chunks. */
 #define CAGRA_CHUNK_BYTES ((Size) 64 * 1024 * 1024)
 
+/* Each backend keeps one segment of this size for its small requests (one
+ * query, build chunks of small tables); the worker keeps it mapped, so a
+ * search costs no segment creation or mapping on either side. */
+#define CAGRA_MAILBOX_BYTES ((Size) 1024 * 1024)
+
 #define CAGRA_MAX_DEVICES 16
 #define CAGRA_MAX_PUBLISHED_CACHE 64
 
@@ -106,6 +111,7 @@ typedef struct CagraRequestSlot
 	uint64		seq;			/* queue order */
 	TimestampTz queued_at;
 	dsm_handle	handle;
+	bool		mailbox;		/* handle is the backend's reusable segment */
 	CagraIndexKey key;			/* SEARCH, UPLOAD */
 	CagraSearchConfig search;	/* SEARCH */
 	uint32		nq;				/* SEARCH: queries in the payload */
