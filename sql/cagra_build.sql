@@ -188,6 +188,14 @@ EXPLAIN (COSTS OFF) SELECT count(*) FROM t_small;
 SELECT * FROM cagra_index_info('t_small');
 SELECT * FROM cagra_index_check('t_small');
 
+-- the check is for superusers unless granted
+CREATE ROLE regress_cagra_nobody;
+SET ROLE regress_cagra_nobody;
+SELECT * FROM cagra_index_check('t_small_idx');
+SELECT nodes FROM cagra_index_info('t_small_idx');
+RESET ROLE;
+DROP ROLE regress_cagra_nobody;
+
 -- opclass validation
 SELECT amvalidate(oid) FROM pg_opclass WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'cagra') ORDER BY opcname;
 

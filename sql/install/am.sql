@@ -51,5 +51,8 @@ CREATE FUNCTION cagra_index_info(
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.
+-- It reads the whole index and holds off its inserts meanwhile: superusers
+-- only, unless granted (as amcheck does).
 CREATE FUNCTION cagra_index_check(index regclass) RETURNS SETOF text
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
+REVOKE ALL ON FUNCTION cagra_index_check(regclass) FROM PUBLIC;
