@@ -188,6 +188,13 @@ EXPLAIN (COSTS OFF) SELECT count(*) FROM t_small;
 SELECT * FROM cagra_index_info('t_small');
 SELECT * FROM cagra_index_check('t_small');
 
+-- search settings that contradict each other: a clear error
+SET cagra.itopk_size = 8;
+SET cagra.search_width = 16;
+SELECT id FROM t_small ORDER BY v <-> '[1,1,1]' LIMIT 3;
+RESET cagra.itopk_size;
+RESET cagra.search_width;
+
 -- the check is for superusers unless granted
 CREATE ROLE regress_cagra_nobody;
 SET ROLE regress_cagra_nobody;
