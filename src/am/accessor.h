@@ -51,7 +51,6 @@ public:
 	/* Recorded TID and flags of `id` (record_nodes only); false if unseen.
 	 * May read the node's header page (nodes measured from cached vectors). */
 	bool node_info(uint32_t id, NodeInfo *out) const;
-	void forget_nodes() { seen_.clear(); }
 
 	/* Unpin the pages kept by keep_pins. */
 	void release_pins();

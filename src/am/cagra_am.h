@@ -114,8 +114,8 @@ void		cagra_check_meta(Relation index, const CagraMetaData *meta);
 /* Initialise an empty node page (all slots zero). */
 void		cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno);
 
-/* Copy `len` bytes of node `id`'s record starting at `offset` out of / into
- * buffers, under a share / exclusive lock page by page (no WAL: for build). */
+/* Copy `len` bytes of node `id`'s record starting at `offset` out of the
+ * index, share-locking one page at a time (plain C: may ereport). */
 void		cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 id,
 									uint32 offset, uint32 len, void *dst);
 
