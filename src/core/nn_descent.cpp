@@ -204,17 +204,24 @@ void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKe
     detail::parallel_for(trees, 1, threads, progress, [&](uint64_t t, uint64_t, uint32_t) {
         detail::rp_tree_leaves(data, leaf, seed ^ mix64(0x7265e + t), progress, order[t], leaves[t]);
     });
+    /* Within one tree every node lies in exactly one leaf, so the task of
+     * a leaf owns its members' rows: no locks, and each pair's distance is
+     * computed once into a small matrix. */
     for (uint32_t t = 0; t < trees; t++) {
         detail::parallel_for(leaves[t].size(), 16, threads, progress, [&](uint64_t lb, uint64_t le, uint32_t) {
+            std::vector<float> matrix;
             for (uint64_t l = lb; l < le; l++) {
                 auto [begin, end] = leaves[t][l];
-                for (uint64_t x = begin; x < end; x++)
-                    for (uint64_t y = x + 1; y < end; y++) {
-                        uint32_t u = order[t][x], v = order[t][y];
-                        float d = dist(data.row(u), data.row(v), dim);
-                        lists.insert(u, v, d);
-                        lists.insert(v, u, d);
-                    }
+                const uint64_t m = end - begin;
+                const uint32_t *ids = &order[t][begin];
+                matrix.resize(m * m);
+                for (uint64_t x = 0; x < m; x++)
+                    for (uint64_t y = x + 1; y < m; y++)
+                        matrix[x * m + y] = matrix[y * m + x] = dist(data.row(ids[x]), data.row(ids[y]), dim);
+                for (uint64_t x = 0; x < m; x++)
+                    for (uint64_t y = 0; y < m; y++)
+                        if (y != x && matrix[x * m + y] < lists.worst[ids[x]].load(std::memory_order_relaxed))
+                            lists.insert_unlocked(ids[x], ids[y], matrix[x * m + y]);
             }
         });
     }
@@ -431,8 +438,12 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                 uint64_t applied = 0;
                 for (uint32_t t = 0; t < threads; t++) {
                     auto &q = scratch[t].queued[owner];
+                    /* Most queued pairs lost to an earlier update of the
+                     * row: the dense worst[] array says so without
+                     * touching the row. */
                     for (const Update &up : q)
-                        applied += lists.insert_unlocked(up.node, up.candidate, up.dist);
+                        if (up.dist < lists.worst[up.node].load(std::memory_order_relaxed))
+                            applied += lists.insert_unlocked(up.node, up.candidate, up.dist);
                     q.clear();
                 }
                 updates.fetch_add(applied, std::memory_order_relaxed);
