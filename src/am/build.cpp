@@ -1,8 +1,9 @@
 /*
- * build.cpp — ambuild and ambuildempty on the CPU.
+ * build.cpp — ambuild and ambuildempty.
  *
  * The heap scan collects prepared vectors and heap TIDs in memory (bounded
- * by maintenance_work_mem), the core builds the graph on its own threads
+ * by maintenance_work_mem); the GPU worker builds the graph when it runs,
+ * otherwise the core builds it here on its own threads
  * while this (the only PostgreSQL) thread reports progress and watches for
  * interrupts, then the pages are written through shared buffers and
  * WAL-logged in bulk with log_newpage_range.

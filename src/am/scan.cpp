@@ -6,7 +6,8 @@
  * argument, and asks the Searcher for itopk_size results at a time; when the
  * executor keeps asking (filters, large LIMIT) the same Searcher continues,
  * up to cagra.max_scan_tuples rows in all.  Deleted nodes are traversed,
- * never returned.
+ * never returned.  When the GPU worker serves the search, its results come
+ * first and the CPU Searcher takes over if the executor wants more.
  */
 #include "am/accessor.h"
 
