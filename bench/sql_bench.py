@@ -16,28 +16,43 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --exact-queries 50                    queries for the exact-search figure
   --hnsw-ef 40,80                       hnsw.ef_search values (pgvector only)
   --skip-load                           reuse the tables of an earlier run
+  --devices auto,cpu                    cagra.device values to sweep (auto: the GPU
+                                        worker when it runs; cpu: in the backend)
+  --ceiling                             also pgbench a one-row lookup in a 1,000-row
+                                        table: the host's ceiling for N clients
+  --batch 10000                         also time cagra_search with batches of this
+                                        many queries (0: skip)
 """
 import argparse
 import os
 import re
-import struct
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 
+import numpy as np
+
 
 def read_vecs(path, kind):
-    """texmex .fvecs / .ivecs: per vector an int32 count, then that many values."""
-    with open(path, "rb") as f:
-        data = f.read()
-    out, pos = [], 0
-    while pos < len(data):
-        (d,) = struct.unpack_from("<i", data, pos)
-        pos += 4
-        out.append(struct.unpack_from("<%d%s" % (d, kind), data, pos))
-        pos += 4 * d
-    return out
+    """texmex .fvecs / .ivecs: per vector an int32 count, then that many values.
+    Returns an n x d numpy array."""
+    raw = np.fromfile(path, dtype=np.int32)
+    d = int(raw[0])
+    return raw.reshape(-1, d + 1)[:, 1:].view(np.float32 if kind == "f" else np.int32)
+
+
+def copy_binary(rows_id, vecs):
+    """COPY ... (FORMAT binary) stream of (int, vector) rows: the vector's
+    binary form is int16 dim, int16 unused, float4 values, big-endian."""
+    n, d = vecs.shape
+    rec = np.dtype([("nfields", ">i2"), ("idlen", ">i4"), ("id", ">i4"), ("vlen", ">i4"),
+                    ("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (d,))])
+    a = np.zeros(n, dtype=rec)
+    a["nfields"], a["idlen"], a["id"], a["vlen"], a["dim"] = 2, 4, rows_id, 4 + 4 * d, d
+    a["x"] = vecs
+    return b"PGCOPY\n\xff\r\n\0" + b"\0" * 8 + a.tobytes() + b"\xff\xff"
 
 
 class Db:
@@ -46,10 +61,23 @@ class Db:
 
     def psql(self, sql, stdin=None):
         cmd = ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", self.dsn, "-c", sql]
-        r = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+        binary = isinstance(stdin, bytes)
+        r = subprocess.run(cmd, input=stdin, capture_output=True, text=not binary)
+        out, err = (r.stdout.decode(), r.stderr.decode()) if binary else (r.stdout, r.stderr)
         if r.returncode != 0:
-            sys.exit("psql failed: %s\n%s" % (sql[:200], r.stderr))
-        return r.stdout.strip()
+            sys.exit("psql failed: %s\n%s" % (sql[:200], err))
+        return out.strip()
+
+    def worker_cpu_seconds(self):
+        """CPU seconds of the cagra GPU worker so far (0 when none runs here)."""
+        pid = self.psql("SELECT coalesce((SELECT pid FROM pg_stat_activity "
+                        "WHERE backend_type = 'cagra gpu worker' LIMIT 1), 0)")
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
 
     def timed(self, sql):
         t = time.time()
@@ -57,37 +85,52 @@ class Db:
         return time.time() - t
 
     def pgbench(self, script, clients, seconds, settings=""):
+        """transactions/s, and CPU seconds per transaction spent by the server
+        outside the GPU worker (the whole machine's busy time less pgbench's
+        own and the worker's)."""
         with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
             f.write(settings + script)
             path = f.name
         try:
             cmd = ["pgbench", "-n", "-f", path, "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1)),
                    "-T", str(seconds), self.dsn]
+            before = (machine_busy_seconds(), children_cpu_seconds(), self.worker_cpu_seconds())
             r = subprocess.run(cmd, capture_output=True, text=True)
+            after = (machine_busy_seconds(), children_cpu_seconds(), self.worker_cpu_seconds())
             if r.returncode != 0:
                 sys.exit("pgbench failed:\n%s" % r.stderr)
             m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", r.stdout)
-            return float(m.group(1))
+            n = re.search(r"number of transactions actually processed: ([0-9]+)", r.stdout)
+            server = (after[0] - before[0]) - (after[1] - before[1]) - (after[2] - before[2])
+            return float(m.group(1)), server / max(int(n.group(1)), 1)
         finally:
             os.unlink(path)
 
 
-def vec_text(v):
-    return "[" + ",".join("%.9g" % x for x in v) + "]"
+def machine_busy_seconds():
+    """CPU seconds the whole machine spent busy (all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        t = [int(x) for x in f.readline().split()[1:]]
+    return (t[0] + t[1] + t[2] + t[5] + t[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def load(db, dirname):
     base = read_vecs(os.path.join(dirname, "base.fvecs"), "f")
     query = read_vecs(os.path.join(dirname, "query.fvecs"), "f")
     gt = read_vecs(os.path.join(dirname, "gt.ivecs"), "i")
-    dim = len(base[0])
+    dim = base.shape[1]
     db.psql("DROP TABLE IF EXISTS bench_items, bench_queries, bench_gt")
     db.psql("CREATE TABLE bench_items (id int PRIMARY KEY, v vector(%d))" % dim)
     db.psql("CREATE TABLE bench_queries (qid int PRIMARY KEY, v vector(%d))" % dim)
     db.psql("CREATE TABLE bench_gt (qid int, rank int, id int, PRIMARY KEY (qid, rank))")
     t = time.time()
-    db.psql("\\copy bench_items FROM STDIN", "".join("%d\t%s\n" % (i, vec_text(v)) for i, v in enumerate(base)))
-    db.psql("\\copy bench_queries FROM STDIN", "".join("%d\t%s\n" % (i, vec_text(v)) for i, v in enumerate(query)))
+    db.psql("\\copy bench_items FROM STDIN (FORMAT binary)", copy_binary(np.arange(len(base)), base))
+    db.psql("\\copy bench_queries FROM STDIN (FORMAT binary)", copy_binary(np.arange(len(query)), query))
     db.psql("\\copy bench_gt FROM STDIN",
             "".join("%d\t%d\t%d\n" % (q, r, i) for q, row in enumerate(gt) for r, i in enumerate(row[:10])))
     for table in ("bench_items", "bench_queries", "bench_gt"):
@@ -119,10 +162,11 @@ def run_method(db, label, settings, args, nq):
     sets = "".join(s.strip() + ";\n" for s in settings.split(";") if s.strip())
     script = sets + "SET enable_seqscan = off;\n" + QUERY_SCRIPT.format(nq=nq - 1)
     # per-connection settings are re-run per transaction: cheap next to a search
-    qps1 = db.pgbench(script, 1, args.seconds)
-    qpsn = db.pgbench(script, args.clients, args.seconds)
-    print("%-30s recall@10 %.3f  %.3f ms/query in one statement  1 client %6.0f q/s  %d clients %6.0f q/s" %
-          (label, recall, in_server_ms, qps1, args.clients, qpsn), flush=True)
+    qps1, _ = db.pgbench(script, 1, args.seconds)
+    qpsn, cpu = db.pgbench(script, args.clients, args.seconds)
+    print("%-34s recall@10 %.3f  %.3f ms/query in one statement  1 client %6.0f q/s  %d clients %6.0f q/s"
+          "  server CPU %.3f ms/query" % (label, recall, in_server_ms, qps1, args.clients, qpsn, cpu * 1000.0),
+          flush=True)
 
 
 def main():
@@ -137,6 +181,9 @@ def main():
     ap.add_argument("--exact-queries", type=int, default=50)
     ap.add_argument("--hnsw-ef", default="40,80")
     ap.add_argument("--skip-load", action="store_true")
+    ap.add_argument("--devices", default="auto")
+    ap.add_argument("--ceiling", action="store_true")
+    ap.add_argument("--batch", type=int, default=0)
     args = ap.parse_args()
     db = Db(args.dsn)
 
@@ -164,8 +211,16 @@ def main():
                     % (args.degree, args.intermediate))
     size = db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_cagra'))")
     print("cagra CREATE INDEX (degree %d, intermediate %d): %.1f s, %s" % (args.degree, args.intermediate, secs, size))
-    for itopk in [int(x) for x in args.itopk.split(",")]:
-        run_method(db, "cagra itopk_size %d" % itopk, "SET cagra.itopk_size = %d;" % itopk, args, nq)
+    print("built on: %s" % db.psql("SELECT build_device FROM cagra_index_info('bench_items_cagra')"))
+    for device in args.devices.split(","):
+        for itopk in [int(x) for x in args.itopk.split(",")]:
+            run_method(db, "cagra %s itopk_size %d" % (device, itopk),
+                       "SET cagra.device = %s; SET cagra.itopk_size = %d;" % (device, itopk), args, nq)
+    if args.batch:
+        batch_search(db, args.batch, nq)
+    if db.psql("SELECT count(*) FROM pg_views WHERE viewname = 'cagra_status'") == "1":
+        print(db.psql("SELECT format('worker: %s, queries %s, batches %s, mean batch %s, fallbacks %s', "
+                      "state, queries, batches, round(mean_batch_size::numeric, 2), fallbacks) FROM cagra_status"))
     db.psql("DROP INDEX bench_items_cagra")
 
     # pgvector HNSW, when pgvector is the vector type's owner
@@ -178,6 +233,29 @@ def main():
         db.psql("DROP INDEX bench_items_hnsw")
     else:
         print("pgvector not installed in this database: no HNSW figures")
+
+    if args.ceiling:
+        db.psql("DROP TABLE IF EXISTS bench_lookup; CREATE TABLE bench_lookup (id int PRIMARY KEY, x int);"
+                "INSERT INTO bench_lookup SELECT g, g FROM generate_series(1, 1000) g")
+        db.psql("VACUUM ANALYZE bench_lookup")
+        tps, _ = db.pgbench("\\set i random(1, 1000)\nSELECT x FROM bench_lookup WHERE id = :i;\n",
+                            args.clients, args.seconds)
+        print("ceiling: one-row lookup in a 1,000-row table, %d clients: %.0f q/s" % (args.clients, tps))
+
+
+def batch_search(db, batch, nq):
+    """cagra_search with `batch` queries in one call (the query set repeated),
+    recall over the distinct queries of the first call."""
+    reps = (batch + nq - 1) // nq
+    sql = ("SET cagra.itopk_size = 32; "
+           "SELECT count(*) FROM cagra_search('bench_items_cagra', "
+           "(SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid FROM bench_queries, "
+           " generate_series(1, %d) g ORDER BY g, qid LIMIT %d) s), 10)" % (reps, batch))
+    t = time.time()
+    rows = db.psql(sql)
+    secs = time.time() - t
+    print("cagra_search, %d queries in one call: %.3f s, %.0f q/s (%s rows, statement and array build included)"
+          % (batch, secs, batch / secs, rows.splitlines()[-1]))
 
 
 if __name__ == "__main__":
