@@ -20,6 +20,7 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
                                         worker when it runs; cpu: in the backend)
   --ceiling                             also pgbench a one-row lookup in a 1,000-row
                                         table: the host's ceiling for N clients
+  --maintenance-work-mem 1GB            for CREATE INDEX
   --batch 10000                         also time cagra_search with batches of this
                                         many queries (0: skip)
 """
@@ -184,6 +185,7 @@ def main():
     ap.add_argument("--devices", default="auto")
     ap.add_argument("--ceiling", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--maintenance-work-mem", default="1GB")
     args = ap.parse_args()
     db = Db(args.dsn)
 
@@ -206,9 +208,9 @@ def main():
 
     # cagra
     db.psql("DROP INDEX IF EXISTS bench_items_cagra")
-    secs = db.timed("SET maintenance_work_mem = '1GB'; CREATE INDEX bench_items_cagra ON bench_items "
+    secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_cagra ON bench_items "
                     "USING cagra (v vector_l2_ops) WITH (graph_degree = %d, intermediate_graph_degree = %d)"
-                    % (args.degree, args.intermediate))
+                    % (args.maintenance_work_mem, args.degree, args.intermediate))
     size = db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_cagra'))")
     print("cagra CREATE INDEX (degree %d, intermediate %d): %.1f s, %s" % (args.degree, args.intermediate, secs, size))
     print("built on: %s" % db.psql("SELECT build_device FROM cagra_index_info('bench_items_cagra')"))
@@ -225,8 +227,8 @@ def main():
 
     # pgvector HNSW, when pgvector is the vector type's owner
     if db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1":
-        secs = db.timed("SET maintenance_work_mem = '1GB'; CREATE INDEX bench_items_hnsw ON bench_items "
-                        "USING hnsw (v vector_l2_ops) WITH (m = 16, ef_construction = 64)")
+        secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
+                        "USING hnsw (v vector_l2_ops) WITH (m = 16, ef_construction = 64)" % args.maintenance_work_mem)
         print("pgvector HNSW CREATE INDEX (m 16, ef_construction 64): %.1f s" % secs)
         for ef in [int(x) for x in args.hnsw_ef.split(",")]:
             run_method(db, "pgvector hnsw ef_search %d" % ef, "SET hnsw.ef_search = %d;" % ef, args, nq)
