@@ -5,7 +5,8 @@
 # of several sessions are batched; and a worker that is stopped, terminated
 # or slow never leaves a session hanging: statement_timeout and cancel
 # work while waiting, cagra.worker_timeout and a terminated worker mean a
-# CPU search with a NOTICE, and the worker comes back.
+# CPU search with a NOTICE, and the worker comes back; a build cancelled
+# while the worker runs it leaves the worker able to serve the next one.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -167,6 +168,32 @@ isnt(status('pid'), $pid, 'a new worker process');
 is(status('cached_indexes'), '0', 'the new worker starts with an empty cache');
 is($node->safe_psql('postgres', $search), $node->safe_psql('postgres', "SET cagra.device = cpu; $search"),
 	'searches go through the new worker with the same results');
+
+# cancel while the worker runs a build: the session leaves the running
+# request (and its mailbox); the worker finishes, frees the slot and serves
+# the next build
+$node->safe_psql('postgres', q{
+	CREATE TABLE big AS SELECT i AS id, array(SELECT sin(i * 0.1 + j) + cos(i * 0.013 * j)
+	                                          FROM generate_series(1, 32) j)::vector(32) AS v
+	  FROM generate_series(1, 30000) i});
+my $builds0 = status('builds');
+($bout, $berr) = ('', '');
+$bg = IPC::Run::start(
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', "SET application_name = 'builder'",
+	  '-c', 'CREATE INDEX big_v ON big USING cagra (v)' ],
+	'>', \$bout, '2>', \$berr);
+$node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_progress_create_index p JOIN pg_stat_activity a USING (pid)
+	 WHERE a.application_name = 'builder' AND p.phase LIKE '%kNN%'})
+  or die 'the build never reached the worker';
+$node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'builder'");
+$bg->finish;
+like($berr, qr/canceling statement due to user request/, 'CREATE INDEX cancelled while the worker builds');
+$node->poll_query_until('postgres', "SELECT builds = $builds0 + 1 FROM cagra_status")
+  or die 'the worker did not finish the abandoned build';
+$node->safe_psql('postgres', 'CREATE INDEX big_v ON big USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16)');
+is(status('builds'), $builds0 + 2, 'the next build goes through the worker');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('big_v')"), '0', 'and checks clean');
 
 # build_device = gpu needs a GPU engine, not the CPU one
 ($ret, $out, $err) = $node->psql('postgres', 'CREATE INDEX ON items USING cagra (v) WITH (build_device = gpu)');
