@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <list>
 #include <map>
 #include <tuple>
 
@@ -30,6 +29,14 @@ cagra_index_id(const CagraIndexKey &k)
 {
 	return CagraIndexId(k.db, k.index, k.relfilenode);
 }
+
+/* How a search's key matches the cached copy of its index. */
+typedef enum CagraCopyMatch
+{
+	CAGRA_COPY_NONE,			/* no usable copy */
+	CAGRA_COPY_EXACT,			/* same generation */
+	CAGRA_COPY_INSERTS_ONLY		/* differs by appended nodes only */
+} CagraCopyMatch;
 
 static std::map<CagraIndexId, std::unique_ptr<CagraIndexCopy>> copies;
 static std::map<CagraIndexId, std::unique_ptr<CagraStagedIndex>> uploads;
@@ -161,8 +168,8 @@ cagra_cache_make_room(uint64_t bytes, const CagraIndexId &replacing)
 	}
 }
 
-static CagraReply
-cagra_cache_begin_chunk(CagraStagedIndex &s, const CagraUploadPayload *p, char *msg, size_t msglen)
+static void
+cagra_cache_begin_upload(CagraStagedIndex &s, const CagraUploadPayload *p)
 {
 	s.dim = p->dim;
 	s.degree = p->degree;
@@ -172,7 +179,6 @@ cagra_cache_begin_chunk(CagraStagedIndex &s, const CagraUploadPayload *p, char *
 	s.rows.resize((size_t) s.key.n * s.degree);
 	s.live.assign(((size_t) s.key.n + 63) / 64, 0);
 	s.received = 0;
-	return CAGRA_REPLY_OK;
 }
 
 static void
@@ -251,7 +257,7 @@ cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
 		CagraStagedIndex &s = *it->second;
 
 		if (p->first == 0)
-			cagra_cache_begin_chunk(s, p, msg, msglen);
+			cagra_cache_begin_upload(s, p);
 		if (p->dim != s.dim || p->degree != s.degree || p->first != s.received ||
 			(uint64_t) p->first + p->count > s.key.n)
 		{

@@ -10,14 +10,6 @@
 
 #include "worker/engine.h"
 
-/* How a SEARCH's key matches the cached copy of its index. */
-typedef enum CagraCopyMatch
-{
-	CAGRA_COPY_NONE,			/* no usable copy */
-	CAGRA_COPY_EXACT,			/* same generation */
-	CAGRA_COPY_INSERTS_ONLY		/* differs by appended nodes only */
-} CagraCopyMatch;
-
 /* The copy of the key's index that a search may use (touching it), or NULL. */
 CagraIndexCopy *cagra_cache_lookup(const CagraIndexKey &key);
 

@@ -13,18 +13,12 @@
 #include "worker/search.h"
 
 #include <cmath>
-#include <new>
 
-#include "core/build.h"
 #include "core/distance.h"
 
 extern "C" {
-#include "catalog/index.h"
-#include "commands/progress.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "storage/bufmgr.h"
-#include "utils/memutils.h"
 }
 
 /* ---- fallbacks ---- */
