@@ -283,6 +283,15 @@ cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
 	}
 }
 
+int
+cagra_cache_clear(void)
+{
+	int			n = (int) copies.size();
+
+	copies.clear();
+	return n;
+}
+
 void
 cagra_cache_forget_limits(void)
 {

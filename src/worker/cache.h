@@ -24,6 +24,10 @@ CagraReply	cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUpload
 /* Per-device byte limit from cagra.gpu_memory_limit. */
 uint64_t	cagra_cache_limit(void);
 
+/* Free every cached copy (a build needs the device memory); returns how
+ * many there were. */
+int			cagra_cache_clear(void);
+
 /* Forget which indexes were too large (the limit may have changed). */
 void		cagra_cache_forget_limits(void);
 

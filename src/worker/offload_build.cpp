@@ -5,7 +5,7 @@
  * per backend and build id; state of backends that are gone is dropped
  * before each new build.
  */
-#include "worker/engine.h"
+#include "worker/cache.h"
 #include "worker/queue.h"
 
 #include <cerrno>
@@ -94,6 +94,13 @@ cagra_build_run(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t 
 	CagraReply	r = cagra_engine_build(j.vectors.data(), j.n, j.dim, (cagra::Metric) j.metric,
 									   j.graph_degree, j.intermediate_degree, &j.rows, &j.entries,
 									   &j.device, &err);
+
+	/* cached index copies hold device memory a build may need: free them
+	 * (searches reload what they use) and try once more */
+	if (r == CAGRA_REPLY_OUT_OF_MEMORY && cagra_cache_clear() > 0)
+		r = cagra_engine_build(j.vectors.data(), j.n, j.dim, (cagra::Metric) j.metric,
+							   j.graph_degree, j.intermediate_degree, &j.rows, &j.entries,
+							   &j.device, &err);
 
 	std::vector<float>().swap(j.vectors);
 	if (r != CAGRA_REPLY_OK)
