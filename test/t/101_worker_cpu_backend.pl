@@ -89,9 +89,9 @@ is(status('uploads'), '2', 'vacuum made the worker load a new copy');
 $node->safe_psql('postgres', q{INSERT INTO items VALUES (1234, (SELECT v FROM q))});
 
 # --- batching of several sessions ------------------------------------------------
-$node->append_conf('postgresql.conf', "cagra.batch_window = 300000\n");
+$node->append_conf('postgresql.conf', "cagra.batch_window = 1000000\n");
 $node->reload;
-$node->poll_query_until('postgres', "SELECT current_setting('cagra.batch_window') = '300000'");
+$node->poll_query_until('postgres', "SELECT current_setting('cagra.batch_window') = '1000000'");
 sleep(1);    # the worker reloads on SIGHUP
 my ($batches0, $queries0) = split /\|/, status('batches, queries');
 my @h;
