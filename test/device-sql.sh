@@ -9,6 +9,7 @@
 # Logs go to OUTDIR (default $OUT or device-sql-out).
 #
 # usage (repository root, carrying .device): bash test/device-sql.sh [OUTDIR]
+#   SKIP_TAP=1: pg_regress only
 set -uo pipefail
 out=${1:-${OUT:-device-sql-out}}
 mkdir -p "$out"
@@ -44,23 +45,30 @@ psql -c "SELECT state, devices, message FROM cagra_status" | tee "$out/status-be
 psql -c "DROP EXTENSION cagra" >/dev/null
 rdir=/tmp/regress-gpu
 rm -rf "$rdir" && mkdir -p "$rdir" && cp -r sql expected "$rdir"/ && chown -R pguser "$rdir"
-tests=$(for f in sql/*.sql; do basename "$f" .sql; done)
+tests=$(for f in sql/*.sql; do basename "$f" .sql; done | tr '\n' ' ')
 su pguser -c "cd $rdir && PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH $pgxs_src/test/regress/pg_regress \
-  --use-existing --host=/tmp --user=pguser --dbname=regress_gpu --inputdir=$rdir --outputdir=$rdir \
+  --bindir=$(dirname "$(command -v psql)") --host=/tmp --user=pguser --dbname=regress_gpu --inputdir=$rdir --outputdir=$rdir \
   $tests" >"$out/regress.log" 2>&1
 echo "pg_regress exit status $? (differences from the CPU outputs below; build_device and recall lines may differ)"
 tail -5 "$out/regress.log"
 [ -f "$rdir/regression.diffs" ] && cp "$rdir/regression.diffs" "$out/" && head -150 "$rdir/regression.diffs"
 psql -d regress_gpu -x -c "SELECT * FROM cagra_status" | tee "$out/status-after.txt"
 
+[ -n "${SKIP_TAP:-}" ] && exit 0
 echo "== TAP: worker tests"
 tdir=/tmp/tap-gpu
 rm -rf "$tdir" && mkdir -p "$tdir" && chown pguser "$tdir"
-su pguser -c "cd $tdir && PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH PERL5LIB=${PERL5LIB:-} \
+# the carried PostgreSQL has no LLVM: JIT off in every TAP cluster
+echo "jit = off" > "$tdir/temp.conf"
+su pguser -c "cd $tdir && TEMP_CONFIG=$tdir/temp.conf PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH PERL5LIB=${PERL5LIB:-} \
   TESTDIR=$tdir PG_REGRESS=$pgxs_src/test/regress/pg_regress CAGRA_SRC=$root \
   CAGRA_GPU_LIBRARY=$pkglib/libcagra_gpu.so \
   prove -v -I $pgxs_src/test/perl $(ls "$root"/test/t/1*_worker_*.pl | tr '\n' ' ')" >"$out/tap.log" 2>&1
 echo "TAP exit status $?"
 grep -E "^(not ok|ok|# )|^Result|Files=" "$out/tap.log" | head -120
-cp -r "$tdir/tmp_check/log" "$out/tap-logs" 2>/dev/null
+# the logs of failed TAP files, flat (only two folder levels come back)
+for f in "$tdir"/tmp_check/log/regress_log_*; do
+  [ -f "$f" ] && tail -60 "$f" > "$out/tap-$(basename "$f").txt"
+done
+grep -h -B2 -A12 "Failed test\|died\|ERROR" "$tdir"/tmp_check/log/regress_log_* 2>/dev/null | head -80
 exit 0

@@ -504,6 +504,22 @@ cagra_start_search(CagraScanState *s, Relation index, const CagraMetaData *meta,
 	}
 }
 
+/* The cagra.* search settings checked the way the core checks them, so a
+ * search served by the GPU worker fails on bad settings as the CPU one does. */
+static void
+cagra_validate_search_settings(CagraStatus *st) noexcept
+{
+	try
+	{
+		cagra::validate_search_params(cagra_search_params(), 0);
+		cagra_status_ok(st);
+	}
+	catch (...)
+	{
+		cagra_status_from_current_exception(st);
+	}
+}
+
 /* The next batch of live results. */
 static void
 cagra_next_batch(CagraScanState *s, uint32 want, CagraStatus *st) noexcept
@@ -580,6 +596,9 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 		cagra_check_dims(scan->indexRelation, meta.dims, q->dim);
 		raw = q->x;
 	}
+	cagra_validate_search_settings(&st);
+	if (!st.ok)
+		cagra_report_status(&st);
 	if (!so->null_query)
 		so->worker = cagra_worker_scan_begin(scan->indexRelation, &meta, raw,
 											 (uint32) cagra_itopk_size);
