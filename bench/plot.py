@@ -154,16 +154,19 @@ def read_sql_bench(text):
         if m:
             out.append(Point("exact (seq scan, SQL)", None, "", float(m.group(1)), 1000.0 / float(m.group(2))))
             continue
-        m = re.match(r"(cagra itopk_size|pgvector hnsw ef_search) (\d+)\s+recall@10 ([\d.]+).*?"
+        m = re.match(r"(cagra(?: (\w+))? itopk_size|pgvector hnsw ef_search) (\d+)\s+recall@10 ([\d.]+).*?"
                      r"1 client\s+([\d.]+) q/s\s+(\d+) clients\s+([\d.]+) q/s", line)
         if m:
             kind = "cagra" if m.group(1).startswith("cagra") else "pgvector"
-            label = "cagra (SQL)" if kind == "cagra" else "pgvector HNSW (SQL)"
-            param = ("itopk " if kind == "cagra" else "ef ") + m.group(2)
-            recall = float(m.group(3))
-            out.append(Point(label + ", 1 client", builds.get(kind), param, recall, float(m.group(4))))
-            out.append(Point(label + ", %s clients" % m.group(5), builds.get(kind), param, recall,
-                             float(m.group(6))))
+            if kind == "cagra":
+                label = "cagra (SQL%s)" % (", cagra.device " + m.group(2) if m.group(2) else "")
+            else:
+                label = "pgvector HNSW (SQL)"
+            param = ("itopk " if kind == "cagra" else "ef ") + m.group(3)
+            recall = float(m.group(4))
+            out.append(Point(label + ", 1 client", builds.get(kind), param, recall, float(m.group(5))))
+            out.append(Point(label + ", %s clients" % m.group(6), builds.get(kind), param, recall,
+                             float(m.group(7))))
     return out
 
 
