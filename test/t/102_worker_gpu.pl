@@ -20,6 +20,9 @@ $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'cagra'
 cagra.gpu_library = '$lib'
 maintenance_work_mem = '1GB'
+# the SIGKILL below must take the cluster through crash recovery, which
+# PostgreSQL::Test::Cluster turns off by default
+restart_after_crash = on
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION cagra');
@@ -71,8 +74,11 @@ like($node->safe_psql('postgres', $scan), qr/^1000\n/, 'index scan on the GPU fi
 is(status('queries'), $q0 + 1, 'the index scan was served by the GPU');
 is(status('errors || \'|\' || fallbacks'), '0|0', 'no errors, no fallbacks');
 
-# SIGKILL of the worker during a large batch: crash recovery, then service again
+# SIGKILL of the worker during a batch: crash recovery, then service again.
+# The worker is stopped first so that the batch is surely in flight (a GPU
+# answers it faster than any poll) when the SIGKILL lands.
 my $pid = status('pid');
+kill 'STOP', $pid;
 my ($out, $err) = ('', '');
 my $bg = IPC::Run::start(
 	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c',
