@@ -76,29 +76,12 @@ cagra_worker_search_fallback(CagraOffload r, const char *why)
 		pg_atomic_fetch_add_u64(&cagra_worker_shared->fallbacks, 1);
 }
 
-static bool
-cagra_prepare_noexcept(cagra::Metric metric, const float *in, float *out, uint32 dims) noexcept
-{
-	try
-	{
-		cagra::prepare_vector(metric, in, out, dims);
-		return true;
-	}
-	catch (...)
-	{
-		return false;
-	}
-}
-
 float *
 cagra_worker_prepare_query(const CagraMetaData *meta, const float *raw)
 {
 	float	   *q = (float *) palloc(sizeof(float) * meta->dims);
 
-	if (!cagra_prepare_noexcept((cagra::Metric) meta->metric, raw, q, meta->dims))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("query vector could not be prepared for the index")));
+	cagra_prepare((cagra::Metric) meta->metric, raw, q, meta->dims);
 	return q;
 }
 
