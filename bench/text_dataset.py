@@ -31,7 +31,14 @@ Setup (once, as root):
 
 Command used for the figures in docs/ (2 shared cores, niced):
   HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=2 nice -n 19 \
-      python3 bench/text_dataset.py /work/data/text384 --base 200000 --queries 1000
+      python3 bench/text_dataset.py /work/data/text384 --base 200000 --queries 1000 \
+      --limit-minutes 45
+(it finished all 201,000 lines within the limit).  The benchmarks on it:
+  build/core_bench /work/data/text384 --repeat 2     (L2 on unit vectors ranks
+                                                      as cosine and inner product)
+  bench/sql_bench.py /work/data/text384 --degree 64 --intermediate 128 \
+      --itopk 16,32,64,128 --clients 2 --seconds 8 --devices cpu \
+      --maintenance-work-mem 2GB --exact-queries 20 --dsn '...'
 
 Measured for the figures in docs/ (2026-11-29, the 2-core development machine
 shared with other builds and benchmarks, niced): 296,328 distinct lines
