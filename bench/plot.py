@@ -197,7 +197,8 @@ def write_csv(path, points):
 
 def family_color(system):
     s = system.lower()
-    return ("black" if s.startswith("exact") else "tab:green" if "gpu" in s else
+    on_gpu = s.startswith("cagra gpu") or "gpu worker" in s or "device gpu" in s
+    return ("black" if s.startswith("exact") else "tab:green" if s.startswith("cagra") and on_gpu else
             "tab:blue" if s.startswith("cagra") else "tab:red" if "pgvector" in s else
             "tab:orange" if "hnswlib" in s else "tab:purple")
 
@@ -223,6 +224,7 @@ def plot(points, out, title, min_recall):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     systems = []
     for p in points:
@@ -238,6 +240,11 @@ def plot(points, out, title, min_recall):
     lo = min_recall if min_recall is not None else max(0.0, math.floor(min(p.recall for p in points) * 20) / 20)
     ax.set_xlim(lo, 1.0 + (1.0 - lo) * 0.02)
     ax.set_yscale("log")
+    # plain numbers on the log axis; the 2x and 5x minor ticks labelled too
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: "{:,.0f}".format(v))
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: "{:,.0f}".format(v) if "{:.0e}".format(v)[0] in "25" else ""))
     ax.set_xlabel("recall@10")
     ax.set_ylabel("queries per second (log scale)")
     ax.set_title(title, fontsize=10)
