@@ -119,6 +119,7 @@ CREATE INDEX ON t_small USING cagra (v) WITH (graph_degree = 64, intermediate_gr
 CREATE INDEX ON t_small USING cagra (v) WITH (graph_degree = 1);
 CREATE INDEX ON t_small USING cagra (v) WITH (graph_degree = 5000);
 CREATE INDEX ON t_small USING cagra (v) WITH (intermediate_graph_degree = 1);
+CREATE INDEX ON t_small USING cagra (v) WITH (intermediate_graph_degree = 2000);
 CREATE INDEX ON t_small USING cagra (v) WITH (build_device = tpu);
 CREATE INDEX ON t_small USING cagra (v) WITH (build_device = gpu);
 CREATE INDEX ON t_small USING cagra (v) WITH (ef_construction = 10);

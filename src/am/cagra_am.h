@@ -43,7 +43,7 @@ extern "C" {
  * first page of its node, so neighbour reads and edge updates touch one page. */
 #define CAGRA_MIN_DEGREE 2
 #define CAGRA_MAX_DEGREE 1024
-#define CAGRA_MAX_INTERMEDIATE_DEGREE 2048
+#define CAGRA_MAX_INTERMEDIATE_DEGREE 1024
 #define CAGRA_DEFAULT_DEGREE 32
 #define CAGRA_DEFAULT_INTERMEDIATE_DEGREE 64
 
