@@ -21,6 +21,8 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --ceiling                             also pgbench a one-row lookup in a 1,000-row
                                         table: the host's ceiling for N clients
   --maintenance-work-mem 1GB            for CREATE INDEX
+  --opclass l2|ip|cosine                operator class and operator (<->, <#>, <=>);
+                                        the ground truth must be of that metric
   --batch 10000                         also time cagra_search with batches of this
                                         many queries (0: skip)
 """
@@ -143,12 +145,12 @@ def load(db, dirname):
 RECALL_SQL = """
 SELECT count(*)::float8 / (10 * (SELECT count(*) FROM bench_queries))
   FROM bench_queries q CROSS JOIN LATERAL
-       (SELECT id FROM bench_items i ORDER BY i.v <-> q.v LIMIT 10) x
+       (SELECT id FROM bench_items i ORDER BY i.v {op} q.v LIMIT 10) x
   JOIN bench_gt g ON g.qid = q.qid AND g.id = x.id
 """
 
 QUERY_SCRIPT = """\\set q random(0, {nq})
-SELECT id FROM bench_items ORDER BY v <-> (SELECT v FROM bench_queries WHERE qid = :q) LIMIT 10;
+SELECT id FROM bench_items ORDER BY v {op} (SELECT v FROM bench_queries WHERE qid = :q) LIMIT 10;
 """
 
 
@@ -158,10 +160,10 @@ def run_method(db, label, settings, args, nq):
     is the search's cost without the client round trip (less noisy on a busy
     machine than pgbench's queries/s)."""
     t = time.time()
-    recall = float(db.psql(settings + " SET enable_seqscan = off; " + RECALL_SQL))
+    recall = float(db.psql(settings + " SET enable_seqscan = off; " + RECALL_SQL.format(op=args.op)))
     in_server_ms = (time.time() - t) * 1000.0 / nq
     sets = "".join(s.strip() + ";\n" for s in settings.split(";") if s.strip())
-    script = sets + "SET enable_seqscan = off;\n" + QUERY_SCRIPT.format(nq=nq - 1)
+    script = sets + "SET enable_seqscan = off;\n" + QUERY_SCRIPT.format(nq=nq - 1, op=args.op)
     # per-connection settings are re-run per transaction: cheap next to a search
     qps1, _ = db.pgbench(script, 1, args.seconds)
     qpsn, cpu = db.pgbench(script, args.clients, args.seconds)
@@ -186,7 +188,9 @@ def main():
     ap.add_argument("--ceiling", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--maintenance-work-mem", default="1GB")
+    ap.add_argument("--opclass", choices=["l2", "ip", "cosine"], default="l2")
     args = ap.parse_args()
+    args.op = {"l2": "<->", "ip": "<#>", "cosine": "<=>"}[args.opclass]
     db = Db(args.dsn)
 
     db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
@@ -203,14 +207,14 @@ def main():
     t = time.time()
     db.psql("SET enable_indexscan = off; SELECT count(*) FROM (SELECT q.qid, x.id FROM "
             "(SELECT * FROM bench_queries ORDER BY qid LIMIT %d) q CROSS JOIN LATERAL "
-            "(SELECT id FROM bench_items i ORDER BY i.v <-> q.v LIMIT 10) x) s" % args.exact_queries)
+            "(SELECT id FROM bench_items i ORDER BY i.v %s q.v LIMIT 10) x) s" % (args.exact_queries, args.op))
     print("%-30s recall@10 1.000  %.3f ms/query" % ("exact (seq scan)", (time.time() - t) * 1000.0 / args.exact_queries))
 
     # cagra
     db.psql("DROP INDEX IF EXISTS bench_items_cagra")
     secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_cagra ON bench_items "
-                    "USING cagra (v vector_l2_ops) WITH (graph_degree = %d, intermediate_graph_degree = %d)"
-                    % (args.maintenance_work_mem, args.degree, args.intermediate))
+                    "USING cagra (v vector_%s_ops) WITH (graph_degree = %d, intermediate_graph_degree = %d)"
+                    % (args.maintenance_work_mem, args.opclass, args.degree, args.intermediate))
     size = db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_cagra'))")
     print("cagra CREATE INDEX (degree %d, intermediate %d): %.1f s, %s" % (args.degree, args.intermediate, secs, size))
     print("built on: %s" % db.psql("SELECT build_device FROM cagra_index_info('bench_items_cagra')"))
@@ -228,7 +232,8 @@ def main():
     # pgvector HNSW, when pgvector is the vector type's owner
     if db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1":
         secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
-                        "USING hnsw (v vector_l2_ops) WITH (m = 16, ef_construction = 64)" % args.maintenance_work_mem)
+                        "USING hnsw (v vector_%s_ops) WITH (m = 16, ef_construction = 64)"
+                        % (args.maintenance_work_mem, args.opclass))
         print("pgvector HNSW CREATE INDEX (m 16, ef_construction 64): %.1f s" % secs)
         for ef in [int(x) for x in args.hnsw_ef.split(",")]:
             run_method(db, "pgvector hnsw ef_search %d" % ef, "SET hnsw.ef_search = %d;" % ef, args, nq)
