@@ -30,6 +30,7 @@ import argparse
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,41 +74,114 @@ class Db:
 
     def worker_cpu_seconds(self):
         """CPU seconds of the cagra GPU worker so far (0 when none runs here)."""
-        pid = self.psql("SELECT coalesce((SELECT pid FROM pg_stat_activity "
-                        "WHERE backend_type = 'cagra gpu worker' LIMIT 1), 0)")
-        try:
-            with open("/proc/%s/stat" % pid) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return 0.0
+        pid = int(self.psql("SELECT coalesce((SELECT pid FROM pg_stat_activity "
+                            "WHERE backend_type = 'cagra gpu worker' LIMIT 1), 0)"))
+        return sum(proc_cpu_seconds([pid]).values()) if pid else 0.0
 
     def timed(self, sql):
         t = time.time()
         self.psql(sql)
         return time.time() - t
 
-    def pgbench(self, script, clients, seconds, settings=""):
-        """transactions/s, and CPU seconds per transaction spent by the server
-        outside the GPU worker (the whole machine's busy time less pgbench's
-        own and the worker's)."""
-        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-            f.write(settings + script)
-            path = f.name
+    def backend_pids(self, application_name):
+        """pids of the server backends of connections named `application_name`."""
+        out = self.psql("SELECT pid FROM pg_stat_activity WHERE application_name = '%s' "
+                        "AND pid <> pg_backend_pid()" % application_name)
+        return [int(x) for x in out.split()]
+
+    def pgbench(self, script, clients, seconds, settings=()):
+        """One pgbench run (prepared statements, `settings` as connection
+        options).  Returns transactions/s, the server CPU seconds per
+        transaction outside the GPU worker (the whole machine's busy time less
+        pgbench's own and the worker's: other processes count too), and the
+        CPU seconds per transaction of the pgbench connections' backends alone
+        (from /proc/<pid>/stat over a window inside the run, transactions
+        counted in that window from pgbench's per-second log), or None when
+        the run is too short for a window."""
+        tmp = tempfile.mkdtemp(prefix="sql_bench.")
+        path = os.path.join(tmp, "script.sql")
+        with open(path, "w") as f:
+            f.write(script)
         try:
-            cmd = ["pgbench", "-n", "-f", path, "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1)),
-                   "-T", str(seconds), self.dsn]
+            cmd = ["pgbench", "-n", "-M", "prepared", "-f", path, "-c", str(clients),
+                   "-j", str(min(clients, os.cpu_count() or 1)), "-T", str(seconds),
+                   "-l", "--aggregate-interval=1", "--log-prefix=" + os.path.join(tmp, "log"), self.dsn]
+            env = dict(os.environ, PGOPTIONS=pg_options(settings), PGAPPNAME="pgbench")
             before = (machine_busy_seconds(), children_cpu_seconds(), self.worker_cpu_seconds())
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=env, cwd=tmp)
+            window = self.sample_backends(time.time(), seconds) if seconds >= 4 else None
+            out, err = proc.communicate()
             after = (machine_busy_seconds(), children_cpu_seconds(), self.worker_cpu_seconds())
-            if r.returncode != 0:
-                sys.exit("pgbench failed:\n%s" % r.stderr)
-            m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", r.stdout)
-            n = re.search(r"number of transactions actually processed: ([0-9]+)", r.stdout)
+            if proc.returncode != 0:
+                sys.exit("pgbench failed:\n%s" % err)
+            m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
+            n = re.search(r"number of transactions actually processed: ([0-9]+)", out)
             server = (after[0] - before[0]) - (after[1] - before[1]) - (after[2] - before[2])
-            return float(m.group(1)), server / max(int(n.group(1)), 1)
+            backend = None
+            if window:
+                t1, t2, cpu = window
+                xacts = transactions_between(tmp, t1, t2)
+                backend = cpu / xacts if xacts > 0 else None
+            return float(m.group(1)), server / max(int(n.group(1)), 1), backend
         finally:
-            os.unlink(path)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def sample_backends(self, started, seconds):
+        """(t1, t2, CPU seconds) of the pgbench backends between t1 and t2,
+        a window that leaves out the first and last second of the run."""
+        time.sleep(1.5)
+        pids = self.backend_pids("pgbench")
+        t1, cpu1 = time.time(), proc_cpu_seconds(pids)
+        time.sleep(max(0.5, started + seconds - 1.0 - time.time()))
+        t2, cpu2 = time.time(), proc_cpu_seconds(pids)
+        common = set(cpu1) & set(cpu2)
+        if not common:
+            return None
+        return t1, t2, sum(cpu2[p] - cpu1[p] for p in common)
+
+
+def pg_options(settings):
+    """PGOPTIONS for (name, value) settings: given at connection start, so no
+    statement of the benchmark pays for them."""
+    return " ".join("-c %s=%s" % (name, value) for name, value in settings)
+
+
+def set_statements(settings):
+    return "".join("SET %s = %s; " % (name, value) for name, value in settings)
+
+
+def proc_cpu_seconds(pids):
+    """utime + stime of each pid still alive, in seconds."""
+    out = {}
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def transactions_between(logdir, t1, t2):
+    """Transactions pgbench logged between epoch times t1 and t2, from its
+    per-second aggregate logs (one per thread), each second's count prorated
+    by its overlap with the window."""
+    total = 0.0
+    for name in os.listdir(logdir):
+        if not name.startswith("log"):
+            continue
+        with open(os.path.join(logdir, name)) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 2:
+                    continue
+                start, count = int(fields[0]), int(fields[1])
+                overlap = min(start + 1, t2) - max(start, t1)
+                if overlap > 0:
+                    total += count * overlap
+    return total
 
 
 def machine_busy_seconds():
@@ -155,21 +229,27 @@ SELECT id FROM bench_items ORDER BY v {op} (SELECT v FROM bench_queries WHERE qi
 
 
 def run_method(db, label, settings, args, nq):
-    """recall, 1-client and N-client queries/s with `settings` (SET ...;) in force.
-    The recall statement runs every query in one backend: its time per query
-    is the search's cost without the client round trip (less noisy on a busy
-    machine than pgbench's queries/s)."""
+    """recall, 1-client and N-client queries/s with `settings` ((name, value)
+    pairs) in force.  The recall statement runs every query in one backend:
+    its time per query is the search's cost without the client round trip
+    (less noisy on a busy machine than pgbench's queries/s).  pgbench gets the
+    settings as connection options and runs prepared statements, like every
+    pgbench run here."""
+    settings = list(settings) + [("enable_seqscan", "off")]
     t = time.time()
-    recall = float(db.psql(settings + " SET enable_seqscan = off; " + RECALL_SQL.format(op=args.op)))
+    recall = float(db.psql(set_statements(settings) + RECALL_SQL.format(op=args.op)))
     in_server_ms = (time.time() - t) * 1000.0 / nq
-    sets = "".join(s.strip() + ";\n" for s in settings.split(";") if s.strip())
-    script = sets + "SET enable_seqscan = off;\n" + QUERY_SCRIPT.format(nq=nq - 1, op=args.op)
-    # per-connection settings are re-run per transaction: cheap next to a search
-    qps1, _ = db.pgbench(script, 1, args.seconds)
-    qpsn, cpu = db.pgbench(script, args.clients, args.seconds)
+    script = QUERY_SCRIPT.format(nq=nq - 1, op=args.op)
+    qps1, _, _ = db.pgbench(script, 1, args.seconds, settings)
+    qpsn, cpu, backend = db.pgbench(script, args.clients, args.seconds, settings)
     print("%-34s recall@10 %.3f  %.3f ms/query in one statement  1 client %6.0f q/s  %d clients %6.0f q/s"
-          "  server CPU %.3f ms/query" % (label, recall, in_server_ms, qps1, args.clients, qpsn, cpu * 1000.0),
+          "  server CPU %.3f ms/query  backends' CPU %s ms/query"
+          % (label, recall, in_server_ms, qps1, args.clients, qpsn, cpu * 1000.0, fmt_ms(backend)),
           flush=True)
+
+
+def fmt_ms(seconds):
+    return "n/a" if seconds is None else "%.3f" % (seconds * 1000.0)
 
 
 def main():
@@ -221,7 +301,7 @@ def main():
     for device in args.devices.split(","):
         for itopk in [int(x) for x in args.itopk.split(",")]:
             run_method(db, "cagra %s itopk_size %d" % (device, itopk),
-                       "SET cagra.device = %s; SET cagra.itopk_size = %d;" % (device, itopk), args, nq)
+                       [("cagra.device", device), ("cagra.itopk_size", itopk)], args, nq)
     if args.batch:
         batch_search(db, args.batch, nq)
     if db.psql("SELECT count(*) FROM pg_views WHERE viewname = 'cagra_status'") == "1":
@@ -236,7 +316,7 @@ def main():
                         % (args.maintenance_work_mem, args.opclass))
         print("pgvector HNSW CREATE INDEX (m 16, ef_construction 64): %.1f s" % secs)
         for ef in [int(x) for x in args.hnsw_ef.split(",")]:
-            run_method(db, "pgvector hnsw ef_search %d" % ef, "SET hnsw.ef_search = %d;" % ef, args, nq)
+            run_method(db, "pgvector hnsw ef_search %d" % ef, [("hnsw.ef_search", ef)], args, nq)
         db.psql("DROP INDEX bench_items_hnsw")
     else:
         print("pgvector not installed in this database: no HNSW figures")
@@ -245,24 +325,53 @@ def main():
         db.psql("DROP TABLE IF EXISTS bench_lookup; CREATE TABLE bench_lookup (id int PRIMARY KEY, x int);"
                 "INSERT INTO bench_lookup SELECT g, g FROM generate_series(1, 1000) g")
         db.psql("VACUUM ANALYZE bench_lookup")
-        tps, _ = db.pgbench("\\set i random(1, 1000)\nSELECT x FROM bench_lookup WHERE id = :i;\n",
-                            args.clients, args.seconds)
-        print("ceiling: one-row lookup in a 1,000-row table, %d clients: %.0f q/s" % (args.clients, tps))
+        tps, cpu, backend = db.pgbench("\\set i random(1, 1000)\nSELECT x FROM bench_lookup WHERE id = :i;\n",
+                                       args.clients, args.seconds)
+        print("ceiling: one-row lookup in a 1,000-row table, %d clients: %.0f q/s  server CPU %.3f ms/query"
+              "  backends' CPU %s ms/query" % (args.clients, tps, cpu * 1000.0, fmt_ms(backend)))
 
 
-def batch_search(db, batch, nq):
-    """cagra_search with `batch` queries in one call (the query set repeated),
-    recall over the distinct queries of the first call."""
+def batch_search(db, batch, nq, runs=3):
+    """cagra_search with `batch` queries in one call (the query set repeated):
+    the server-side time of the call alone, with the query array built
+    beforehand in the same session (best and median of `runs` calls, timed
+    with clock_timestamp() in a DO block), the end-to-end time of one
+    statement that also builds the array (as psql sees it), and recall@10
+    over the distinct queries of the call."""
     reps = (batch + nq - 1) // nq
-    sql = ("SET cagra.itopk_size = 32; "
-           "SELECT count(*) FROM cagra_search('bench_items_cagra', "
-           "(SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid FROM bench_queries, "
-           " generate_series(1, %d) g ORDER BY g, qid LIMIT %d) s), 10)" % (reps, batch))
+    array = ("(SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid FROM bench_queries, "
+             "generate_series(1, %d) g ORDER BY g, qid LIMIT %d) s)" % (reps, batch))
+    server = db.psql("""SET cagra.itopk_size = 32;
+CREATE TEMP TABLE bench_batch_runs (run int, secs float8, nrows bigint);
+DO $$
+DECLARE
+    qs vector[] := %s;
+    t0 timestamptz;
+    n bigint;
+BEGIN
+    FOR r IN 1..%d LOOP
+        t0 := clock_timestamp();
+        SELECT count(*) INTO n FROM cagra_search('bench_items_cagra', qs, 10);
+        INSERT INTO bench_batch_runs VALUES (r, extract(epoch FROM clock_timestamp() - t0), n);
+    END LOOP;
+END $$;
+SELECT secs, nrows FROM bench_batch_runs ORDER BY secs""" % (array, runs))
+    times = [(float(x.split("|")[0]), x.split("|")[1]) for x in server.splitlines()]
+    best, median = times[0][0], times[len(times) // 2][0]
+    print("cagra_search, %d queries in one call, server side (array built beforehand): best %.3f s "
+          "(%.0f q/s), median of %d %.3f s (%.0f q/s), %s rows"
+          % (batch, best, batch / best, runs, median, batch / median, times[0][1]))
     t = time.time()
-    rows = db.psql(sql)
+    rows = db.psql("SET cagra.itopk_size = 32; SELECT count(*) FROM cagra_search('bench_items_cagra', %s, 10)"
+                   % array)
     secs = time.time() - t
-    print("cagra_search, %d queries in one call: %.3f s, %.0f q/s (%s rows, statement and array build included)"
-          % (batch, secs, batch / secs, rows.splitlines()[-1]))
+    print("cagra_search, %d queries in one call, end to end (array build, statement, client): %.3f s, %.0f q/s"
+          " (%s rows)" % (batch, secs, batch / secs, rows.splitlines()[-1]))
+    recall = db.psql("""SET cagra.itopk_size = 32;
+WITH r AS (SELECT query - 1 AS qid, ctid FROM cagra_search('bench_items_cagra', %s, 10) WHERE query <= %d)
+SELECT count(*)::float8 / (10 * %d) FROM r JOIN bench_items i ON i.ctid = r.ctid
+  JOIN bench_gt g ON g.qid = r.qid AND g.id = i.id""" % (array, min(nq, batch), min(nq, batch)))
+    print("cagra_search recall@10 over the first %d queries: %.3f" % (min(nq, batch), float(recall)))
 
 
 if __name__ == "__main__":
