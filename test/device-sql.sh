@@ -5,11 +5,20 @@
 #   1. pg_regress on a cluster with the worker on the GPU (cagra preloaded),
 #      compared with the expected (CPU) outputs; status counters afterwards
 #      show that builds and searches really went to the device;
-#   2. the worker TAP tests (test/t/1*_worker_*.pl), 102 with the device.
+#   2. the worker TAP tests (test/t/1*_worker_*.pl) with the device:
+#      102 builds and searches on the GPU, kill -9 of the worker mid-batch;
+#      103 out of device memory (test/gpu/hold_memory, built here, holds all
+#      but 64 MB of every device) and cagra.gpu_memory_limit below a copy:
+#      ERROR with build_device = gpu / cagra.device = gpu, CPU fallback with
+#      a NOTICE otherwise, counters, recovery once the memory is back;
+#      104 index copies spread over several devices (skips with one device:
+#      run on the nvidia-h200-x2 kind).
 # Logs go to OUTDIR (default $OUT or device-sql-out).
 #
 # usage (repository root, carrying .device): bash test/device-sql.sh [OUTDIR]
-#   SKIP_TAP=1: pg_regress only; SKIP_REGRESS=1: TAP only; TAP_ONLY=102: those TAP files
+#   SKIP_TAP=1: pg_regress only; SKIP_REGRESS=1: TAP only;
+#   TAP_ONLY="102 103": only the TAP files whose names contain one of these
+#   words (separated by spaces or commas)
 set -uo pipefail
 out=${1:-${OUT:-device-sql-out}}
 mkdir -p "$out"
@@ -28,6 +37,20 @@ cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON >"$out/cmak
   { tail -30 "$out/cmake.log"; exit 1; }
 lib=$(find build-device -name libcagra_gpu.so | head -1)
 install -m 755 "$lib" "$pkglib/libcagra_gpu.so"
+
+echo "== hold_memory (TAP 103)"
+# test/gpu is added to the build only where CMake finds GoogleTest: without
+# the target, compile the one file with the same CUDA compiler
+hold=""
+if cmake --build build-device -j "$jobs" --target hold_memory >>"$out/cmake.log" 2>&1; then
+  hold=$(find build-device -name hold_memory -type f | head -1)
+else
+  nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' build-device/CMakeCache.txt)
+  mkdir -p build-device/hold &&
+    "${nvcc:-nvcc}" -O2 -std=c++17 -cudart static -o build-device/hold/hold_memory \
+      test/gpu/hold_memory.cu >>"$out/cmake.log" 2>&1 && hold=build-device/hold/hold_memory
+fi
+[ -n "$hold" ] || echo "hold_memory was not built (see cmake.log): TAP 103 will skip"
 
 echo "== extension"
 make -j "$jobs" with_llvm=no PG_CONFIG="$pgc" >"$out/make.log" 2>&1 &&
@@ -62,10 +85,22 @@ tdir=/tmp/tap-gpu
 rm -rf "$tdir" && mkdir -p "$tdir" && chown pguser "$tdir"
 # the carried PostgreSQL has no LLVM: JIT off in every TAP cluster
 echo "jit = off" > "$tdir/temp.conf"
+# hold_memory where the test user can run it
+hold_bin=""
+if [ -n "${hold:-}" ]; then
+  hold_bin=$tdir/hold_memory
+  install -m 755 "$hold" "$hold_bin"
+fi
+tap_files=$(ls "$root"/test/t/1*_worker_*.pl)
+if [ -n "${TAP_ONLY:-}" ]; then
+  pat=$(echo "$TAP_ONLY" | tr ', ' '\n\n' | grep -v '^$' | paste -sd'|')
+  tap_files=$(echo "$tap_files" | grep -E -- "/[^/]*($pat)[^/]*$")
+fi
+echo "files: $(echo "$tap_files" | xargs -n1 basename | tr '\n' ' ')"
 su pguser -c "cd $tdir && TEMP_CONFIG=$tdir/temp.conf PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH PERL5LIB=${PERL5LIB:-} \
   TESTDIR=$tdir PG_REGRESS=$pgxs_src/test/regress/pg_regress CAGRA_SRC=$root \
-  CAGRA_GPU_LIBRARY=$pkglib/libcagra_gpu.so \
-  prove -v -I $pgxs_src/test/perl $(ls "$root"/test/t/1*_worker_*.pl | grep -- "${TAP_ONLY:-}" | tr '\n' ' ')" >"$out/tap.log" 2>&1
+  CAGRA_GPU_LIBRARY=$pkglib/libcagra_gpu.so CAGRA_HOLD_MEMORY=$hold_bin \
+  prove -v -I $pgxs_src/test/perl $(echo "$tap_files" | tr '\n' ' ')" >"$out/tap.log" 2>&1
 echo "TAP exit status $?"
 grep -E "^(not ok|ok|# )|^Result|Files=" "$out/tap.log" | head -120
 # the logs of failed TAP files, flat (only two folder levels come back)
