@@ -198,25 +198,48 @@ int main(int argc, char **argv)
                     "peak RSS %.0f MiB (data alone %.0f MiB)\n",
                     build_s, build_cpu, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
         cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
-        std::printf("%-8s %-6s %-10s %-12s %-12s %-14s\n", "itopk", "width", "recall@10", "QPS(wall)", "QPS(CPU)",
-                    "dists/query");
+        t0 = Clock::now();
+        cagra::EntryIndex entry_index = cagra::derive_entry_index(graph, built.entry_nodes);
+        std::printf("entry index: %u entries, %zu pivots, %.3f ms to derive\n", entry_index.entry_count,
+                    entry_index.pivots.size(), seconds_since(t0) * 1e3);
+        std::printf("%-8s %-6s %-7s %-10s %-12s %-12s %-14s\n", "itopk", "width", "probes", "recall@10", "QPS(wall)",
+                    "QPS(CPU)", "dists/query");
         std::vector<uint32_t> found(nq * 10);
-        for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u}) {
+        /* probes < 0: the plain entry list (every entry measured). */
+        auto run_cagra = [&](uint32_t itopk, int probes) {
             cagra::SearchParams sp;
             sp.itopk_size = itopk;
             sp.search_width = std::min(o.width, itopk);
+            if (probes >= 0)
+                sp.entry_probes = (uint32_t)probes;
             uint64_t dists = 0;
             cagra::Neighbor out[10];
             Qps qps = best_qps(nq, o.repeat, [&](uint64_t q) {
-                cagra::Searcher<cagra::InMemoryGraph> s(graph, &queries[q * dim], sp, built.entry_nodes);
-                uint32_t got = s.next(10, out);
-                for (uint32_t i = 0; i < 10; i++)
-                    found[q * 10 + i] = i < got ? out[i].id : cagra::kInvalidNode;
-                dists += s.distance_count();
+                auto collect = [&](auto &s) {
+                    uint32_t got = s.next(10, out);
+                    for (uint32_t i = 0; i < 10; i++)
+                        found[q * 10 + i] = i < got ? out[i].id : cagra::kInvalidNode;
+                    dists += s.distance_count();
+                };
+                if (probes < 0) {
+                    cagra::Searcher<cagra::InMemoryGraph> s(graph, &queries[q * dim], sp, built.entry_nodes);
+                    collect(s);
+                } else {
+                    cagra::Searcher<cagra::InMemoryGraph> s(graph, &queries[q * dim], sp, entry_index);
+                    collect(s);
+                }
             });
-            std::printf("%-8u %-6u %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, sp.search_width,
+            std::string pr = probes < 0 ? "list" : probes == 0 ? "all" : std::to_string(probes);
+            std::printf("%-8u %-6u %-7s %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, sp.search_width, pr.c_str(),
                         recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu, (double)dists / (nq * o.repeat));
-        }
+        };
+        /* The entry probes at the smallest itopk (the low-recall end), the
+         * plain list for comparison, then the itopk sweep with the default. */
+        run_cagra(10, -1);
+        for (int probes : {0, 1, 2, 3})
+            run_cagra(10, probes);
+        for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
+            run_cagra(itopk, (int)cagra::SearchParams{}.entry_probes);
 
 #ifdef CAGRA_BENCH_HNSWLIB
         if (o.hnswlib) {

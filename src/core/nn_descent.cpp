@@ -84,6 +84,55 @@ struct CandidateLists {
         return changed;
     }
 
+    /* Whether v is in u's list at distance d (see insert_unlocked: a copy
+     * of v can only sit among the entries of exactly distance d). */
+    bool contains(uint32_t u, uint32_t v, float d)
+    {
+        const Entry *r = row(u);
+        /* First entry not closer than d, by a branch-free binary search
+         * (the outcome of each step is unpredictable). */
+        uint32_t lo = 0;
+        for (uint32_t len = k; len > 1;) {
+            uint32_t half = len / 2;
+            lo += half & (0u - (uint32_t)(r[lo + half - 1].dist < d));
+            len -= half;
+        }
+        lo += (r[lo].dist < d);
+        for (uint32_t j = lo; j < k && r[j].dist == d; j++)
+            if ((r[j].id & kIdMask) == v)
+                return true;
+        return false;
+    }
+
+    /* Merge candidates (any order, finite distances) into u's row, owned
+     * by the caller: one sort and one pass instead of an insertion (and a
+     * row shift) per candidate.  `merged` is scratch of k entries. */
+    void merge_unlocked(uint32_t u, std::vector<Entry> &cand, std::vector<Entry> &merged)
+    {
+        std::sort(cand.begin(), cand.end(), [](const Entry &a, const Entry &b) {
+            return a.dist < b.dist || (a.dist == b.dist && a.id < b.id);
+        });
+        const Entry *r = row(u);
+        uint32_t i = 0, out = 0;
+        size_t c = 0;
+        while (out < k) {
+            if (c == cand.size() || !(cand[c].dist < r[i].dist)) {
+                merged[out++] = r[i++]; /* i < k: the row alone has k entries */
+                continue;
+            }
+            const Entry e{cand[c].dist, cand[c].id | kNewBit};
+            c++;
+            /* A copy already taken has the same distance (one kernel). */
+            bool dup = false;
+            for (uint32_t j = out; j > 0 && merged[j - 1].dist == e.dist && !dup; j--)
+                dup = (merged[j - 1].id & kIdMask) == cand[c - 1].id;
+            if (!dup)
+                merged[out++] = e;
+        }
+        std::copy(merged.begin(), merged.end(), row(u));
+        worst[u].store(row(u)[k - 1].dist, std::memory_order_relaxed);
+    }
+
     /* insert() for a caller that owns row u exclusively. */
     bool insert_unlocked(uint32_t u, uint32_t v, float d)
     {
@@ -210,6 +259,7 @@ void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKe
     for (uint32_t t = 0; t < trees; t++) {
         detail::parallel_for(leaves[t].size(), 16, threads, progress, [&](uint64_t lb, uint64_t le, uint32_t) {
             std::vector<float> matrix;
+            std::vector<Entry> cand, merged(lists.k);
             for (uint64_t l = lb; l < le; l++) {
                 auto [begin, end] = leaves[t][l];
                 const uint64_t m = end - begin;
@@ -218,10 +268,13 @@ void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKe
                 for (uint64_t x = 0; x < m; x++)
                     for (uint64_t y = x + 1; y < m; y++)
                         matrix[x * m + y] = matrix[y * m + x] = dist(data.row(ids[x]), data.row(ids[y]), dim);
-                for (uint64_t x = 0; x < m; x++)
-                    for (uint64_t y = 0; y < m; y++)
-                        if (y != x && matrix[x * m + y] < lists.worst[ids[x]].load(std::memory_order_relaxed))
-                            lists.insert_unlocked(ids[x], ids[y], matrix[x * m + y]);
+                for (uint64_t x = 0; x < m; x++) {
+                    cand.clear();
+                    for (uint64_t y = 0; y < m; y++) /* NaN or infinite: left to fill_short_rows */
+                        if (y != x && matrix[x * m + y] < std::numeric_limits<float>::infinity())
+                            cand.push_back({matrix[x * m + y], ids[y]});
+                    lists.merge_unlocked(ids[x], cand, merged);
+                }
             }
         });
     }
@@ -417,6 +470,8 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                     js.block.resize(total * dim);
                     js.worst.resize(total);
                     for (size_t j = 0; j < total; j++) {
+                        for (uint32_t line = 0; line < k * sizeof(Entry); line += 64)
+                            __builtin_prefetch((const char *)lists.row(m[j]) + line);
                         std::memcpy(&js.block[j * dim], data.row(m[j]), dim * sizeof(float));
                         js.worst[j] = lists.worst[m[j]].load(std::memory_order_relaxed);
                     }
@@ -424,9 +479,12 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                         const float *va = &js.block[a * dim];
                         for (size_t b = a + 1; b < total; b++) {
                             float d = dist(va, &js.block[b * dim], dim);
-                            if (d < js.worst[a])
+                            /* Rows change only between rounds, so a pair
+                             * already listed is dropped here, where the
+                             * row is cheap to read, not queued. */
+                            if (d < js.worst[a] && !lists.contains(m[a], m[b], d))
                                 js.queued[(uint64_t)m[a] * threads / n].push_back({m[a], m[b], d});
-                            if (d < js.worst[b])
+                            if (d < js.worst[b] && !lists.contains(m[b], m[a], d))
                                 js.queued[(uint64_t)m[b] * threads / n].push_back({m[b], m[a], d});
                         }
                     }

@@ -42,12 +42,21 @@ void prune_row(const KnnGraph &knn, uint64_t a, uint32_t degree, std::vector<uin
     }
     for (uint32_t r = 0; r < k; r++)
         rank_of[row[r]] = 0;
+    /* Stable counting sort by detours (at most k - 1 of them): ties stay
+     * in rank order, and nothing is allocated per row. */
+    std::fill(order.begin(), order.end(), 0);
     for (uint32_t r = 0; r < k; r++)
-        order[r] = r;
-    std::stable_sort(order.begin(), order.begin() + k,
-                     [&](uint32_t x, uint32_t y) { return detours[x] < detours[y]; });
-    for (uint32_t j = 0; j < degree; j++)
-        out[j] = row[order[j]];
+        order[detours[r]]++;
+    for (uint32_t c = 0, start = 0; c < k; c++) {
+        uint32_t count = order[c];
+        order[c] = start;
+        start += count;
+    }
+    for (uint32_t r = 0; r < k; r++) {
+        uint32_t pos = order[detours[r]]++;
+        if (pos < degree)
+            out[pos] = row[r];
+    }
 }
 
 } // namespace

@@ -29,9 +29,11 @@
 
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "distance.h"
+#include "entry_index.h"
 #include "types.h"
 
 namespace cagra {
@@ -148,6 +150,13 @@ public:
      * here.  Throws Error(InvalidParameter) for bad parameters. */
     Searcher(const Accessor &graph, const float *query, const SearchParams &params,
              const std::vector<uint32_t> &entry_nodes);
+    /* The same, starting from an entry index (derive_entry_index of the
+     * entry list, cached by the caller): measures its pivots, then the
+     * members of the params.entry_probes groups with the closest pivots.
+     * The index must outlive the constructor call only.  (A template only
+     * so that a braced list, e.g. {}, still picks the entry-list form.) */
+    template <class Index, class = std::enable_if_t<std::is_same<Index, EntryIndex>::value>>
+    Searcher(const Accessor &graph, const float *query, const SearchParams &params, const Index &entries);
     ~Searcher();
     Searcher(const Searcher &) = delete;
     Searcher &operator=(const Searcher &) = delete;
@@ -167,7 +176,11 @@ public:
     uint64_t iteration_count() const { return iterations_; }    /* expansions rounds so far */
 
 private:
+    void prepare();
     void start(const std::vector<uint32_t> &entries);
+    void start(const EntryIndex &entries);
+    uint32_t add_random_entries(uint32_t count);
+    void measure(uint32_t count);
     bool iterate(uint32_t width);
     void expand(const uint32_t *parents, uint32_t count);
     void insert(float dist, uint32_t id);
@@ -191,6 +204,9 @@ private:
 template <class Accessor>
 std::vector<Neighbor> search(const Accessor &graph, const float *query, uint32_t k, const SearchParams &params,
                              const std::vector<uint32_t> &entry_nodes);
+template <class Accessor, class Index, class = std::enable_if_t<std::is_same<Index, EntryIndex>::value>>
+std::vector<Neighbor> search(const Accessor &graph, const float *query, uint32_t k, const SearchParams &params,
+                             const Index &entries);
 
 } // namespace cagra
 

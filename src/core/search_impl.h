@@ -32,9 +32,65 @@ Searcher<Accessor>::Searcher(const Accessor &graph, const float *query, const Se
 }
 
 template <class Accessor>
+template <class Index, class>
+Searcher<Accessor>::Searcher(const Accessor &graph, const float *query, const SearchParams &params,
+                             const Index &entries)
+    : g_(graph), query_(query), params_(params), s_(nullptr)
+{
+    validate_search_params(params, 0);
+    if (params_.max_iterations == 0)
+        params_.max_iterations = auto_max_iterations(params_);
+    s_ = detail::acquire_scratch();
+    try {
+        start(entries);
+    } catch (...) {
+        detail::release_scratch(s_);
+        throw;
+    }
+}
+
+template <class Accessor>
 Searcher<Accessor>::~Searcher()
 {
     detail::release_scratch(s_);
+}
+
+/* Size the buffers for a start of at most `entries` fixed entries. */
+template <class Accessor>
+void Searcher<Accessor>::prepare()
+{
+    const uint32_t degree = g_.degree();
+    s_->buffer.resize(params_.itopk_size);
+    s_->overflow.clear();
+    s_->row.resize(degree);
+    s_->visited.reset(params_.itopk_size * degree / 2);
+}
+
+/* Append up to random_entries random unvisited nodes to s_->ids after the
+ * first `count`; returns the new count. */
+template <class Accessor>
+uint32_t Searcher<Accessor>::add_random_entries(uint32_t count)
+{
+    const uint32_t n = g_.size();
+    detail::Rng rng(params_.seed);
+    uint32_t want = std::min(params_.random_entries, n);
+    const uint32_t goal = count + want;
+    for (uint32_t tries = 0; tries < 2 * want + 8 && count < goal; tries++) {
+        uint32_t id = (uint32_t)rng.below(n);
+        if (s_->visited.insert(id))
+            s_->ids[count++] = id;
+    }
+    return count;
+}
+
+/* Distances to the first `count` ids of s_->ids, offered to the buffer. */
+template <class Accessor>
+void Searcher<Accessor>::measure(uint32_t count)
+{
+    g_.distances(query_, s_->ids.data(), count, s_->dists.data());
+    distance_count_ += count;
+    for (uint32_t i = 0; i < count; i++)
+        insert(s_->dists[i], s_->ids[i]);
 }
 
 /* Seed the buffer with the entry nodes (done in the constructor, so the
@@ -43,31 +99,81 @@ template <class Accessor>
 void Searcher<Accessor>::start(const std::vector<uint32_t> &entries)
 {
     const uint32_t n = g_.size();
-    const uint32_t degree = g_.degree();
-    s_->buffer.resize(params_.itopk_size);
-    s_->overflow.clear();
-    s_->ids.resize((size_t)std::max(params_.search_width * degree, params_.random_entries + (uint32_t)entries.size()));
+    prepare();
+    s_->ids.resize((size_t)std::max(params_.search_width * g_.degree(), params_.random_entries + (uint32_t)entries.size()));
     s_->dists.resize(s_->ids.size());
-    s_->row.resize(degree);
-    s_->visited.reset(params_.itopk_size * degree / 2);
     if (n == 0)
         return;
-
     uint32_t count = 0;
     for (uint32_t e : entries)
         if (e < n && s_->visited.insert(e))
             s_->ids[count++] = e;
-    detail::Rng rng(params_.seed);
-    uint32_t want = std::min(params_.random_entries, n);
-    for (uint32_t tries = 0; tries < 2 * want + 8 && count < want + entries.size(); tries++) {
-        uint32_t id = (uint32_t)rng.below(n);
-        if (s_->visited.insert(id))
-            s_->ids[count++] = id;
-    }
+    measure(add_random_entries(count));
+}
+
+/* Seed from an entry index: the pivots and random entries first, then the
+ * members of the groups whose pivots came closest. */
+template <class Accessor>
+void Searcher<Accessor>::start(const EntryIndex &entries)
+{
+    const uint32_t n = g_.size();
+    prepare();
+    const uint32_t pivots = (uint32_t)entries.pivots.size();
+    s_->ids.resize((size_t)std::max(params_.search_width * g_.degree(),
+                                    params_.random_entries + pivots + (uint32_t)entries.members.size()));
+    s_->dists.resize(s_->ids.size());
+    if (n == 0)
+        return;
+    uint32_t count = 0;
+    for (uint32_t e : entries.pivots)
+        if (e < n && s_->visited.insert(e))
+            s_->ids[count++] = e;
+    const uint32_t measured_pivots = count;
+    count = add_random_entries(count);
     g_.distances(query_, s_->ids.data(), count, s_->dists.data());
     distance_count_ += count;
+
     for (uint32_t i = 0; i < count; i++)
         insert(s_->dists[i], s_->ids[i]);
+
+    uint32_t more = 0;
+    auto take = [&](uint32_t t) {
+        for (uint32_t j = entries.group_begin[t]; j < entries.group_begin[t + 1]; j++) {
+            uint32_t e = entries.members[j];
+            if (e < n && s_->visited.insert(e))
+                s_->ids[more++] = e;
+        }
+    };
+    /* The closest pivots pick the groups.  A derived index holds no pivot
+     * that the loop above skips; if one does, distances cannot be matched
+     * to groups, so take them all. */
+    uint32_t probes = params_.entry_probes;
+    if (probes == 0 || probes >= pivots || measured_pivots != pivots) {
+        for (uint32_t t = 0; t < pivots; t++)
+            take(t);
+    } else {
+        constexpr uint32_t kMaxProbes = 64;
+        uint32_t best[kMaxProbes];
+        float best_d[kMaxProbes];
+        const uint32_t want = std::min(probes, kMaxProbes);
+        uint32_t kept = 0;
+        for (uint32_t t = 0; t < pivots; t++) {
+            float d = detail::sortable(s_->dists[t]);
+            if (kept == want && !(d < best_d[kept - 1]))
+                continue;
+            uint32_t pos = kept < want ? kept++ : kept - 1;
+            while (pos > 0 && best_d[pos - 1] > d) {
+                best[pos] = best[pos - 1];
+                best_d[pos] = best_d[pos - 1];
+                pos--;
+            }
+            best[pos] = t;
+            best_d[pos] = d;
+        }
+        for (uint32_t i = 0; i < kept; i++)
+            take(best[i]);
+    }
+    measure(more);
 }
 
 template <class Accessor>
@@ -221,6 +327,17 @@ uint32_t Searcher<Accessor>::next(uint32_t k, Filter &&accept, Neighbor *out)
         }
     }
     return produced;
+}
+
+template <class Accessor, class Index, class>
+std::vector<Neighbor> search(const Accessor &graph, const float *query, uint32_t k, const SearchParams &params,
+                             const Index &entries)
+{
+    validate_search_params(params, k);
+    Searcher<Accessor> s(graph, query, params, entries);
+    std::vector<Neighbor> out(k);
+    out.resize(s.next(k, out.data()));
+    return out;
 }
 
 template <class Accessor>

@@ -50,6 +50,9 @@ struct SearchParams {
     uint32_t max_iterations = 0;  /* 0: chosen from itopk_size and search_width */
     uint32_t random_entries = 32; /* random entry nodes besides the fixed ones */
     uint64_t seed = 0x5eedcafe;
+    /* With an EntryIndex (entry_index.h): groups of fixed entries measured
+     * besides the pivots; 0 or more than there are: all entries. */
+    uint32_t entry_probes = 4;
 };
 
 /* Row-major n x dim float32 vectors, already prepared for the metric. */
