@@ -3,9 +3,12 @@
  * (bench/gen.py): GPU build seconds, CPU build seconds (core build_graph),
  * exact brute-force search on the GPU (cuBLAS GEMM + a warp top-k), and the
  * GPU CAGRA search's recall@10 and queries/s for batches of 1, 100 and
- * 10,000 over an itopk sweep.  Prints a markdown table; figures, not asserts.
+ * 10,000 over an itopk sweep, and small batches from several threads at
+ * once (one search context each: what the worker's concurrent batches get).
+ * Prints a markdown table; figures, not asserts.  --metric ip for
+ * inner-product ground truth (normalised embeddings, bench/text_dataset.py).
  *
- * usage: gpu_bench DIR [--cpu-build THREADS] [--out FILE]
+ * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--out FILE]
  */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -19,6 +22,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "build.h"
@@ -106,7 +110,8 @@ __global__ void norms_kernel(const float *b, uint64_t n, uint32_t dim, float *ou
 
 /* dots: nq rows of `cols` (query-major); best: nq x kTop (dist, id), running */
 __global__ void topk_kernel(const float *dots, uint32_t nq, uint32_t cols, uint64_t col0,
-                            const float *norms, float *best_d, uint32_t *best_i)
+                            const float *norms, bool inner_product, float *best_d,
+                            uint32_t *best_i)
 {
     uint32_t q = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
     if (q >= nq)
@@ -120,7 +125,7 @@ __global__ void topk_kernel(const float *dots, uint32_t nq, uint32_t cols, uint6
     }
     const float *row = dots + (uint64_t)q * cols;
     for (uint32_t c = lane; c < cols; c += 32) {
-        float v = norms[col0 + c] - 2.0f * row[c];
+        float v = inner_product ? -row[c] : norms[col0 + c] - 2.0f * row[c];
         if (v < d[kTop - 1]) {
             d[kTop - 1] = v;
             id[kTop - 1] = (uint32_t)(col0 + c);
@@ -165,7 +170,7 @@ struct BruteForce {
 };
 
 BruteForce brute_force(const float *dbase, uint64_t n, uint32_t dim,
-                       const std::vector<float> &queries, uint32_t nq)
+                       const std::vector<float> &queries, uint32_t nq, bool inner_product)
 {
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
@@ -193,7 +198,8 @@ BruteForce brute_force(const float *dbase, uint64_t n, uint32_t dim,
             if (cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, cols, nq, dim, &one, dbase + c0 * dim,
                             dim, dq, dim, &zero, dots, cols) != CUBLAS_STATUS_SUCCESS)
                 die("cublasSgemm");
-            topk_kernel<<<(nq * 32 + 255) / 256, 256>>>(dots, nq, cols, c0, norms, bd, bi);
+            topk_kernel<<<(nq * 32 + 255) / 256, 256>>>(dots, nq, cols, c0, norms, inner_product,
+                                                         bd, bi);
         }
         CUDA_OK(cudaDeviceSynchronize());
         out.ids.resize((uint64_t)nq * kTop);
@@ -252,17 +258,68 @@ Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t
     return r;
 }
 
+/* `threads` threads, each with its own search context, each sending the
+ * queries (tiled to `per_thread` queries) in batches of `batch`. */
+Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq,
+                     uint32_t dim, const std::vector<int32_t> &gt, uint32_t gt_dim,
+                     uint32_t itopk, uint32_t batch, uint32_t threads, uint32_t per_thread)
+{
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    sp.itopk_size = itopk;
+    const uint32_t k = 10;
+    std::vector<float> q((uint64_t)per_thread * dim);
+    for (uint32_t i = 0; i < per_thread; i++)
+        std::memcpy(&q[(uint64_t)i * dim], &queries[(uint64_t)(i % nq) * dim], 4ull * dim);
+    std::vector<std::vector<uint32_t>> ids(threads, std::vector<uint32_t>((uint64_t)per_thread * k));
+    std::vector<cagra_gpu_search_context *> ctx(threads);
+    for (auto &c : ctx)
+        GPU_OK(cagra_gpu_search_context_create(0, &c));
+    auto work = [&](uint32_t t) {
+        std::vector<float> dist((uint64_t)batch * k);
+        for (uint32_t s = 0; s < per_thread; s += batch) {
+            uint32_t b = std::min(batch, per_thread - s);
+            GPU_OK(cagra_gpu_search_in(ctx[t], ix, &q[(uint64_t)s * dim], b, k, &sp, nullptr,
+                                       &ids[t][(uint64_t)s * k], dist.data()));
+        }
+    };
+    work(0); /* warm-up: every context's buffers grow once */
+    for (uint32_t t = 1; t < threads; t++)
+        work(t);
+    auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (uint32_t t = 0; t < threads; t++)
+        pool.emplace_back(work, t);
+    for (auto &th : pool)
+        th.join();
+    double secs = seconds_since(t0);
+    for (auto *c : ctx)
+        cagra_gpu_search_context_free(c);
+    Row r;
+    r.itopk = itopk;
+    r.batch = batch;
+    r.recall = recall_at(ids[0], k, gt, gt_dim, std::min(nq, per_thread));
+    r.qps = (double)threads * per_thread / secs;
+    r.latency_ms = 0;
+    return r;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: gpu_bench DIR [--cpu-build THREADS] [--out FILE]");
+        die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--out FILE]");
     std::string dir = argv[1], out_path;
     uint32_t cpu_threads = 0;
+    cagra_gpu_metric metric = CAGRA_GPU_L2;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--cpu-build"))
             cpu_threads = (uint32_t)std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--metric") && !std::strcmp(argv[i + 1], "l2"))
+            metric = CAGRA_GPU_L2;
+        else if (!std::strcmp(argv[i], "--metric") && !std::strcmp(argv[i + 1], "ip"))
+            metric = CAGRA_GPU_INNER_PRODUCT;
         else if (!std::strcmp(argv[i], "--out"))
             out_path = argv[i + 1];
         else
@@ -287,9 +344,11 @@ int main(int argc, char **argv)
         report += s;
     };
     std::snprintf(line, sizeof line,
-                  "device: %s, %d SMs, %.1f GiB; data: %s, n=%llu dim=%u queries=%u; library %s\n\n",
+                  "device: %s, %d SMs, %.1f GiB; data: %s, n=%llu dim=%u queries=%u, metric %s; "
+                  "library %s\n\n",
                   info.name, info.multiprocessors, info.total_memory / 1073741824.0, dir.c_str(),
-                  (unsigned long long)n, dim, nq, cagra_gpu_version());
+                  (unsigned long long)n, dim, nq, metric == CAGRA_GPU_L2 ? "L2" : "inner product",
+                  cagra_gpu_version());
     emit(line);
 
     /* GPU build (after a small warm-up build that creates the context) */
@@ -299,11 +358,11 @@ int main(int argc, char **argv)
     uint32_t entry_count = 0;
     {
         std::vector<uint32_t> g(4000 * bp.graph_degree);
-        GPU_OK(cagra_gpu_build(0, base.data(), 4000, dim, CAGRA_GPU_L2, &bp, g.data(), nullptr, 0,
+        GPU_OK(cagra_gpu_build(0, base.data(), 4000, dim, metric, &bp, g.data(), nullptr, 0,
                                nullptr));
     }
     auto t0 = Clock::now();
-    GPU_OK(cagra_gpu_build(0, base.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(),
+    GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(),
                            entries.data(), 1024, &entry_count));
     double gpu_build = seconds_since(t0);
     entries.resize(entry_count);
@@ -317,12 +376,12 @@ int main(int argc, char **argv)
          * then the build again, and nothing else */
         cagra_gpu_index *ix = nullptr;
         GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(),
-                                    bp.graph_degree, CAGRA_GPU_L2, entries.data(), entry_count,
+                                    bp.graph_degree, metric, entries.data(), entry_count,
                                     &ix));
         CUDA_OK(cudaProfilerStart());
         Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, 64, 10000);
         std::printf("profiled search: recall %.4f, %.0f q/s\n", r.recall, r.qps);
-        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(),
+        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(),
                                entries.data(), 1024, &entry_count));
         CUDA_OK(cudaProfilerStop());
         cagra_gpu_index_free(ix);
@@ -338,7 +397,7 @@ int main(int argc, char **argv)
         float *dbase;
         CUDA_OK(cudaMalloc(&dbase, n * dim * 4));
         CUDA_OK(cudaMemcpy(dbase, base.data(), n * dim * 4, cudaMemcpyHostToDevice));
-        BruteForce bf = brute_force(dbase, n, dim, q, bq);
+        BruteForce bf = brute_force(dbase, n, dim, q, bq, metric == CAGRA_GPU_INNER_PRODUCT);
         cudaFree(dbase);
         std::snprintf(line, sizeof line,
                       "| exact brute force on the GPU, batch 10,000 (cuBLAS SGEMM + top-10) | "
@@ -358,7 +417,7 @@ int main(int argc, char **argv)
         cagra_gpu_index *ix = nullptr;
         GPU_OK(cagra_gpu_index_load(0, fp16 ? (const void *)base16.data() : base.data(),
                                     fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim,
-                                    g.data(), degree, CAGRA_GPU_L2, ent.data(),
+                                    g.data(), degree, metric, ent.data(),
                                     (uint32_t)ent.size(), &ix));
         std::snprintf(line, sizeof line,
                       "%s\n\n| itopk | batch | recall@10 | queries/s | median batch latency |\n"
@@ -372,6 +431,18 @@ int main(int argc, char **argv)
                               r.batch, r.recall, r.qps, r.latency_ms);
                 emit(line);
             }
+        if (!fp16) {
+            emit("\n| itopk | batch | threads (one search context each) | recall@10 | queries/s |\n"
+                 "|---:|---:|---:|---:|---:|\n");
+            for (uint32_t batch : {16u, 64u})
+                for (uint32_t threads : {1u, 4u, 8u}) {
+                    Row r = concurrent_point(ix, queries, nq, dim, gt, gt_dim, 32, batch, threads,
+                                             batch * 200);
+                    std::snprintf(line, sizeof line, "| 32 | %u | %u | %.4f | %.0f |\n", batch,
+                                  threads, r.recall, r.qps);
+                    emit(line);
+                }
+        }
         emit("\n");
         cagra_gpu_index_free(ix);
     };
@@ -386,7 +457,10 @@ int main(int argc, char **argv)
         cagra::BuildParams cp;
         cp.threads = cpu_threads;
         t0 = Clock::now();
-        cpu = cagra::build_graph(cagra::DatasetView{base.data(), n, dim}, cagra::Metric::L2, cp);
+        cpu = cagra::build_graph(cagra::DatasetView{base.data(), n, dim},
+                                 metric == CAGRA_GPU_L2 ? cagra::Metric::L2
+                                                        : cagra::Metric::InnerProduct,
+                                 cp);
         std::snprintf(line, sizeof line, "| CPU build (core build_graph, %u threads) | %.2f s |\n",
                       cpu_threads, seconds_since(t0));
         emit(line);

@@ -219,6 +219,25 @@ void use_device(int device)
 
 using namespace cagra_gpu;
 
+struct cagra_gpu_search_context {
+    int device = 0;
+    /* wait on a blocking event rather than spin in cudaStreamSynchronize */
+    bool blocking_wait = false;
+    Stream stream;
+    cudaEvent_t done = nullptr;
+    /* per-batch buffers, kept and grown so small batches allocate nothing */
+    DeviceBuffer<float> queries;
+    DeviceBuffer<uint32_t> ids;
+    DeviceBuffer<float> dists;
+    DeviceBuffer<uint64_t> filter;
+
+    ~cagra_gpu_search_context()
+    {
+        if (done)
+            cudaEventDestroy(done);
+    }
+};
+
 struct cagra_gpu_index {
     int device = 0;
     cagra_gpu_dtype dtype = CAGRA_GPU_FLOAT32;
@@ -228,12 +247,7 @@ struct cagra_gpu_index {
     DeviceBuffer<unsigned char> vectors;
     DeviceBuffer<uint32_t> graph;
     DeviceBuffer<uint32_t> entries;
-    Stream stream;
-    /* per-batch buffers, kept and grown so small batches allocate nothing */
-    DeviceBuffer<float> queries;
-    DeviceBuffer<uint32_t> ids;
-    DeviceBuffer<float> dists;
-    DeviceBuffer<uint64_t> filter;
+    cagra_gpu_search_context search; /* for cagra_gpu_search */
 };
 
 namespace {
@@ -469,6 +483,7 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
         auto *ix = new cagra_gpu_index;
         try {
             ix->device = device;
+            ix->search.device = device;
             ix->dtype = dtype;
             ix->metric = metric;
             ix->n = n;
@@ -480,7 +495,7 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
             ix->vectors.allocate(n * ix->stride * elt);
             ix->graph.allocate(n * degree);
             ix->entries.allocate(std::max<uint32_t>(entry_count, 1));
-            cudaStream_t s = ix->stream.s;
+            cudaStream_t s = ix->search.stream.s;
             check(cudaMemsetAsync(ix->vectors.get(), 0, ix->vectors.bytes(), s), "cudaMemset");
             check(cudaMemcpy2DAsync(ix->vectors.get(), ix->stride * elt, vectors, dim * elt,
                                     dim * elt, n, cudaMemcpyHostToDevice, s),
@@ -501,13 +516,58 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
     });
 }
 
+cagra_gpu_status cagra_gpu_search_context_create(int device, cagra_gpu_search_context **context)
+{
+    if (context)
+        *context = nullptr;
+    return guarded([&] {
+        if (!context)
+            invalid("context must not be NULL");
+        use_device(device);
+        auto *c = new cagra_gpu_search_context;
+        try {
+            c->device = device;
+            c->blocking_wait = true;
+            check(cudaEventCreateWithFlags(&c->done, cudaEventBlockingSync | cudaEventDisableTiming),
+                  "cudaEventCreate");
+        } catch (...) {
+            delete c;
+            throw;
+        }
+        *context = c;
+    });
+}
+
+void cagra_gpu_search_context_free(cagra_gpu_search_context *c)
+{
+    if (!c)
+        return;
+    cudaSetDevice(c->device);
+    delete c;
+}
+
 cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uint32_t nq,
                                   uint32_t k, const cagra_gpu_search_params *p,
                                   const uint64_t *filter, uint32_t *ids_out, float *distances_out)
 {
+    if (!ix) {
+        last_error = "index must not be NULL";
+        return CAGRA_GPU_INVALID_ARGUMENT;
+    }
+    return cagra_gpu_search_in(&ix->search, ix, queries, nq, k, p, filter, ids_out, distances_out);
+}
+
+cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix,
+                                     const float *queries, uint32_t nq, uint32_t k,
+                                     const cagra_gpu_search_params *p, const uint64_t *filter,
+                                     uint32_t *ids_out, float *distances_out)
+{
     return guarded([&] {
-        if (!ix || !p)
-            invalid("index and params must not be NULL");
+        if (!ctx || !ix || !p)
+            invalid("context, index and params must not be NULL");
+        if (ctx->device != ix->device)
+            invalid("the search context is on device " + std::to_string(ctx->device) +
+                    ", the index on device " + std::to_string(ix->device));
         if (nq == 0)
             return;
         if (!queries || !ids_out || !distances_out)
@@ -554,15 +614,15 @@ cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uin
                     std::to_string(max_smem) + ": lower itopk_size or search_width");
 
         const uint64_t fwords = filter ? div_up(ix->n, 64) : 0;
-        ensure(ix->queries, (uint64_t)nq * ix->stride, "this search batch");
-        ensure(ix->ids, (uint64_t)nq * k, "this search batch");
-        ensure(ix->dists, (uint64_t)nq * k, "this search batch");
-        ensure(ix->filter, fwords, "this search batch");
-        DeviceBuffer<float> &dq = ix->queries;
-        DeviceBuffer<uint32_t> &dids = ix->ids;
-        DeviceBuffer<float> &ddist = ix->dists;
-        DeviceBuffer<uint64_t> &dfilter = ix->filter;
-        cudaStream_t s = ix->stream.s;
+        ensure(ctx->queries, (uint64_t)nq * ix->stride, "this search batch");
+        ensure(ctx->ids, (uint64_t)nq * k, "this search batch");
+        ensure(ctx->dists, (uint64_t)nq * k, "this search batch");
+        ensure(ctx->filter, fwords, "this search batch");
+        DeviceBuffer<float> &dq = ctx->queries;
+        DeviceBuffer<uint32_t> &dids = ctx->ids;
+        DeviceBuffer<float> &ddist = ctx->dists;
+        DeviceBuffer<uint64_t> &dfilter = ctx->filter;
+        cudaStream_t s = ctx->stream.s;
         if (ix->stride != ix->dim)
             check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
         check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, queries, ix->dim * 4, ix->dim * 4, nq,
@@ -581,7 +641,12 @@ cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uin
         check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4,
                               cudaMemcpyDeviceToHost, s),
               "copying the results to the host");
-        check(cudaStreamSynchronize(s), "the search");
+        if (ctx->blocking_wait) {
+            check(cudaEventRecord(ctx->done, s), "cudaEventRecord");
+            check(cudaEventSynchronize(ctx->done), "the search");
+        } else {
+            check(cudaStreamSynchronize(s), "the search");
+        }
     });
 }
 

@@ -32,7 +32,7 @@ extern "C" {
 
 /* Bumped whenever a signature or struct below changes; compare
  * cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 1
+#define CAGRA_GPU_API_VERSION 2
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -83,6 +83,7 @@ typedef struct {
 } cagra_gpu_search_params;
 
 typedef struct cagra_gpu_index cagra_gpu_index;
+typedef struct cagra_gpu_search_context cagra_gpu_search_context;
 
 /* Library version, e.g. "0.1.0", and CAGRA_GPU_API_VERSION it was built with. */
 CAGRA_GPU_EXPORT const char *cagra_gpu_version(void);
@@ -154,6 +155,26 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search(cagra_gpu_index *index, const
                                                    const cagra_gpu_search_params *params,
                                                    const uint64_t *filter, uint32_t *ids_out,
                                                    float *distances_out);
+
+/*
+ * A search context: a CUDA stream and the scratch buffers of one search at a
+ * time on one device.  Searches through different contexts may run at the
+ * same time, from different threads, on the same index (each index also has
+ * a context of its own, which cagra_gpu_search uses).  One thread at a time
+ * uses a context.  Searches through a created context wait for the device
+ * without spinning, so threads that wait leave the host's cores to others.
+ */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_context_create(int device,
+                                                                  cagra_gpu_search_context **context);
+CAGRA_GPU_EXPORT void cagra_gpu_search_context_free(cagra_gpu_search_context *context);
+
+/* cagra_gpu_search through `context`, which must be on the index's device. */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *context,
+                                                      cagra_gpu_index *index, const float *queries,
+                                                      uint32_t nq, uint32_t k,
+                                                      const cagra_gpu_search_params *params,
+                                                      const uint64_t *filter, uint32_t *ids_out,
+                                                      float *distances_out);
 
 /* Device bytes the index holds, and its shape. */
 CAGRA_GPU_EXPORT uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *index);

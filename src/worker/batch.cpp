@@ -2,8 +2,11 @@
  * batch.cpp — the worker's queue loop: takes the oldest queued request;
  * for a search, waits until cagra.batch_window has passed since it was
  * queued (unless cagra.batch_max queries are already there), then takes
- * every queued search of the same index copy and search settings and runs
- * them as one launch; answers each slot and sets its backend's latch.
+ * every queued search of the same index copy and search settings as one
+ * batch and hands it to a search thread (search_pool.h); finished batches
+ * are answered here: each slot marked done and its backend's latch set.
+ * Uploads and builds wait until no batch is running, since they may evict
+ * the copies that batches search.
  *
  * Payload segments are attached and detached in frames that hold no C++
  * object (dsm_attach may raise an error); the C++ work between runs in
@@ -11,6 +14,7 @@
  */
 #include "worker/cache.h"
 #include "worker/queue.h"
+#include "worker/search_pool.h"
 
 #include <cerrno>
 #include <csignal>
@@ -22,6 +26,9 @@ extern "C" {
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 }
+
+/* Search threads running (0: batches run in the main loop). */
+static int	search_threads = 0;
 
 static bool
 cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
@@ -114,6 +121,24 @@ cagra_drop_mailbox(dsm_handle handle)
 		}
 }
 
+/* Whether a batch still running writes into this mailbox. */
+static bool
+cagra_mailbox_in_use(CagraWorkerShared *sh, dsm_handle handle)
+{
+	bool		used = false;
+
+	LWLockAcquire(sh->lock, LW_SHARED);
+	for (int i = 0; i < sh->nslots && !used; i++)
+	{
+		CagraRequestSlot *s = &sh->slots[i];
+
+		used = s->mailbox && s->handle == handle &&
+			(s->state == CAGRA_SLOT_RUNNING || s->state == CAGRA_SLOT_ABANDONED);
+	}
+	LWLockRelease(sh->lock);
+	return used;
+}
+
 static void *
 cagra_attach_mailbox(const CagraRequestSlot *s)
 {
@@ -127,8 +152,11 @@ cagra_attach_mailbox(const CagraRequestSlot *s)
 			return dsm_segment_address(mailboxes[i].seg);
 	if (nmailboxes == sh->nslots)
 		cagra_worker_forget_mailboxes();
+	for (int i = 0; i < nmailboxes && nmailboxes == sh->nslots; i++)
+		if (!cagra_mailbox_in_use(sh, mailboxes[i].handle))
+			cagra_unmap_mailbox(i);
 	if (nmailboxes == sh->nslots)
-		cagra_unmap_mailbox(0);
+		return NULL;			/* cannot happen: one slot per mailbox */
 
 	dsm_segment *seg = dsm_attach(s->handle);
 
@@ -174,41 +202,31 @@ cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
 		cagra_drop_mailbox(abandoned[i]);
 }
 
-/* Run a batch of searches whose payloads are attached (NULL: gone). */
+/* Run one batch (on a search thread, or here when there is none): gather
+ * the queries of every payload, search, write each answer into its payload
+ * and slot.  No PostgreSQL call. */
 static void
-cagra_run_search_batch(CagraWorkerShared *sh, const int *picked, int n, void **payloads,
-					   uint64 total) noexcept
+cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 {
-	CagraRequestSlot *first = &sh->slots[picked[0]];
+	CagraWorkerShared *sh = cagra_worker_shared;
+	int			n = (int) job->picked.size();
+	const CagraSearchConfig &cfg = sh->slots[job->picked[0]].search;
+	CagraIndexCopy *copy = job->copy;
+	uint32		dim = copy->dim;
 
 	try
 	{
-		CagraIndexCopy *copy = cagra_cache_lookup(first->key);
-
-		if (!copy)
-		{
-			for (int i = 0; i < n; i++)
-			{
-				CagraRequestSlot *s = &sh->slots[picked[i]];
-
-				s->reply = cagra_cache_miss_reply(s->key, s->backend_pid, s->message, sizeof(s->message));
-			}
-			return;
-		}
-
 		std::string msg;
 		CagraReply	r;
-		const CagraSearchConfig &cfg = first->search;
-		uint32		dim = copy->dim;
 		std::vector<float> queries;
 		std::vector<uint32> ids;
 		std::vector<float> dists;
 		uint32		nq = 0;
 
-		queries.reserve(total * dim);
+		queries.reserve(job->queries * dim);
 		for (int i = 0; i < n; i++)
 		{
-			CagraSearchPayload *p = (CagraSearchPayload *) payloads[i];
+			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
 
 			if (!p || p->dim != dim || p->k != cfg.k)
 				continue;
@@ -217,15 +235,15 @@ cagra_run_search_batch(CagraWorkerShared *sh, const int *picked, int n, void **p
 		}
 		ids.resize((size_t) nq * cfg.k);
 		dists.resize((size_t) nq * cfg.k);
-		r = nq > 0 ? cagra_engine_search(*copy, queries.data(), nq, cfg, ids.data(), dists.data(), &msg)
+		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, cfg, ids.data(), dists.data(), &msg)
 			: CAGRA_REPLY_OK;
 
 		uint32		at = 0;
 
 		for (int i = 0; i < n; i++)
 		{
-			CagraRequestSlot *s = &sh->slots[picked[i]];
-			CagraSearchPayload *p = (CagraSearchPayload *) payloads[i];
+			CagraRequestSlot *s = &sh->slots[job->picked[i]];
+			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
 
 			if (!p || p->dim != dim || p->k != cfg.k)
 			{
@@ -244,7 +262,7 @@ cagra_run_search_batch(CagraWorkerShared *sh, const int *picked, int n, void **p
 			}
 			at += p->nq;
 		}
-		copy->searches += nq;
+		job->searched = nq;
 		pg_atomic_fetch_add_u64(&sh->queries, nq);
 		pg_atomic_fetch_add_u64(&sh->batches, 1);
 	}
@@ -252,12 +270,64 @@ cagra_run_search_batch(CagraWorkerShared *sh, const int *picked, int n, void **p
 	{
 		for (int i = 0; i < n; i++)
 		{
-			CagraRequestSlot *s = &sh->slots[picked[i]];
+			CagraRequestSlot *s = &sh->slots[job->picked[i]];
 
 			s->reply = CAGRA_REPLY_OUT_OF_MEMORY;
 			strlcpy(s->message, "out of memory in the cagra worker", sizeof(s->message));
 		}
 	}
+}
+
+/* A job for the n picked slots, or NULL when memory is short. */
+static CagraSearchJob *
+cagra_new_search_job(const int *picked, int n, uint64 queries) noexcept
+{
+	try
+	{
+		CagraSearchJob *job = new CagraSearchJob();
+
+		job->picked.assign(picked, picked + n);
+		job->payloads.assign(n, nullptr);
+		job->segs.assign(n, nullptr);
+		job->queries = queries;
+		return job;
+	}
+	catch (...)
+	{
+		return nullptr;
+	}
+}
+
+/* The copy the job searches (touching it); false, with every slot's reply
+ * set, when there is none yet. */
+static bool
+cagra_pick_copy(CagraWorkerShared *sh, CagraSearchJob *job) noexcept
+{
+	try
+	{
+		const CagraRequestSlot *first = &sh->slots[job->picked[0]];
+
+		job->copy = cagra_cache_lookup(first->key);
+		if (job->copy)
+			return true;
+		for (int i : job->picked)
+		{
+			CagraRequestSlot *s = &sh->slots[i];
+
+			s->reply = cagra_cache_miss_reply(s->key, s->backend_pid, s->message, sizeof(s->message));
+		}
+	}
+	catch (...)
+	{
+		for (int i : job->picked)
+		{
+			CagraRequestSlot *s = &sh->slots[i];
+
+			s->reply = CAGRA_REPLY_OUT_OF_MEMORY;
+			strlcpy(s->message, "out of memory in the cagra worker", sizeof(s->message));
+		}
+	}
+	return false;
 }
 
 /* The request's payload; *seg is set when it must be detached afterwards
@@ -272,6 +342,41 @@ cagra_attach_payload(const CagraRequestSlot *s, dsm_segment **seg)
 	return *seg ? dsm_segment_address(*seg) : NULL;
 }
 
+/* Detach a job's one-off segments, answer its slots, free it. */
+static void
+cagra_finish_search_job(CagraWorkerShared *sh, CagraSearchJob *job)
+{
+	for (dsm_segment *seg : job->segs)
+		if (seg)
+			dsm_detach(seg);
+	if (job->copy)
+		job->copy->searches += job->searched;
+	cagra_answer(sh, job->picked.data(), (int) job->picked.size());
+	delete job;
+}
+
+/* Answer every batch the search threads have finished; returns how many. */
+static int
+cagra_finish_searches(CagraWorkerShared *sh)
+{
+	int			n = 0;
+
+	for (CagraSearchJob *job; (job = cagra_search_pool_take_finished()) != nullptr; n++)
+		cagra_finish_search_job(sh, job);
+	return n;
+}
+
+/* Wait for and answer every running batch. */
+static void
+cagra_drain_searches(CagraWorkerShared *sh)
+{
+	while (cagra_search_pool_in_flight() > 0)
+	{
+		cagra_search_pool_wait();
+		cagra_finish_searches(sh);
+	}
+}
+
 /* Sleep until the batch window of the slot queued at `queued_at` ends. */
 static void
 cagra_wait_batch_window(TimestampTz queued_at)
@@ -283,8 +388,9 @@ cagra_wait_batch_window(TimestampTz queued_at)
 		pg_usleep((long) (until - now));
 }
 
+/* Called with the lock held; releases it. */
 static void
-cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked, dsm_segment **segs, void **payloads)
+cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 {
 	uint64		total;
 	int			n;
@@ -308,13 +414,33 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked, dsm_segment 
 		sh->slots[picked[i]].state = CAGRA_SLOT_RUNNING;
 	LWLockRelease(sh->lock);
 
+	CagraSearchJob *job = cagra_new_search_job(picked, n, total);
+
+	if (!job)
+	{
+		for (int i = 0; i < n; i++)
+		{
+			sh->slots[picked[i]].reply = CAGRA_REPLY_OUT_OF_MEMORY;
+			strlcpy(sh->slots[picked[i]].message, "out of memory in the cagra worker",
+					sizeof(sh->slots[picked[i]].message));
+		}
+		cagra_answer(sh, picked, n);
+		return;
+	}
+	if (!cagra_pick_copy(sh, job))
+	{
+		cagra_finish_search_job(sh, job);
+		return;
+	}
 	for (int i = 0; i < n; i++)
-		payloads[i] = cagra_attach_payload(&sh->slots[picked[i]], &segs[i]);
-	cagra_run_search_batch(sh, picked, n, payloads, total);
-	for (int i = 0; i < n; i++)
-		if (segs[i])
-			dsm_detach(segs[i]);
-	cagra_answer(sh, picked, n);
+		job->payloads[i] = cagra_attach_payload(&sh->slots[picked[i]], &job->segs[i]);
+	if (search_threads > 0)
+		cagra_search_pool_submit(job);
+	else
+	{
+		cagra_run_search_job(job, nullptr);
+		cagra_finish_search_job(sh, job);
+	}
 }
 
 static void
@@ -343,23 +469,41 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 	cagra_answer(sh, &idx, 1);
 }
 
+void
+cagra_worker_start_search_threads(void)
+{
+	int			want = cagra_engine_is_gpu() ? cagra_concurrent_batches : 1;
+
+	search_threads = cagra_search_pool_start(want, cagra_run_search_job);
+	if (search_threads < want)
+		ereport(LOG,
+				(errmsg("cagra gpu worker: %d of %d search threads started", search_threads, want)));
+}
+
+int
+cagra_worker_search_event_fd(void)
+{
+	return search_threads > 0 ? cagra_search_pool_fd() : -1;
+}
+
+bool
+cagra_worker_searches_running(void)
+{
+	return cagra_search_pool_in_flight() > 0;
+}
+
 int
 cagra_worker_serve_queue(void)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	static int *picked = NULL;
-	static dsm_segment **segs = NULL;
-	static void **payloads = NULL;
 	int			served = 0;
 
 	if (!picked)
-	{
 		picked = (int *) MemoryContextAlloc(TopMemoryContext, sizeof(int) * sh->nslots);
-		segs = (dsm_segment **) MemoryContextAlloc(TopMemoryContext, sizeof(dsm_segment *) * sh->nslots);
-		payloads = (void **) MemoryContextAlloc(TopMemoryContext, sizeof(void *) * sh->nslots);
-	}
 	for (;;)
 	{
+		served += search_threads > 0 ? cagra_finish_searches(sh) : 0;
 		LWLockAcquire(sh->lock, LW_EXCLUSIVE);
 		int			first = cagra_oldest_queued(sh, sh->generation);
 
@@ -370,7 +514,20 @@ cagra_worker_serve_queue(void)
 		}
 		/* each branch releases the lock */
 		if (sh->slots[first].kind == CAGRA_REQ_SEARCH)
-			cagra_serve_searches(sh, first, picked, segs, payloads);
+		{
+			if (search_threads > 0 && !cagra_search_pool_has_room())
+			{
+				LWLockRelease(sh->lock);	/* a finishing batch wakes the loop */
+				return served;
+			}
+			cagra_serve_searches(sh, first, picked);
+		}
+		else if (cagra_search_pool_in_flight() > 0)
+		{
+			LWLockRelease(sh->lock);
+			cagra_drain_searches(sh);
+			continue;
+		}
 		else
 			cagra_serve_one(sh, first);
 		served++;

@@ -27,6 +27,26 @@ CagraIndexCopy::~CagraIndexCopy()
 		gpu_api->index_free(gpu);
 }
 
+CagraSearchLane::~CagraSearchLane()
+{
+	for (cagra_gpu_search_context *c : contexts_)
+		if (c && gpu_api)
+			gpu_api->search_context_free(c);
+}
+
+cagra_gpu_search_context *
+CagraSearchLane::context(int device, std::string *msg)
+{
+	if ((int) contexts_.size() <= device)
+		contexts_.resize(device + 1, nullptr);
+	if (!contexts_[device] && gpu_api->search_context_create(device, &contexts_[device]) != CAGRA_GPU_OK)
+	{
+		*msg = gpu_api->last_error();
+		return nullptr;
+	}
+	return contexts_[device];
+}
+
 void
 cagra_engine_init(const CagraGpuApi *api)
 {
@@ -145,6 +165,9 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 		copy.device = device;
 		copy.entries = staged.entries;
 		copy.live.swap(staged.live);
+		copy.all_live = true;
+		for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
+			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
 		if (!gpu_api)
 		{
 			copy.vectors.swap(staged.vectors);
@@ -254,7 +277,7 @@ cagra_run_threads(uint32_t threads, Fn fn)
 }
 
 CagraReply
-cagra_engine_search(CagraIndexCopy &copy, const float *queries, uint32_t nq,
+cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
 					const CagraSearchConfig &cfg, uint32_t *ids, float *dists,
 					std::string *msg) noexcept
 {
@@ -263,13 +286,21 @@ cagra_engine_search(CagraIndexCopy &copy, const float *queries, uint32_t nq,
 		if (gpu_api)
 		{
 			cagra_gpu_search_params p;
+			const uint64_t *filter = copy.all_live ? nullptr : copy.live.data();
 
 			gpu_api->default_search_params(&p);
 			p.itopk_size = cfg.itopk_size;
 			p.search_width = cfg.search_width;
 			p.max_iterations = cfg.max_iterations;
-			return cagra_gpu_reply(gpu_api->search(copy.gpu, queries, nq, cfg.k, &p, copy.live.data(),
-												   ids, dists), msg);
+			if (!lane)
+				return cagra_gpu_reply(gpu_api->search(copy.gpu, queries, nq, cfg.k, &p, filter, ids, dists), msg);
+
+			cagra_gpu_search_context *ctx = lane->context(copy.device, msg);
+
+			if (!ctx)
+				return CAGRA_REPLY_ERROR;
+			return cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, cfg.k, &p, filter, ids, dists),
+								   msg);
 		}
 		uint32_t	hw = std::max(1u, std::thread::hardware_concurrency());
 		uint32_t	threads = std::min<uint32_t>(hw, (nq + 7) / 8);

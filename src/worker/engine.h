@@ -43,6 +43,7 @@ struct CagraIndexCopy
 	uint64_t	last_used = 0;		/* LRU clock */
 	int64_t		loaded_at = 0;
 	std::vector<uint64_t> live;
+	bool		all_live = false;	/* searches need no filter */
 	std::vector<uint32_t> entries;
 	/* GPU */
 	cagra_gpu_index *gpu = nullptr;
@@ -51,6 +52,22 @@ struct CagraIndexCopy
 	cagra::Graph graph;
 
 	~CagraIndexCopy();
+};
+
+/* What one search thread owns: a GPU search context per device, made on
+ * first use, so that threads search the same copies at the same time. */
+class CagraSearchLane
+{
+  public:
+	CagraSearchLane() = default;
+	CagraSearchLane(const CagraSearchLane &) = delete;
+	CagraSearchLane &operator=(const CagraSearchLane &) = delete;
+	~CagraSearchLane();
+	/* NULL (msg set) when the context cannot be made */
+	cagra_gpu_search_context *context(int device, std::string *msg);
+
+  private:
+	std::vector<cagra_gpu_search_context *> contexts_;
 };
 
 /* Starts the engine: the GPU library (NULL api selects the CPU engine). */
@@ -69,8 +86,9 @@ CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCop
 							  std::string *msg) noexcept;
 
 /* nq queries against a copy: nq x k ids (CAGRA_GPU_INVALID_NODE padding)
- * and distances, each row sorted. */
-CagraReply	cagra_engine_search(CagraIndexCopy &copy, const float *queries, uint32_t nq,
+ * and distances, each row sorted.  Safe on several threads at once for
+ * different lanes (lane NULL: the copy's own context, one thread only). */
+CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
 								const CagraSearchConfig &cfg, uint32_t *ids, float *dists,
 								std::string *msg) noexcept;
 

@@ -72,6 +72,9 @@ cagra_gpu_open(const char *path, char *why, size_t whylen)
 		cagra_resolve(lib, "cagra_gpu_build", &a->build, why, whylen) &&
 		cagra_resolve(lib, "cagra_gpu_index_load", &a->index_load, why, whylen) &&
 		cagra_resolve(lib, "cagra_gpu_search", &a->search, why, whylen) &&
+		cagra_resolve(lib, "cagra_gpu_search_context_create", &a->search_context_create, why, whylen) &&
+		cagra_resolve(lib, "cagra_gpu_search_context_free", &a->search_context_free, why, whylen) &&
+		cagra_resolve(lib, "cagra_gpu_search_in", &a->search_in, why, whylen) &&
 		cagra_resolve(lib, "cagra_gpu_index_device_bytes", &a->index_device_bytes, why, whylen) &&
 		cagra_resolve(lib, "cagra_gpu_index_free", &a->index_free, why, whylen);
 

@@ -26,6 +26,11 @@ typedef struct CagraGpuApi
 	cagra_gpu_status (*search) (cagra_gpu_index *, const float *, uint32_t, uint32_t,
 								const cagra_gpu_search_params *, const uint64_t *, uint32_t *,
 								float *);
+	cagra_gpu_status (*search_context_create) (int, cagra_gpu_search_context **);
+	void		(*search_context_free) (cagra_gpu_search_context *);
+	cagra_gpu_status (*search_in) (cagra_gpu_search_context *, cagra_gpu_index *, const float *,
+								   uint32_t, uint32_t, const cagra_gpu_search_params *,
+								   const uint64_t *, uint32_t *, float *);
 	uint64_t	(*index_device_bytes) (const cagra_gpu_index *);
 	void		(*index_free) (cagra_gpu_index *);
 } CagraGpuApi;

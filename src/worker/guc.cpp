@@ -13,6 +13,7 @@ extern "C" {
 int			cagra_device = CAGRA_SEARCH_AUTO;
 int			cagra_batch_window_us = 100;
 int			cagra_batch_max = 4096;
+int			cagra_concurrent_batches = 4;
 int			cagra_gpu_memory_limit_mb = 0;
 int			cagra_worker_timeout_ms = 10000;
 char	   *cagra_gpu_library = NULL;
@@ -64,6 +65,11 @@ cagra_worker_define_gucs(void)
 							   "Path of libcagra_gpu.so, opened by the GPU worker only.",
 							   NULL, &cagra_gpu_library, "$libdir/libcagra_gpu.so",
 							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.concurrent_batches",
+							"Search batches the GPU worker runs at the same time, each on a thread and CUDA stream of its own.",
+							"1 runs one launch at a time.  The CPU backend always runs one.",
+							&cagra_concurrent_batches, 4, 1, 64,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("cagra.worker_backend",
 							 "What executes the worker's requests: gpu (libcagra_gpu.so), or cpu (the core library; for tests and GPU-less hosts that want batching).",
 							 NULL, &cagra_worker_backend, CAGRA_BACKEND_GPU, cagra_backend_options,

@@ -6,7 +6,18 @@
 
 #include "worker/worker.h"
 
-/* Serve queued requests until none is left; returns how many were served. */
+/* Start the search threads (cagra.concurrent_batches of them on the GPU,
+ * one on the CPU, whose searches use every core already). */
+void		cagra_worker_start_search_threads(void);
+
+/* A descriptor readable when a batch has finished (-1: no threads). */
+int			cagra_worker_search_event_fd(void);
+
+/* Whether batches are being searched. */
+bool		cagra_worker_searches_running(void);
+
+/* Answer finished batches and serve queued requests until none is left or
+ * every search thread is busy; returns how many were served. */
 int			cagra_worker_serve_queue(void);
 
 /* One non-search request, executed in place (offload_build.cpp, cache.cpp). */

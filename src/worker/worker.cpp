@@ -1,9 +1,10 @@
 /*
  * worker.cpp — the background worker's main function: announces itself in
  * shared memory (a new worker generation), opens the GPU library and counts
- * devices (exits 0 when there is none: no restart), then serves the request
- * queue until it is told to stop.  On exit it clears its pid and wakes every
- * waiting backend, which then searches on the CPU.
+ * devices (exits 0 when there is none: no restart), starts the search
+ * threads, then serves the request queue until it is told to stop.  On
+ * exit it clears its pid and wakes every waiting backend, which then
+ * searches on the CPU.
  */
 #include "worker/cache.h"
 #include "worker/queue.h"
@@ -17,6 +18,7 @@ extern "C" {
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 PGDLLEXPORT void cagra_worker_main(Datum arg);
@@ -124,6 +126,20 @@ cagra_worker_open_engine(void)
 	return true;
 }
 
+/* Wakes the loop: its latch (new requests), a finished batch, postmaster death. */
+static WaitEventSet *
+cagra_worker_wait_set(void)
+{
+	int			fd = cagra_worker_search_event_fd();
+	WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 3);
+
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	if (fd >= 0)
+		AddWaitEventToSet(set, WL_SOCKET_READABLE, fd, NULL, NULL);
+	return set;
+}
+
 void
 cagra_worker_main(Datum arg)
 {
@@ -142,14 +158,19 @@ cagra_worker_main(Datum arg)
 							 cagra_worker_shared->message)));
 		proc_exit(0);			/* exit code 0: the postmaster does not restart it */
 	}
+	cagra_worker_start_search_threads();
 	cagra_cache_publish();
 	cagra_worker_set_state(CAGRA_WS_RUNNING, NULL);
 	ereport(LOG, (errmsg("cagra gpu worker started (%s backend, %d device%s)",
 						 cagra_worker_backend == CAGRA_BACKEND_GPU ? "gpu" : "cpu",
 						 cagra_engine_device_count(), cagra_engine_device_count() == 1 ? "" : "s")));
 
+	WaitEventSet *wait = cagra_worker_wait_set();
+
 	while (!ShutdownRequestPending)
 	{
+		WaitEvent	event;
+
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -158,11 +179,10 @@ cagra_worker_main(Datum arg)
 		}
 		if (cagra_worker_serve_queue() > 0)
 			cagra_cache_publish();
-		else
+		else if (!cagra_worker_searches_running())
 			cagra_worker_forget_mailboxes();	/* idle: unmap those of exited backends */
 
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000L,
-						 PG_WAIT_EXTENSION);
+		(void) WaitEventSetWait(wait, 1000L, &event, 1, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		/* as a backend it must absorb ProcSignalBarriers (DROP DATABASE waits for them) */
 		CHECK_FOR_INTERRUPTS();

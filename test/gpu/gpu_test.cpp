@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "build.h"
@@ -507,6 +508,57 @@ TEST(GpuSearch, BatchSizes)
         std::vector<uint32_t> ids(r.ids.begin(), r.ids.begin() + (size_t)checked * k);
         EXPECT_GE(recall(truth, ids, k), 0.9);
     }
+}
+
+TEST(GpuSearch, ContextsSearchConcurrentlyWithTheSameResults)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, k = 10, nq = 500;
+    const uint64_t n = 10000;
+    auto data = clustered(n, dim, 14, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    auto queries = queries_near(data, dim, nq, 77, cagra::Metric::L2);
+    Results want = gpu_search(l.ix, queries, dim, k, 64);
+
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    sp.itopk_size = 64;
+    const int threads = 4, rounds = 20;
+    std::vector<int> mismatches(threads, 0), failures(threads, 0);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; t++)
+        pool.emplace_back([&, t] {
+            cagra_gpu_search_context *ctx = nullptr;
+            if (cagra_gpu_search_context_create(0, &ctx) != CAGRA_GPU_OK) {
+                failures[t]++;
+                return;
+            }
+            std::vector<uint32_t> ids((size_t)nq * k);
+            std::vector<float> dists((size_t)nq * k);
+            for (int r = 0; r < rounds; r++) {
+                if (cagra_gpu_search_in(ctx, l.ix, queries.data(), nq, k, &sp, nullptr, ids.data(),
+                                        dists.data()) != CAGRA_GPU_OK)
+                    failures[t]++;
+                else if (ids != want.ids)
+                    mismatches[t]++;
+            }
+            cagra_gpu_search_context_free(ctx);
+        });
+    for (auto &th : pool)
+        th.join();
+    for (int t = 0; t < threads; t++) {
+        EXPECT_EQ(failures[t], 0) << "thread " << t;
+        EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+    }
+    EXPECT_EQ(cagra_gpu_search_in(nullptr, l.ix, queries.data(), 1, k, &sp, nullptr,
+                                  want.ids.data(), want.dists.data()),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("context"), std::string::npos);
+    cagra_gpu_search_context *bad = nullptr;
+    EXPECT_EQ(cagra_gpu_search_context_create(1 << 20, &bad), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(bad, nullptr);
 }
 
 TEST(GpuSearch, MetricsAndHalfVectors)

@@ -1,0 +1,194 @@
+/*
+ * search_pool.cpp — the worker's search threads (search_pool.h).  A job
+ * goes to a free thread; when it is done the thread queues it as finished
+ * and writes to an eventfd, which the main thread's wait set watches.
+ * Threads start with every signal blocked: PostgreSQL's handlers belong to
+ * the main thread.
+ */
+#include "worker/search_pool.h"
+
+#include <condition_variable>
+#include <csignal>
+#include <deque>
+#include <mutex>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <thread>
+#include <unistd.h>
+
+extern "C" {
+#include "storage/ipc.h"
+}
+
+namespace
+{
+
+struct Pool
+{
+	std::mutex	mutex;
+	std::condition_variable wake;
+	std::deque<CagraSearchJob *> waiting;	/* submitted, not yet running */
+	std::deque<CagraSearchJob *> finished;
+	std::vector<std::thread> threads;
+	int			in_flight = 0;
+	bool		stopping = false;
+	int			event_fd = -1;
+	CagraSearchJobRunner run = nullptr;
+};
+
+Pool	   *pool = nullptr;
+
+void
+signal_finished(void)
+{
+	uint64_t	one = 1;
+
+	/* a full counter still leaves the descriptor readable: nothing is lost */
+	(void) !write(pool->event_fd, &one, sizeof(one));
+}
+
+void
+thread_main(void)
+{
+	CagraSearchLane lane;
+	std::unique_lock<std::mutex> lock(pool->mutex);
+
+	for (;;)
+	{
+		pool->wake.wait(lock, [] { return pool->stopping || !pool->waiting.empty(); });
+		if (pool->stopping)
+			return;
+
+		CagraSearchJob *job = pool->waiting.front();
+
+		pool->waiting.pop_front();
+		lock.unlock();
+		pool->run(job, &lane);	/* noexcept */
+		lock.lock();
+		pool->finished.push_back(job);
+		signal_finished();
+	}
+}
+
+/* Before shared memory goes: running searches write into mapped segments. */
+void
+stop_pool(int code, Datum arg)
+{
+	{
+		std::lock_guard<std::mutex> lock(pool->mutex);
+
+		pool->stopping = true;
+	}
+	pool->wake.notify_all();
+	for (auto &t : pool->threads)
+		t.join();
+	pool->threads.clear();
+}
+
+}							/* namespace */
+
+int
+cagra_search_pool_start(int threads, CagraSearchJobRunner run) noexcept
+{
+	try
+	{
+		pool = new Pool();
+		pool->run = run;
+		pool->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (pool->event_fd < 0)
+			return 0;
+
+		sigset_t	all,
+					old;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		try
+		{
+			for (int i = 0; i < threads; i++)
+				pool->threads.emplace_back(thread_main);
+		}
+		catch (...)
+		{
+			/* fewer threads than asked for still serve */
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	catch (...)
+	{
+		return 0;
+	}
+	if (!pool->threads.empty())
+		before_shmem_exit(stop_pool, (Datum) 0);
+	return (int) pool->threads.size();
+}
+
+int
+cagra_search_pool_fd(void)
+{
+	return pool->event_fd;
+}
+
+bool
+cagra_search_pool_has_room(void)
+{
+	return pool && pool->in_flight < (int) pool->threads.size();
+}
+
+void
+cagra_search_pool_submit(CagraSearchJob *job)
+{
+	{
+		std::lock_guard<std::mutex> lock(pool->mutex);
+
+		pool->waiting.push_back(job);
+		pool->in_flight++;
+	}
+	pool->wake.notify_one();
+}
+
+CagraSearchJob *
+cagra_search_pool_take_finished(void)
+{
+	std::lock_guard<std::mutex> lock(pool->mutex);
+	uint64_t	count;
+
+	(void) !read(pool->event_fd, &count, sizeof(count));
+	if (pool->finished.empty())
+		return nullptr;
+
+	CagraSearchJob *job = pool->finished.front();
+
+	pool->finished.pop_front();
+	pool->in_flight--;
+	if (!pool->finished.empty())
+		signal_finished();		/* the read above reset the descriptor */
+	return job;
+}
+
+int
+cagra_search_pool_in_flight(void)
+{
+	return pool ? pool->in_flight : 0;
+}
+
+void
+cagra_search_pool_wait(void)
+{
+	std::unique_lock<std::mutex> lock(pool->mutex);
+
+	if (pool->in_flight == 0 || !pool->finished.empty())
+		return;
+
+	/* the finished queue grows under this mutex: poll it after each wake */
+	while (pool->finished.empty())
+	{
+		lock.unlock();
+
+		struct pollfd pfd = {pool->event_fd, POLLIN, 0};
+
+		(void) poll(&pfd, 1, -1);
+		lock.lock();
+	}
+}

@@ -1,0 +1,55 @@
+/*
+ * search_pool.h — the worker's search threads.  Several batches run at
+ * once, each on a thread with its own GPU search contexts, so a launch no
+ * longer waits for the one before it to come back, and the queue is read
+ * again while the device works.  The main thread attaches payloads, picks
+ * index copies, submits jobs and answers the finished ones; the threads run
+ * only the search itself and call no PostgreSQL function.
+ * Worker process only.
+ */
+#pragma once
+
+#include <vector>
+
+#include "worker/engine.h"
+
+extern "C" {
+#include "storage/dsm.h"
+}
+
+/* One batch: the slots it answers, their payloads, the copy it searches. */
+struct CagraSearchJob
+{
+	std::vector<int> picked;
+	std::vector<void *> payloads;		/* NULL: the segment was gone */
+	std::vector<dsm_segment *> segs;	/* one-off segments to detach */
+	CagraIndexCopy *copy = nullptr;
+	uint64		queries = 0;		/* queued in the picked slots */
+	uint64		searched = 0;		/* run by the thread */
+};
+
+/* What a thread does with a job (batch.cpp). */
+typedef void (*CagraSearchJobRunner) (CagraSearchJob *job, CagraSearchLane *lane);
+
+/* Start up to `threads` threads; run(job, lane) executes each job.
+ * Returns how many started (0: the caller runs jobs itself).  They are
+ * joined before the process detaches its shared memory. */
+int			cagra_search_pool_start(int threads, CagraSearchJobRunner run) noexcept;
+
+/* A descriptor that is readable while finished jobs wait to be taken. */
+int			cagra_search_pool_fd(void);
+
+/* Whether a thread is free for another job. */
+bool		cagra_search_pool_has_room(void);
+
+/* Hand a job to a free thread (cagra_search_pool_has_room() must hold). */
+void		cagra_search_pool_submit(CagraSearchJob *job);
+
+/* A finished job, or NULL; the caller owns it. */
+CagraSearchJob *cagra_search_pool_take_finished(void);
+
+/* Jobs submitted and not yet taken back. */
+int			cagra_search_pool_in_flight(void);
+
+/* Block until a job finishes (none in flight: return at once). */
+void		cagra_search_pool_wait(void);
