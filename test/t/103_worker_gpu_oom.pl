@@ -184,7 +184,6 @@ my $cpu_batch = $node->safe_psql('postgres', "SET cagra.device = cpu; $batch");
 like($cpu_rows, qr/^1500:1500,/, 'the CPU search finds each query row first');
 
 # --- searches ----------------------------------------------------------------------
-my ($uploads0, $queries0) = split /\|/, status('uploads, queries');
 ($ret, $out, $err) = run_sql("SET cagra.device = gpu; $knn");
 isnt($ret, 0, 'cagra.device = gpu: the search fails when the copy cannot be loaded');
 like($err,
@@ -194,7 +193,8 @@ like($err, qr/HINT:  SET cagra.device = auto to search on the CPU when the worke
 
 # the worker remembers that the copy did not fit; SIGHUP makes it try again
 set_limit_and_wait(60001);
-($fallbacks0) = status('fallbacks');
+my ($uploads0, $queries0);
+($uploads0, $queries0, $fallbacks0) = split /\|/, status('uploads, queries, fallbacks');
 ($ret, $out, $err) = run_sql("SET cagra.device = auto; $knn");
 is($ret, 0, 'cagra.device = auto: the search succeeds');
 like($err,
