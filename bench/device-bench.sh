@@ -8,16 +8,19 @@
 # builds and installs the extension and libcagra_gpu.so), from the repository
 # root, carrying .device:
 #     bash test/device-sql.sh "$OUT"; bash bench/device-bench.sh "$OUT"
-# Figures go to stdout and OUTDIR/sql-bench.txt.
+# Figures go to stdout and OUTDIR/sql-bench$TAG.txt.  PG_EXTRA adds server
+# settings (e.g. "-c cagra.concurrent_batches=1"), SQL_BENCH_ARGS replaces
+# the sweep (default: --itopk 32,64 --devices auto,cpu --ceiling --batch 10000).
 set -uo pipefail
 out=${1:-${OUT:-device-bench-out}}
 clients=${CLIENTS:-64}
 seconds=${SECONDS_PER_RUN:-10}
 mkdir -p "$out"
 PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=16GB -c max_connections=200 \
-  -c max_parallel_maintenance_workers=15 -c max_worker_processes=32" source .device/pg-up.sh || exit 1
-python3 bench/gen.py /tmp/c1m 1000000 128 1000 7 >/dev/null
+  -c max_parallel_maintenance_workers=15 -c max_worker_processes=32 ${PG_EXTRA:-}" source .device/pg-up.sh || exit 1
+[ -f /tmp/c1m/gt.ivecs ] || python3 bench/gen.py /tmp/c1m 1000000 128 1000 7 >/dev/null
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
-python3 bench/sql_bench.py /tmp/c1m --clients "$clients" --seconds "$seconds" --itopk 32,64 \
-  --devices auto,cpu --ceiling --batch 10000 --exact-queries 10 --maintenance-work-mem 8GB \
-  2>&1 | tee "$out/sql-bench.txt"
+echo "server settings: ${PG_EXTRA:-(defaults)}"
+python3 bench/sql_bench.py /tmp/c1m --clients "$clients" --seconds "$seconds" --exact-queries 10 \
+  --maintenance-work-mem 8GB ${SQL_BENCH_ARGS:---itopk 32,64 --devices auto,cpu --ceiling --batch 10000} \
+  2>&1 | tee "$out/sql-bench${TAG:-}.txt"
