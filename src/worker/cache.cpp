@@ -40,7 +40,17 @@ typedef enum CagraCopyMatch
 
 static std::map<CagraIndexId, std::unique_ptr<CagraIndexCopy>> copies;
 static std::map<CagraIndexId, std::unique_ptr<CagraStagedIndex>> uploads;
-static std::map<CagraIndexId, uint64_t> too_large;		/* bytes needed */
+/* Indexes whose copy could not be loaded, and why: over the limit (until
+ * the next reload: the limit is a setting) or out of device memory (retried
+ * after a while: other copies or builds may have given memory back). */
+typedef struct CagraLoadRefusal
+{
+	std::string message;
+	int64_t		retry_at;		/* TimestampTz; 0: not before a reload */
+} CagraLoadRefusal;
+
+static std::map<CagraIndexId, CagraLoadRefusal> too_large;
+static const int64_t cagra_oom_retry_us = 10 * 1000 * 1000;
 static uint64_t lru_clock = 0;
 
 /* An upload with no chunk for this long is given up (its backend left). */
@@ -109,15 +119,16 @@ cagra_cache_miss_reply(const CagraIndexKey &key, pid_t asker, char *msg, size_t 
 {
 	CagraIndexId id = cagra_index_id(key);
 	auto		big = too_large.find(id);
+	int64_t		now = GetCurrentTimestamp();
 
-	if (big != too_large.end())
+	if (big != too_large.end() && (big->second.retry_at == 0 || now < big->second.retry_at))
 	{
-		snprintf(msg, msglen, "a copy of this index needs %llu MB of device memory, cagra.gpu_memory_limit allows %llu MB",
-				 (unsigned long long) (big->second >> 20), (unsigned long long) (cagra_cache_limit() >> 20));
+		strlcpy(msg, big->second.message.c_str(), msglen);
 		return CAGRA_REPLY_TOO_LARGE;
 	}
+	if (big != too_large.end())
+		too_large.erase(big);
 	auto		up = uploads.find(id);
-	int64_t		now = GetCurrentTimestamp();
 
 	if (up != uploads.end() && up->second->owner != asker &&
 		now - up->second->last_touch < cagra_upload_stale_us())
@@ -215,9 +226,9 @@ cagra_cache_finish_upload(const CagraIndexId &id, CagraStagedIndex &s, char *msg
 
 	if (device < 0)
 	{
-		too_large[id] = bytes;
 		snprintf(msg, msglen, "a copy of this index needs %llu MB of device memory, cagra.gpu_memory_limit allows %llu MB",
 				 (unsigned long long) (bytes >> 20), (unsigned long long) (cagra_cache_limit() >> 20));
+		too_large[id] = CagraLoadRefusal{msg, 0};
 		return CAGRA_REPLY_TOO_LARGE;
 	}
 	std::unique_ptr<CagraIndexCopy> copy(new CagraIndexCopy());
@@ -226,9 +237,9 @@ cagra_cache_finish_upload(const CagraIndexId &id, CagraStagedIndex &s, char *msg
 	if (r != CAGRA_REPLY_OK)
 	{
 		/* the device had less free memory than the limit allows: do not
-		 * let every search upload it again (SIGHUP forgets this) */
+		 * let every search upload it again, but try again later */
 		if (r == CAGRA_REPLY_OUT_OF_MEMORY)
-			too_large[id] = bytes;
+			too_large[id] = CagraLoadRefusal{err, GetCurrentTimestamp() + cagra_oom_retry_us};
 		strlcpy(msg, err.c_str(), msglen);
 		return r;
 	}
