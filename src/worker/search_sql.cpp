@@ -3,6 +3,11 @@
  * in one call, sent to the worker as one batch (or searched on the CPU),
  * returning (query, ctid, distance) for rows visible to the statement's
  * snapshot only, k per query at most, in distance order.
+ *
+ * The candidates of the whole batch are resolved together: node headers
+ * read page by page of the index (each page once), heap tuples checked
+ * block by block of the table, so a batch of thousands of queries costs one
+ * buffer access per distinct page instead of one per candidate.
  */
 #include "am/accessor.h"
 #include "worker/search.h"
@@ -13,20 +18,41 @@
 #include "vector.h"
 
 extern "C" {
+#include "access/heapam.h"
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/visibilitymap.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(cagra_search);
 }
+
+/* What is known of one candidate (query q, rank i: slot q * kk + i). */
+#define CAGRA_SLOT_UNKNOWN 0
+#define CAGRA_SLOT_LIVE 1		/* header read: a live node, tid = its heap TID */
+#define CAGRA_SLOT_DROPPED 2	/* deleted node or no visible tuple */
+#define CAGRA_SLOT_VISIBLE 3	/* tid = the visible tuple's TID */
+
+typedef struct CagraCandidates
+{
+	int			nq;
+	uint32		kk;				/* candidates per query */
+	uint32	   *ids;			/* nq x kk node ids, CAGRA_INVALID_ID padded */
+	float	   *dists;			/* nq x kk */
+	uint8	   *state;			/* nq x kk CAGRA_SLOT_* */
+	ItemPointerData *tids;		/* nq x kk */
+} CagraCandidates;
 
 /* The CPU path for one query: up to k live node ids and distances. */
 static void
@@ -90,7 +116,8 @@ cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayType *arr,
 	get_typlenbyvalalign(ARR_ELEMTYPE(arr), &typlen, &typbyval, &typalign);
 	deconstruct_array(arr, ARR_ELEMTYPE(arr), typlen, typbyval, typalign, &elems, &nulls, &nq);
 
-	float	   *queries = (float *) palloc0((Size) Max(nq, 1) * meta->dims * sizeof(float));
+	float	   *queries = (float *) palloc_extended((Size) Max(nq, 1) * meta->dims * sizeof(float),
+												MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 	bool	   *present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
 
 	for (int q = 0; q < nq; q++)
@@ -100,22 +127,98 @@ cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayType *arr,
 		Vector	   *v = DatumGetVector(elems[q]);
 
 		cagra_check_dims(index, meta->dims, v->dim);
-		float	   *prepared = cagra_worker_prepare_query(meta, v->x);
-
-		memcpy(queries + (Size) q * meta->dims, prepared, meta->dims * sizeof(float));
-		pfree(prepared);
+		cagra_prepare((cagra::Metric) meta->metric, v->x, queries + (Size) q * meta->dims, meta->dims);
 		present[q] = true;
 	}
+	pfree(elems);
+	pfree(nulls);
 	*nq_out = nq;
 	*present_out = present;
 	return queries;
 }
 
-/* Candidates of every query into ids/dists (nq x kk): on the worker when
- * it can, else on the CPU. */
+/* Distances from one query to `count` vectors (INFINITY if the core
+ * throws, which it does not for valid dims). */
 static void
-cagra_search_candidates(Relation index, const CagraMetaData *meta, int nq, const float *queries,
-						const bool *present, uint32 kk, uint32 *ids, float *dists)
+cagra_distances_to(cagra::Metric metric, const float *query, const float *vecs, uint32 count,
+				   uint32 dims, float *out) noexcept
+{
+	try
+	{
+		for (uint32 i = 0; i < count; i++)
+			out[i] = cagra::distance(metric, query, vecs + (Size) i * dims, dims);
+	}
+	catch (...)
+	{
+		for (uint32 i = 0; i < count; i++)
+			out[i] = INFINITY;
+	}
+}
+
+/*
+ * Nodes [from, meta->n) were appended after the worker's copy was made: read
+ * their vectors once, then merge the exact nearest of them into every
+ * query's sorted row (the worker's ids are all below `from`).
+ */
+static void
+cagra_merge_tail_batch(Relation index, const CagraMetaData *meta, uint32 from, int nq,
+					   const float *queries, const bool *present, uint32 kk, uint32 *ids, float *dists)
+{
+	uint32		span = meta->n - from;
+	uint32	   *tail_ids = (uint32 *) palloc(sizeof(uint32) * span);
+	float	   *vecs = (float *) palloc_extended((Size) span * meta->dims * sizeof(float), MCXT_ALLOC_HUGE);
+	float	   *d = (float *) palloc(sizeof(float) * span);
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+	uint32		ntail = 0;
+
+	for (uint32 id = from; id < meta->n; id++)
+	{
+		CagraNodeHeader hdr;
+
+		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+		if (!(hdr.flags & CAGRA_NODE_LIVE) || (hdr.flags & CAGRA_NODE_DELETED))
+			continue;
+		cagra_read_record_bytes(index, meta, id, voff, meta->dims * sizeof(float),
+								vecs + (Size) ntail * meta->dims);
+		tail_ids[ntail++] = id;
+	}
+	for (int q = 0; q < nq && ntail > 0; q++)
+	{
+		uint32	   *row = ids + (Size) q * kk;
+		float	   *rowd = dists + (Size) q * kk;
+
+		if (!present[q])
+			continue;
+		cagra_distances_to((cagra::Metric) meta->metric, queries + (Size) q * meta->dims, vecs, ntail,
+						   meta->dims, d);
+		for (uint32 t = 0; t < ntail; t++)
+		{
+			uint32		pos = kk - 1;
+
+			if (!(d[t] < rowd[kk - 1]))
+				continue;
+			/* insert into the sorted row, dropping the last */
+			while (pos > 0 && rowd[pos - 1] > d[t])
+			{
+				row[pos] = row[pos - 1];
+				rowd[pos] = rowd[pos - 1];
+				pos--;
+			}
+			row[pos] = tail_ids[t];
+			rowd[pos] = d[t];
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	pfree(tail_ids);
+	pfree(vecs);
+	pfree(d);
+}
+
+/* Candidates of every query into c->ids/dists: on the worker when it can,
+ * else on the CPU. */
+static void
+cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
+						const bool *present, CagraCandidates *c)
 {
 	if (cagra_worker_wanted("search"))
 	{
@@ -123,73 +226,392 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, int nq, const
 		char		why[256];
 		uint32		copy_n;
 
-		cfg.k = kk;
-		cfg.itopk_size = kk;
+		cfg.k = c->kk;
+		cfg.itopk_size = c->kk;
 		cfg.search_width = (uint32) cagra_search_width;
 		cfg.max_iterations = (uint32) cagra_max_iterations;
 
-		CagraOffload r = cagra_worker_search(index, meta, &cfg, (uint32) nq, queries, ids, dists,
-											 &copy_n, why, sizeof(why));
+		CagraOffload r = cagra_worker_search(index, meta, &cfg, (uint32) c->nq, queries, c->ids,
+											 c->dists, &copy_n, why, sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
 			if (copy_n < meta->n)
-				for (int q = 0; q < nq; q++)
-					cagra_worker_merge_tail(index, meta, copy_n, meta->n, queries + (Size) q * meta->dims,
-											kk, ids + (Size) q * kk, dists + (Size) q * kk);
+				cagra_merge_tail_batch(index, meta, copy_n, c->nq, queries, present, c->kk, c->ids,
+									   c->dists);
 			return;
 		}
 		cagra_worker_search_fallback(r, why);
 	}
-	for (int q = 0; q < nq; q++)
+	for (int q = 0; q < c->nq; q++)
 	{
 		CagraStatus st;
 
 		if (!present[q])
 			continue;
-		cagra_cpu_search_query(index, meta, queries + (Size) q * meta->dims, kk,
-							   ids + (Size) q * kk, dists + (Size) q * kk, &st);
+		cagra_cpu_search_query(index, meta, queries + (Size) q * meta->dims, c->kk,
+							   c->ids + (Size) q * c->kk, c->dists + (Size) q * c->kk, &st);
 		if (!st.ok)
 			cagra_report_status(&st);
 		CHECK_FOR_INTERRUPTS();
 	}
 }
 
-/* Emit up to k visible rows of one query's candidates. */
-static void
-cagra_emit_visible(ReturnSetInfo *rsinfo, Relation index, const CagraMetaData *meta,
-				   IndexFetchTableData *fetch, TupleTableSlot *slot, Snapshot snapshot, int q,
-				   uint32 k, uint32 kk, const uint32 *ids, const float *dists)
+/* ---- ordering work by page ---- */
+
+static int
+cagra_cmp_uint64(const void *a, const void *b)
 {
-	uint32		emitted = 0;
+	uint64		x = *(const uint64 *) a;
+	uint64		y = *(const uint64 *) b;
 
-	for (uint32 i = 0; i < kk && emitted < k; i++)
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* A permutation of 0..count-1 that orders keys[] (each < nkeys) ascending:
+ * a counting sort when the key range is not much larger than the count,
+ * else a comparison sort. */
+static uint32 *
+cagra_order_by_key(const uint32 *keys, uint32 count, uint32 nkeys)
+{
+	uint32	   *order = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+
+	if ((uint64) nkeys > 4 * (uint64) count + 1024)
 	{
-		CagraNodeHeader hdr;
-		bool		call_again = false;
-		bool		all_dead = false;
+		uint64	   *packed = (uint64 *) palloc_extended(sizeof(uint64) * Max(count, 1), MCXT_ALLOC_HUGE);
 
-		if (ids[i] == CAGRA_INVALID_ID)
+		for (uint32 i = 0; i < count; i++)
+			packed[i] = ((uint64) keys[i] << 32) | i;
+		qsort(packed, count, sizeof(uint64), cagra_cmp_uint64);
+		for (uint32 i = 0; i < count; i++)
+			order[i] = (uint32) packed[i];
+		pfree(packed);
+		return order;
+	}
+
+	uint32	   *start = (uint32 *) palloc_extended(sizeof(uint32) * ((Size) nkeys + 1),
+												   MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+
+	for (uint32 i = 0; i < count; i++)
+		start[keys[i] + 1]++;
+	for (uint32 b = 0; b < nkeys; b++)
+		start[b + 1] += start[b];
+	for (uint32 i = 0; i < count; i++)
+		order[start[keys[i]]++] = i;
+	pfree(start);
+	return order;
+}
+
+/* ---- node headers ---- */
+
+/* A pinned buffer of index block `blkno`, through this backend's hint. */
+static Buffer
+cagra_pin_index_block(Relation index, BlockNumber blkno, BlockNumber nblocks)
+{
+	Buffer	   *hint = cagra_buffer_hint(index, blkno, nblocks);
+	Buffer		buf;
+
+	if (hint && *hint != InvalidBuffer &&
+		ReadRecentBuffer(index->rd_node, MAIN_FORKNUM, blkno, *hint))
+		return *hint;
+	buf = ReadBuffer(index, blkno);
+	if (hint)
+		*hint = buf;
+	return buf;
+}
+
+/* Read the headers of the nodes of `slots` (slot numbers into c), each
+ * index page once: live nodes become LIVE with their heap TID, the rest
+ * DROPPED. */
+static void
+cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c,
+				   const uint32 *slots, uint32 count)
+{
+	BlockNumber nblocks = cagra_blocks_for(meta, meta->n);
+	uint32	   *blocks = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+	uint32	   *offsets = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+
+	for (uint32 i = 0; i < count; i++)
+	{
+		cagra_locate(meta, c->ids[slots[i]], 0, &blocks[i], &offsets[i]);
+		/* a node appended after our meta page read still has its page */
+		nblocks = Max(nblocks, blocks[i] + 1);
+	}
+
+	uint32	   *order = cagra_order_by_key(blocks, count, nblocks);
+
+	for (uint32 i = 0; i < count;)
+	{
+		BlockNumber blkno = blocks[order[i]];
+		Buffer		buf = cagra_pin_index_block(index, blkno, nblocks);
+		const char *page;
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = (const char *) BufferGetPage(buf);
+		for (; i < count && blocks[order[i]] == blkno; i++)
+		{
+			uint32		s = slots[order[i]];
+			CagraNodeHeader hdr;
+
+			memcpy(&hdr, page + offsets[order[i]], sizeof(hdr));
+			if ((hdr.flags & CAGRA_NODE_LIVE) && !(hdr.flags & CAGRA_NODE_DELETED))
+			{
+				c->state[s] = CAGRA_SLOT_LIVE;
+				c->tids[s] = hdr.heap_tid;
+			}
+			else
+				c->state[s] = CAGRA_SLOT_DROPPED;
+		}
+		UnlockReleaseBuffer(buf);
+	}
+	pfree(order);
+	pfree(blocks);
+	pfree(offsets);
+}
+
+/* ---- heap visibility ---- */
+
+/* Backend-local buffer hints for the heap of the last cagra_search: as the
+ * index's (storage.cpp), they save the shared buffer table lookup of
+ * blocks read by earlier batches. */
+static RelFileNode cagra_heap_hint_node;
+static Buffer *cagra_heap_hints;
+static BlockNumber cagra_heap_hint_size;
+
+static Buffer *
+cagra_heap_hint(Relation heap, BlockNumber blkno, BlockNumber nblocks)
+{
+	if (!cagra_heap_hints || !RelFileNodeEquals(cagra_heap_hint_node, heap->rd_node) ||
+		cagra_heap_hint_size < nblocks)
+	{
+		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext,
+																  ((Size) nblocks + 1) * sizeof(Buffer),
+																  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
+																  MCXT_ALLOC_ZERO);
+
+		if (fresh == NULL)
+			return NULL;
+		if (cagra_heap_hints)
+			pfree(cagra_heap_hints);
+		cagra_heap_hints = fresh;
+		cagra_heap_hint_size = nblocks + 1;
+		cagra_heap_hint_node = heap->rd_node;
+	}
+	return blkno < cagra_heap_hint_size ? &cagra_heap_hints[blkno] : NULL;
+}
+
+static Buffer
+cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
+{
+	Buffer	   *hint = cagra_heap_hint(heap, blkno, nblocks);
+	Buffer		buf;
+
+	if (hint && *hint != InvalidBuffer &&
+		ReadRecentBuffer(heap->rd_node, MAIN_FORKNUM, blkno, *hint))
+		return *hint;
+	buf = ReadBuffer(heap, blkno);
+	if (hint)
+		*hint = buf;
+	return buf;
+}
+
+/*
+ * The TID of the visible member of the HOT chain rooted at `tid` on a page
+ * that the visibility map says is all-visible: every normal tuple on it is
+ * visible to every snapshot, so the chain has one member, at `tid` itself or
+ * behind its redirect.  The caller holds a share lock on the page.
+ *
+ * This is exact, not a guess, for the reason index-only scans are: the node
+ * header (read under the index page's lock, after our snapshot was taken)
+ * said live, so vacuum had not yet released `tid` when we looked; a tuple
+ * put at `tid` after that would be newer than our snapshot, and the page
+ * could not be all-visible while we hold the snapshot.
+ */
+static bool
+cagra_all_visible_member(Page page, ItemPointer tid)
+{
+	OffsetNumber off = ItemPointerGetOffsetNumber(tid);
+	ItemId		lp;
+
+	if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
+		return false;
+	lp = PageGetItemId(page, off);
+	if (ItemIdIsRedirected(lp))
+	{
+		off = ItemIdGetRedirect(lp);
+		if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
+			return false;
+		lp = PageGetItemId(page, off);
+	}
+	if (!ItemIdIsNormal(lp))
+		return false;
+	ItemPointerSetOffsetNumber(tid, off);
+	return true;
+}
+
+/*
+ * Check the LIVE slots of `slots` against the snapshot, heap block by heap
+ * block: VISIBLE with the visible tuple's TID (a HOT chain's member, not
+ * necessarily the index's TID), or DROPPED.  On all-visible pages of a heap
+ * table the line pointers say it; elsewhere the table AM's index fetch
+ * does (serializable transactions always take that path: it records the
+ * predicate locks).
+ */
+static void
+cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, const uint32 *slots,
+					   uint32 count, IndexFetchTableData *fetch, TupleTableSlot *slot)
+{
+	BlockNumber nblocks = RelationGetNumberOfBlocks(heap);
+	bool		shortcut = heap->rd_tableam == GetHeapamTableAmRoutine() &&
+		IsMVCCSnapshot(snapshot) && !IsolationIsSerializable();
+	uint32	   *live = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+	uint32	   *blocks = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+	uint32		nlive = 0;
+	Buffer		vmbuf = InvalidBuffer;
+
+	for (uint32 i = 0; i < count; i++)
+		if (c->state[slots[i]] == CAGRA_SLOT_LIVE)
+		{
+			BlockNumber b = ItemPointerGetBlockNumber(&c->tids[slots[i]]);
+
+			live[nlive] = slots[i];
+			blocks[nlive++] = Min(b, nblocks);	/* beyond the end: last, any order */
+		}
+
+	uint32	   *order = cagra_order_by_key(blocks, nlive, nblocks + 1);
+
+	for (uint32 i = 0; i < nlive;)
+	{
+		BlockNumber blkno = blocks[order[i]];
+		uint32		end = i;
+
+		while (end < nlive && blocks[order[end]] == blkno)
+			end++;
+		if (shortcut && blkno < nblocks && VM_ALL_VISIBLE(heap, blkno, &vmbuf))
+		{
+			Buffer		buf = cagra_pin_heap_block(heap, blkno, nblocks);
+			Page		page;
+
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			page = BufferGetPage(buf);
+			for (; i < end; i++)
+			{
+				uint32		s = live[order[i]];
+
+				c->state[s] = cagra_all_visible_member(page, &c->tids[s]) ?
+					CAGRA_SLOT_VISIBLE : CAGRA_SLOT_DROPPED;
+			}
+			UnlockReleaseBuffer(buf);
+			continue;
+		}
+		for (; i < end; i++)
+		{
+			uint32		s = live[order[i]];
+			ItemPointerData tid = c->tids[s];
+			bool		call_again = false;
+			bool		all_dead = false;
+
+			if (table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again, &all_dead))
+			{
+				c->state[s] = CAGRA_SLOT_VISIBLE;
+				c->tids[s] = slot->tts_tid;
+			}
+			else
+				c->state[s] = CAGRA_SLOT_DROPPED;
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (BufferIsValid(vmbuf))
+		ReleaseBuffer(vmbuf);
+	pfree(order);
+	pfree(live);
+	pfree(blocks);
+}
+
+/*
+ * Settle the first candidates of every query until each has k visible ones
+ * (or has no more candidates).  The first round takes k per query; a query
+ * that lost some to deletions or invisibility asks for as many more in the
+ * next round.  Each round reads its headers and heap pages in page order.
+ */
+static void
+cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
+			  const bool *present, uint32 k, CagraCandidates *c)
+{
+	uint32	   *next = (uint32 *) palloc0(sizeof(uint32) * Max(c->nq, 1));	/* candidates taken */
+	uint32	   *want = (uint32 *) palloc(sizeof(uint32) * Max(c->nq, 1));
+	uint32	   *slots = (uint32 *) palloc_extended(sizeof(uint32) * Max((Size) c->nq * c->kk, 1),
+												   MCXT_ALLOC_HUGE);
+	IndexFetchTableData *fetch = table_index_fetch_begin(heap);
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+
+	for (int q = 0; q < c->nq; q++)
+		want[q] = present[q] ? k : 0;
+	for (;;)
+	{
+		uint32		count = 0;
+
+		for (int q = 0; q < c->nq; q++)
+		{
+			const uint32 *row = c->ids + (Size) q * c->kk;
+			uint32		stop = Min(c->kk, next[q] + want[q]);
+
+			for (; next[q] < stop && row[next[q]] != CAGRA_INVALID_ID; next[q]++)
+				slots[count++] = (uint32) ((Size) q * c->kk + next[q]);
+		}
+		if (count == 0)
 			break;
-		cagra_read_record_bytes(index, meta, ids[i], 0, sizeof(hdr), &hdr);
-		if (!(hdr.flags & CAGRA_NODE_LIVE) || (hdr.flags & CAGRA_NODE_DELETED))
+		cagra_read_headers(index, meta, c, slots, count);
+		cagra_check_visibility(heap, snapshot, c, slots, count, fetch, slot);
+
+		/* the next round: what each query still lacks */
+		for (int q = 0; q < c->nq; q++)
+		{
+			const uint8 *st = c->state + (Size) q * c->kk;
+			uint32		visible = 0;
+
+			if (!present[q])
+				continue;
+			for (uint32 i = 0; i < next[q]; i++)
+				visible += st[i] == CAGRA_SLOT_VISIBLE;
+			want[q] = visible < k ? k - visible : 0;
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_index_fetch_end(fetch);
+	pfree(next);
+	pfree(want);
+	pfree(slots);
+}
+
+/* Emit up to k visible rows of each query, in distance order. */
+static void
+cagra_emit_results(ReturnSetInfo *rsinfo, const CagraMetaData *meta, const bool *present, uint32 k,
+				   const CagraCandidates *c)
+{
+	cagra::Metric metric = (cagra::Metric) meta->metric;
+
+	for (int q = 0; q < c->nq; q++)
+	{
+		uint32		emitted = 0;
+		Size		base = (Size) q * c->kk;
+
+		if (!present[q])
 			continue;
+		for (uint32 i = 0; i < c->kk && emitted < k; i++)
+		{
+			Datum		values[3];
+			bool		nulls[3] = {false, false, false};
 
-		ItemPointerData tid = hdr.heap_tid;
-
-		if (!table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again, &all_dead))
-			continue;
-
-		Datum		values[3];
-		bool		nulls[3] = {false, false, false};
-		ItemPointer out = (ItemPointer) palloc(sizeof(ItemPointerData));
-
-		*out = slot->tts_tid;
-		values[0] = Int32GetDatum(q + 1);
-		values[1] = PointerGetDatum(out);
-		values[2] = Float8GetDatum(cagra_operator_value((cagra::Metric) meta->metric, dists[i]));
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		emitted++;
+			if (c->state[base + i] != CAGRA_SLOT_VISIBLE)
+				continue;
+			/* tuplestore_putvalues copies the tid into its tuple */
+			values[0] = Int32GetDatum(q + 1);
+			values[1] = PointerGetDatum(&c->tids[base + i]);
+			values[2] = Float8GetDatum(cagra_operator_value(metric, c->dists[base + i]));
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			emitted++;
+		}
 	}
 }
 
@@ -219,26 +641,24 @@ cagra_search(PG_FUNCTION_ARGS)
 	cagra_read_meta(index, &meta);
 	if (meta.n > 0 && meta.live > 0 && ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)) > 0)
 	{
-		int			nq;
+		CagraCandidates c;
 		bool	   *present;
-		float	   *queries = cagra_collect_queries(index, &meta, arr, &nq, &present);
+		float	   *queries = cagra_collect_queries(index, &meta, arr, &c.nq, &present);
+		Size		total;
+
 		/* more candidates than k: some may be invisible to this snapshot */
-		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));
-		uint32	   *ids = (uint32 *) palloc_extended((Size) nq * kk * sizeof(uint32), MCXT_ALLOC_HUGE);
-		float	   *dists = (float *) palloc_extended((Size) nq * kk * sizeof(float), MCXT_ALLOC_HUGE);
+		c.kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));
+		total = (Size) c.nq * c.kk;
+		c.ids = (uint32 *) palloc_extended(total * sizeof(uint32), MCXT_ALLOC_HUGE);
+		c.dists = (float *) palloc_extended(total * sizeof(float), MCXT_ALLOC_HUGE);
+		c.state = (uint8 *) palloc_extended(total, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		c.tids = (ItemPointerData *) palloc_extended(total * sizeof(ItemPointerData), MCXT_ALLOC_HUGE);
+		for (Size i = 0; i < total; i++)
+			c.ids[i] = CAGRA_INVALID_ID;	/* rows of NULL queries stay empty */
 
-		cagra_search_candidates(index, &meta, nq, queries, present, kk, ids, dists);
-
-		IndexFetchTableData *fetch = table_index_fetch_begin(heap);
-		TupleTableSlot *slot = table_slot_create(heap, NULL);
-		Snapshot	snapshot = GetActiveSnapshot();
-
-		for (int q = 0; q < nq; q++)
-			if (present[q])
-				cagra_emit_visible(rsinfo, index, &meta, fetch, slot, snapshot, q, (uint32) k, kk,
-								   ids + (Size) q * kk, dists + (Size) q * kk);
-		ExecDropSingleTupleTableSlot(slot);
-		table_index_fetch_end(fetch);
+		cagra_search_candidates(index, &meta, queries, present, &c);
+		cagra_resolve(index, &meta, heap, GetActiveSnapshot(), present, (uint32) k, &c);
+		cagra_emit_results(rsinfo, &meta, present, (uint32) k, &c);
 	}
 	table_close(heap, AccessShareLock);
 	index_close(index, AccessShareLock);
