@@ -394,6 +394,11 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     SampleLists fwd_new(n, S, false), fwd_old(n, S, false);
     SampleLists rev_new(n, S, true), rev_old(n, S, true);
     std::vector<JoinScratch> scratch(threads);
+    /* The thread that applies a row's updates.  Rows are dealt out in
+     * blocks of 64, not in halves: a round's nodes are neighbours in the
+     * locality order, so their updates fall into a narrow range of rows,
+     * which one half would give to one thread. */
+    auto owner_of = [threads](uint32_t node) { return (node >> 6) % threads; };
     for (auto &js : scratch)
         js.queued.resize(threads);
     const uint64_t stop_below = (uint64_t)(params.nn_descent_termination * (double)n * k);
@@ -483,9 +488,9 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                              * already listed is dropped here, where the
                              * row is cheap to read, not queued. */
                             if (d < js.worst[a] && !lists.contains(m[a], m[b], d))
-                                js.queued[(uint64_t)m[a] * threads / n].push_back({m[a], m[b], d});
+                                js.queued[owner_of(m[a])].push_back({m[a], m[b], d});
                             if (d < js.worst[b] && !lists.contains(m[b], m[a], d))
-                                js.queued[(uint64_t)m[b] * threads / n].push_back({m[b], m[a], d});
+                                js.queued[owner_of(m[b])].push_back({m[b], m[a], d});
                         }
                     }
                 }
