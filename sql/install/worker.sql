@@ -19,6 +19,8 @@ CREATE FUNCTION cagra_worker_status(
         OUT builds bigint,
         OUT fallbacks bigint,
         OUT errors bigint,
+        OUT queue_time_ms float8,
+        OUT search_time_ms float8,
         OUT message text)
     AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE;
 

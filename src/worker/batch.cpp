@@ -17,6 +17,7 @@
 #include "worker/search_pool.h"
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <vector>
@@ -235,8 +236,13 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		}
 		ids.resize((size_t) nq * cfg.k);
 		dists.resize((size_t) nq * cfg.k);
+
+		auto		started = std::chrono::steady_clock::now();
+
 		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, cfg, ids.data(), dists.data(), &msg)
 			: CAGRA_REPLY_OK;
+		pg_atomic_fetch_add_u64(&sh->search_us, (uint64) std::chrono::duration_cast<std::chrono::microseconds>(
+																						   std::chrono::steady_clock::now() - started).count());
 
 		uint32		at = 0;
 
@@ -410,9 +416,16 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 		}
 		n = cagra_collect_batch(sh, first, picked, &total);
 	}
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		queued_us = 0;
+
 	for (int i = 0; i < n; i++)
+	{
 		sh->slots[picked[i]].state = CAGRA_SLOT_RUNNING;
+		queued_us += (uint64) Max(now - sh->slots[picked[i]].queued_at, 0);
+	}
 	LWLockRelease(sh->lock);
+	pg_atomic_fetch_add_u64(&sh->queue_us, queued_us);
 
 	CagraSearchJob *job = cagra_new_search_job(picked, n, total);
 

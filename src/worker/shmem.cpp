@@ -64,6 +64,8 @@ cagra_shmem_startup(void)
 		pg_atomic_init_u64(&s->requests, 0);
 		pg_atomic_init_u64(&s->queries, 0);
 		pg_atomic_init_u64(&s->batches, 0);
+		pg_atomic_init_u64(&s->queue_us, 0);
+		pg_atomic_init_u64(&s->search_us, 0);
 		pg_atomic_init_u64(&s->uploads, 0);
 		pg_atomic_init_u64(&s->builds, 0);
 		pg_atomic_init_u64(&s->fallbacks, 0);

@@ -15,7 +15,7 @@ PG_FUNCTION_INFO_V1(cagra_worker_status);
 PG_FUNCTION_INFO_V1(cagra_worker_cache);
 }
 
-#define CAGRA_STATUS_COLS 18
+#define CAGRA_STATUS_COLS 20
 
 static Datum
 cagra_device_array(const CagraWorkerShared *sh)
@@ -44,8 +44,8 @@ cagra_worker_status(PG_FUNCTION_ARGS)
 	{
 		values[0] = CStringGetTextDatum("not preloaded");
 		nulls[0] = false;
-		values[17] = CStringGetTextDatum("cagra is not in shared_preload_libraries: searches and builds run in the backends, on the CPU");
-		nulls[17] = false;
+		values[CAGRA_STATUS_COLS - 1] = CStringGetTextDatum("cagra is not in shared_preload_libraries: searches and builds run in the backends, on the CPU");
+		nulls[CAGRA_STATUS_COLS - 1] = false;
 		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 	}
 
@@ -63,8 +63,8 @@ cagra_worker_status(PG_FUNCTION_ARGS)
 	values[7] = Float8GetDatum((double) sh->memory_limit / (1024.0 * 1024.0));
 	nulls[7] = sh->memory_limit == 0;
 	values[8] = Int32GetDatum(sh->ncopies);
-	values[17] = CStringGetTextDatum(sh->message);
-	nulls[17] = sh->message[0] == '\0';
+	values[CAGRA_STATUS_COLS - 1] = CStringGetTextDatum(sh->message);
+	nulls[CAGRA_STATUS_COLS - 1] = sh->message[0] == '\0';
 	LWLockRelease(sh->lock);
 
 	uint64		queries = pg_atomic_read_u64(&sh->queries);
@@ -79,6 +79,8 @@ cagra_worker_status(PG_FUNCTION_ARGS)
 	values[14] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->builds));
 	values[15] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->fallbacks));
 	values[16] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->errors));
+	values[17] = Float8GetDatum((double) pg_atomic_read_u64(&sh->queue_us) / 1000.0);
+	values[18] = Float8GetDatum((double) pg_atomic_read_u64(&sh->search_us) / 1000.0);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

@@ -160,6 +160,8 @@ typedef struct CagraWorkerShared
 	pg_atomic_uint64 builds;	/* graphs built */
 	pg_atomic_uint64 fallbacks; /* backend requests that went to the CPU instead */
 	pg_atomic_uint64 errors;	/* requests answered with an error */
+	pg_atomic_uint64 queue_us;	/* searches' time queued before their batch started */
+	pg_atomic_uint64 search_us; /* batches' time in the engine (overlapping batches add up) */
 
 	int			nslots;
 	CagraRequestSlot slots[FLEXIBLE_ARRAY_MEMBER];
