@@ -202,12 +202,13 @@ int main(int argc, char **argv)
         cagra::EntryIndex entry_index = cagra::derive_entry_index(graph, built.entry_nodes);
         std::printf("entry index: %u entries, %zu pivots, %.3f ms to derive\n", entry_index.entry_count,
                     entry_index.pivots.size(), seconds_since(t0) * 1e3);
-        std::printf("%-8s %-6s %-7s %-10s %-12s %-12s %-14s\n", "itopk", "width", "probes", "recall@10", "QPS(wall)",
-                    "QPS(CPU)", "dists/query");
+        std::printf("%-8s %-6s %-7s %-7s %-10s %-12s %-12s %-14s\n", "itopk", "width", "probes", "random", "recall@10",
+                    "QPS(wall)", "QPS(CPU)", "dists/query");
         std::vector<uint32_t> found(nq * 10);
         /* probes < 0: the plain entry list (every entry measured). */
-        auto run_cagra = [&](uint32_t itopk, int probes) {
+        auto run_cagra = [&](uint32_t itopk, int probes, uint32_t random_entries) {
             cagra::SearchParams sp;
+            sp.random_entries = random_entries;
             sp.itopk_size = itopk;
             sp.search_width = std::min(o.width, itopk);
             if (probes >= 0)
@@ -230,16 +231,20 @@ int main(int argc, char **argv)
                 }
             });
             std::string pr = probes < 0 ? "list" : probes == 0 ? "all" : std::to_string(probes);
-            std::printf("%-8u %-6u %-7s %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, sp.search_width, pr.c_str(),
-                        recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu, (double)dists / (nq * o.repeat));
+            std::printf("%-8u %-6u %-7s %-7u %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, sp.search_width, pr.c_str(),
+                        sp.random_entries, recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu,
+                        (double)dists / (nq * o.repeat));
         };
-        /* The entry probes at the smallest itopk (the low-recall end), the
-         * plain list for comparison, then the itopk sweep with the default. */
-        run_cagra(10, -1);
-        for (int probes : {0, 1, 2, 3})
-            run_cagra(10, probes);
+        /* The low-recall end first: at the smallest itopk, the plain entry
+         * list, then the entry index with all and with fewer probes, and
+         * without random entries; then the itopk sweep with the defaults. */
+        const cagra::SearchParams defaults;
+        run_cagra(10, -1, defaults.random_entries);
+        for (int probes : {0, 3, 2, 1})
+            run_cagra(10, probes, defaults.random_entries);
+        run_cagra(10, 1, 0);
         for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
-            run_cagra(itopk, (int)cagra::SearchParams{}.entry_probes);
+            run_cagra(itopk, (int)defaults.entry_probes, defaults.random_entries);
 
 #ifdef CAGRA_BENCH_HNSWLIB
         if (o.hnswlib) {
@@ -261,15 +266,19 @@ int main(int argc, char **argv)
             std::printf("\nhnswlib: build %.2f s wall, %.2f s CPU (%u threads, M=16, ef_construction=64), "
                         "peak RSS %.0f MiB\n",
                         hbuild, hcpu, o.threads, peak_rss_mib());
-            std::printf("%-8s %-10s %-12s %-12s\n", "ef", "recall@10", "QPS(wall)", "QPS(CPU)");
+            /* hnswlib counts every listed neighbour, visited or not: an
+             * upper bound of its distances. */
+            std::printf("%-8s %-10s %-12s %-12s %-14s\n", "ef", "recall@10", "QPS(wall)", "QPS(CPU)", "nbrs/query");
             for (uint32_t ef : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u}) {
                 hnsw.setEf(ef);
+                hnsw.metric_distance_computations = 0;
                 Qps qps = best_qps(nq, o.repeat, [&](uint64_t q) {
                     auto res = hnsw.searchKnnCloserFirst(&queries[q * dim], 10);
                     for (uint32_t i = 0; i < 10; i++)
                         found[q * 10 + i] = i < res.size() ? (uint32_t)res[i].second : cagra::kInvalidNode;
                 });
-                std::printf("%-8u %-10.4f %-12.0f %-12.0f\n", ef, recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu);
+                std::printf("%-8u %-10.4f %-12.0f %-12.0f %-14.0f\n", ef, recall_at_10(found, gt, gdim, nq), qps.wall,
+                            qps.cpu, (double)hnsw.metric_distance_computations.load() / (nq * o.repeat));
             }
         }
 #else
