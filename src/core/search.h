@@ -16,6 +16,10 @@
  *   // distances from a prepared query to `count` nodes
  *   void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const;
  *
+ * Optional: `void prefetch_neighbors(uint32_t id) const`, a hint that the row
+ * of `id` will be read soon (the searcher calls it for candidates that enter
+ * its buffer, so the row is in cache when the node is expanded).
+ *
  * InMemoryGraph is the accessor for a graph and vectors held in memory; the
  * PostgreSQL extension has one that reads index pages through shared buffers.
  *
@@ -30,6 +34,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "distance.h"
@@ -47,6 +52,12 @@ public:
     uint32_t dim() const { return data_.dim; }
     Metric metric() const { return metric_; }
     const uint32_t *neighbors(uint32_t id, uint32_t *) const { return graph_->row(id); }
+    void prefetch_neighbors(uint32_t id) const
+    {
+        const char *p = (const char *)graph_->row(id);
+        for (uint32_t off = 0; off < graph_->degree * sizeof(uint32_t); off += 64)
+            __builtin_prefetch(p + off);
+    }
     const float *vector(uint32_t id, float *) const { return data_.row(id); }
     void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
     {
@@ -86,6 +97,13 @@ uint32_t auto_max_iterations(const SearchParams &params);
 void validate_search_params(const SearchParams &params, uint32_t k);
 
 namespace detail {
+
+/* Whether an accessor offers the optional prefetch_neighbors(id). */
+template <class A, class = void>
+struct has_prefetch_neighbors : std::false_type {};
+template <class A>
+struct has_prefetch_neighbors<A, std::void_t<decltype(std::declval<const A &>().prefetch_neighbors(0u))>>
+    : std::true_type {};
 
 /* A buffer or overflow entry. */
 struct Candidate {

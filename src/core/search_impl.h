@@ -206,6 +206,8 @@ void Searcher<Accessor>::insert(float dist, uint32_t id)
     buf[pos] = {dist, id, 0};
     size_++;
     scan_ = std::min(scan_, pos);
+    if constexpr (detail::has_prefetch_neighbors<Accessor>::value)
+        g_.prefetch_neighbors(id);
 }
 
 /* Gather the unvisited neighbours of `parents`, compute their distances in
