@@ -104,33 +104,50 @@ struct CandidateLists {
         return false;
     }
 
-    /* Merge candidates (any order, finite distances) into u's row, owned
-     * by the caller: one sort and one pass instead of an insertion (and a
-     * row shift) per candidate.  `merged` is scratch of k entries. */
-    void merge_unlocked(uint32_t u, std::vector<Entry> &cand, std::vector<Entry> &merged)
+    /* Merge candidates (keys of finite distances and ids, any order, see
+     * sort_key) into u's row, owned by the caller: one sort and one pass
+     * instead of an insertion (and a row shift) per candidate.  `merged`
+     * is scratch of k entries. */
+    void merge_unlocked(uint32_t u, std::vector<uint64_t> &cand, std::vector<Entry> &merged)
     {
-        std::sort(cand.begin(), cand.end(), [](const Entry &a, const Entry &b) {
-            return a.dist < b.dist || (a.dist == b.dist && a.id < b.id);
-        });
+        std::sort(cand.begin(), cand.end());
         const Entry *r = row(u);
         uint32_t i = 0, out = 0;
         size_t c = 0;
         while (out < k) {
-            if (c == cand.size() || !(cand[c].dist < r[i].dist)) {
+            const float d = c < cand.size() ? key_distance(cand[c]) : 0.0f;
+            if (c == cand.size() || !(d < r[i].dist)) {
                 merged[out++] = r[i++]; /* i < k: the row alone has k entries */
                 continue;
             }
-            const Entry e{cand[c].dist, cand[c].id | kNewBit};
-            c++;
+            const uint32_t v = (uint32_t)cand[c++];
             /* A copy already taken has the same distance (one kernel). */
             bool dup = false;
-            for (uint32_t j = out; j > 0 && merged[j - 1].dist == e.dist && !dup; j--)
-                dup = (merged[j - 1].id & kIdMask) == cand[c - 1].id;
+            for (uint32_t j = out; j > 0 && merged[j - 1].dist == d && !dup; j--)
+                dup = (merged[j - 1].id & kIdMask) == v;
             if (!dup)
-                merged[out++] = e;
+                merged[out++] = {d, v | kNewBit};
         }
         std::copy(merged.begin(), merged.end(), row(u));
         worst[u].store(row(u)[k - 1].dist, std::memory_order_relaxed);
+    }
+
+    /* (distance, id) as one integer that sorts like the pair: the float's
+     * bits made monotonic (negative values flipped), then the id. */
+    static uint64_t sort_key(float d, uint32_t id)
+    {
+        uint32_t bits;
+        std::memcpy(&bits, &d, 4);
+        bits ^= (bits >> 31) ? 0xFFFFFFFFu : 0x80000000u;
+        return (uint64_t)bits << 32 | id;
+    }
+    static float key_distance(uint64_t key)
+    {
+        uint32_t bits = (uint32_t)(key >> 32);
+        bits ^= (bits >> 31) ? 0x80000000u : 0xFFFFFFFFu;
+        float d;
+        std::memcpy(&d, &bits, 4);
+        return d;
     }
 
     /* insert() for a caller that owns row u exclusively. */
@@ -259,7 +276,8 @@ void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKe
     for (uint32_t t = 0; t < trees; t++) {
         detail::parallel_for(leaves[t].size(), 16, threads, progress, [&](uint64_t lb, uint64_t le, uint32_t) {
             std::vector<float> matrix;
-            std::vector<Entry> cand, merged(lists.k);
+            std::vector<uint64_t> cand;
+            std::vector<Entry> merged(lists.k);
             for (uint64_t l = lb; l < le; l++) {
                 auto [begin, end] = leaves[t][l];
                 const uint64_t m = end - begin;
@@ -272,7 +290,7 @@ void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKe
                     cand.clear();
                     for (uint64_t y = 0; y < m; y++) /* NaN or infinite: left to fill_short_rows */
                         if (y != x && matrix[x * m + y] < std::numeric_limits<float>::infinity())
-                            cand.push_back({matrix[x * m + y], ids[y]});
+                            cand.push_back(CandidateLists::sort_key(matrix[x * m + y], ids[y]));
                     lists.merge_unlocked(ids[x], cand, merged);
                 }
             }
