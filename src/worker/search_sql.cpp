@@ -61,7 +61,8 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 {
 	try
 	{
-		CagraPageAccessor acc(index, *meta, true);
+		/* pinned pages and the entry-vector cache, as an index scan has */
+		CagraPageAccessor acc(index, *meta, true, true);
 		cagra::SearchParams params = cagra_search_params();
 
 		params.itopk_size = std::max(params.itopk_size, k);
@@ -81,6 +82,7 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 			ids[i] = i < got ? out[i].id : CAGRA_INVALID_ID;
 			dists[i] = i < got ? out[i].distance : INFINITY;
 		}
+		acc.release_pins();
 		cagra_status_ok(st);
 	}
 	catch (...)
@@ -384,17 +386,21 @@ cagra_heap_hint(Relation heap, BlockNumber blkno, BlockNumber nblocks)
 	if (!cagra_heap_hints || !RelFileNodeEquals(cagra_heap_hint_node, heap->rd_node) ||
 		cagra_heap_hint_size < nblocks)
 	{
-		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext,
-																  ((Size) nblocks + 1) * sizeof(Buffer),
+		/* room to grow, so that a table growing between calls does not
+		 * cost an allocation each time */
+		BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
+		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
 																  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
 																  MCXT_ALLOC_ZERO);
 
 		if (fresh == NULL)
 			return NULL;
+		if (cagra_heap_hints && RelFileNodeEquals(cagra_heap_hint_node, heap->rd_node))
+			memcpy(fresh, cagra_heap_hints, Min(cagra_heap_hint_size, size) * sizeof(Buffer));
 		if (cagra_heap_hints)
 			pfree(cagra_heap_hints);
 		cagra_heap_hints = fresh;
-		cagra_heap_hint_size = nblocks + 1;
+		cagra_heap_hint_size = size;
 		cagra_heap_hint_node = heap->rd_node;
 	}
 	return blkno < cagra_heap_hint_size ? &cagra_heap_hints[blkno] : NULL;
