@@ -240,7 +240,7 @@ int main(int argc, char **argv)
          * without random entries; then the itopk sweep with the defaults. */
         const cagra::SearchParams defaults;
         run_cagra(10, -1, defaults.random_entries);
-        for (int probes : {0, 3, 2, 1})
+        for (int probes : {0, 4, 2, 1})
             run_cagra(10, probes, defaults.random_entries);
         run_cagra(10, 1, 0);
         for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})

@@ -52,7 +52,7 @@ struct SearchParams {
     uint64_t seed = 0x5eedcafe;
     /* With an EntryIndex (entry_index.h): groups of fixed entries measured
      * besides the pivots; 0 or more than there are: all entries. */
-    uint32_t entry_probes = 4;
+    uint32_t entry_probes = 8;
 };
 
 /* Row-major n x dim float32 vectors, already prepared for the metric. */

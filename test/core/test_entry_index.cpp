@@ -155,7 +155,7 @@ TEST(EntryIndex, FewProbesKeepRecallAtFewerDistances)
     auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10);
     InMemoryGraph g = f.graph();
     EntryIndex ix = derive_entry_index(g, f.built.entry_nodes);
-    SearchParams p; /* the defaults: entry_probes 4 */
+    SearchParams p; /* the defaults: entry_probes 8 */
     double plain = 0, indexed = 0;
     uint64_t plain_d = 0, indexed_d = 0;
     for (size_t q = 0; q < truth.size(); q++) {
