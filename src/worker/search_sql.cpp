@@ -119,13 +119,17 @@ cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayType *arr,
 	deconstruct_array(arr, ARR_ELEMTYPE(arr), typlen, typbyval, typalign, &elems, &nulls, &nq);
 
 	float	   *queries = (float *) palloc_extended((Size) Max(nq, 1) * meta->dims * sizeof(float),
-												MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+												MCXT_ALLOC_HUGE);
 	bool	   *present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
 
 	for (int q = 0; q < nq; q++)
 	{
 		if (nulls[q])
+		{
+			/* searched with the batch (the worker takes every row), never emitted */
+			memset(queries + (Size) q * meta->dims, 0, meta->dims * sizeof(float));
 			continue;
+		}
 		Vector	   *v = DatumGetVector(elems[q]);
 
 		cagra_check_dims(index, meta->dims, v->dim);
@@ -261,47 +265,52 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 
 /* ---- ordering work by page ---- */
 
-static int
-cagra_cmp_uint64(const void *a, const void *b)
+/* One candidate to look at: its page, its slot, where on the page. */
+typedef struct CagraWork
 {
-	uint64		x = *(const uint64 *) a;
-	uint64		y = *(const uint64 *) b;
+	uint32		block;
+	uint32		slot;
+	uint32		where;			/* headers: byte offset; heap: line pointer */
+} CagraWork;
 
-	return x < y ? -1 : x > y ? 1 : 0;
+static int
+cagra_cmp_work(const void *a, const void *b)
+{
+	const CagraWork *x = (const CagraWork *) a;
+	const CagraWork *y = (const CagraWork *) b;
+
+	if (x->block != y->block)
+		return x->block < y->block ? -1 : 1;
+	return x->slot < y->slot ? -1 : x->slot > y->slot ? 1 : 0;
 }
 
-/* A permutation of 0..count-1 that orders keys[] (each < nkeys) ascending:
- * a counting sort when the key range is not much larger than the count,
- * else a comparison sort. */
-static uint32 *
-cagra_order_by_key(const uint32 *keys, uint32 count, uint32 nkeys)
+/* `work` ordered by block (each < nblocks), into a new array: a counting
+ * sort when the block range is not much larger than the count, else a
+ * comparison sort.  The records travel whole, so the loops over pages read
+ * them in sequence. */
+static CagraWork *
+cagra_sort_work(const CagraWork *work, uint32 count, uint32 nblocks)
 {
-	uint32	   *order = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+	CagraWork  *out = (CagraWork *) palloc_extended(sizeof(CagraWork) * Max(count, 1), MCXT_ALLOC_HUGE);
 
-	if ((uint64) nkeys > 4 * (uint64) count + 1024)
+	if ((uint64) nblocks > 4 * (uint64) count + 1024)
 	{
-		uint64	   *packed = (uint64 *) palloc_extended(sizeof(uint64) * Max(count, 1), MCXT_ALLOC_HUGE);
-
-		for (uint32 i = 0; i < count; i++)
-			packed[i] = ((uint64) keys[i] << 32) | i;
-		qsort(packed, count, sizeof(uint64), cagra_cmp_uint64);
-		for (uint32 i = 0; i < count; i++)
-			order[i] = (uint32) packed[i];
-		pfree(packed);
-		return order;
+		memcpy(out, work, sizeof(CagraWork) * count);
+		qsort(out, count, sizeof(CagraWork), cagra_cmp_work);
+		return out;
 	}
 
-	uint32	   *start = (uint32 *) palloc_extended(sizeof(uint32) * ((Size) nkeys + 1),
+	uint32	   *start = (uint32 *) palloc_extended(sizeof(uint32) * ((Size) nblocks + 1),
 												   MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 
 	for (uint32 i = 0; i < count; i++)
-		start[keys[i] + 1]++;
-	for (uint32 b = 0; b < nkeys; b++)
+		start[work[i].block + 1]++;
+	for (uint32 b = 0; b < nblocks; b++)
 		start[b + 1] += start[b];
 	for (uint32 i = 0; i < count; i++)
-		order[start[keys[i]]++] = i;
+		out[start[work[i].block]++] = work[i];
 	pfree(start);
-	return order;
+	return out;
 }
 
 /* ---- node headers ---- */
@@ -330,32 +339,33 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 				   const uint32 *slots, uint32 count)
 {
 	BlockNumber nblocks = cagra_blocks_for(meta, meta->n);
-	uint32	   *blocks = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
-	uint32	   *offsets = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+	CagraWork  *work = (CagraWork *) palloc_extended(sizeof(CagraWork) * Max(count, 1), MCXT_ALLOC_HUGE);
 
 	for (uint32 i = 0; i < count; i++)
 	{
-		cagra_locate(meta, c->ids[slots[i]], 0, &blocks[i], &offsets[i]);
+		work[i].slot = slots[i];
+		cagra_locate(meta, c->ids[slots[i]], 0, &work[i].block, &work[i].where);
 		/* a node appended after our meta page read still has its page */
-		nblocks = Max(nblocks, blocks[i] + 1);
+		nblocks = Max(nblocks, work[i].block + 1);
 	}
 
-	uint32	   *order = cagra_order_by_key(blocks, count, nblocks);
+	CagraWork  *sorted = cagra_sort_work(work, count, nblocks);
 
+	pfree(work);
 	for (uint32 i = 0; i < count;)
 	{
-		BlockNumber blkno = blocks[order[i]];
+		BlockNumber blkno = sorted[i].block;
 		Buffer		buf = cagra_pin_index_block(index, blkno, nblocks);
 		const char *page;
 
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
 		page = (const char *) BufferGetPage(buf);
-		for (; i < count && blocks[order[i]] == blkno; i++)
+		for (; i < count && sorted[i].block == blkno; i++)
 		{
-			uint32		s = slots[order[i]];
 			CagraNodeHeader hdr;
+			uint32		s = sorted[i].slot;
 
-			memcpy(&hdr, page + offsets[order[i]], sizeof(hdr));
+			memcpy(&hdr, page + sorted[i].where, sizeof(hdr));
 			if ((hdr.flags & CAGRA_NODE_LIVE) && !(hdr.flags & CAGRA_NODE_DELETED))
 			{
 				c->state[s] = CAGRA_SLOT_LIVE;
@@ -366,9 +376,7 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 		}
 		UnlockReleaseBuffer(buf);
 	}
-	pfree(order);
-	pfree(blocks);
-	pfree(offsets);
+	pfree(sorted);
 }
 
 /* ---- heap visibility ---- */
@@ -422,37 +430,34 @@ cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
 }
 
 /*
- * The TID of the visible member of the HOT chain rooted at `tid` on a page
- * that the visibility map says is all-visible: every normal tuple on it is
- * visible to every snapshot, so the chain has one member, at `tid` itself or
- * behind its redirect.  The caller holds a share lock on the page.
+ * The offset of the visible member of the HOT chain rooted at line pointer
+ * `off` of a page that the visibility map says is all-visible (or
+ * InvalidOffsetNumber): every normal tuple on it is visible to every
+ * snapshot, so the chain has one member, at `off` itself or behind its
+ * redirect.  The caller holds a share lock on the page.
  *
  * This is exact, not a guess, for the reason index-only scans are: the node
  * header (read under the index page's lock, after our snapshot was taken)
- * said live, so vacuum had not yet released `tid` when we looked; a tuple
- * put at `tid` after that would be newer than our snapshot, and the page
+ * said live, so vacuum had not yet released the line pointer when we looked;
+ * a tuple put there after that would be newer than our snapshot, and the page
  * could not be all-visible while we hold the snapshot.
  */
-static bool
-cagra_all_visible_member(Page page, ItemPointer tid)
+static OffsetNumber
+cagra_all_visible_member(Page page, OffsetNumber off)
 {
-	OffsetNumber off = ItemPointerGetOffsetNumber(tid);
 	ItemId		lp;
 
 	if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
-		return false;
+		return InvalidOffsetNumber;
 	lp = PageGetItemId(page, off);
 	if (ItemIdIsRedirected(lp))
 	{
 		off = ItemIdGetRedirect(lp);
 		if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
-			return false;
+			return InvalidOffsetNumber;
 		lp = PageGetItemId(page, off);
 	}
-	if (!ItemIdIsNormal(lp))
-		return false;
-	ItemPointerSetOffsetNumber(tid, off);
-	return true;
+	return ItemIdIsNormal(lp) ? off : InvalidOffsetNumber;
 }
 
 /*
@@ -470,28 +475,30 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 	BlockNumber nblocks = RelationGetNumberOfBlocks(heap);
 	bool		shortcut = heap->rd_tableam == GetHeapamTableAmRoutine() &&
 		IsMVCCSnapshot(snapshot) && !IsolationIsSerializable();
-	uint32	   *live = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
-	uint32	   *blocks = (uint32 *) palloc_extended(sizeof(uint32) * Max(count, 1), MCXT_ALLOC_HUGE);
+	CagraWork  *work = (CagraWork *) palloc_extended(sizeof(CagraWork) * Max(count, 1), MCXT_ALLOC_HUGE);
 	uint32		nlive = 0;
 	Buffer		vmbuf = InvalidBuffer;
 
 	for (uint32 i = 0; i < count; i++)
 		if (c->state[slots[i]] == CAGRA_SLOT_LIVE)
 		{
-			BlockNumber b = ItemPointerGetBlockNumber(&c->tids[slots[i]]);
+			ItemPointer tid = &c->tids[slots[i]];
 
-			live[nlive] = slots[i];
-			blocks[nlive++] = Min(b, nblocks);	/* beyond the end: last, any order */
+			/* blocks past the end (rows added since): last, any order */
+			work[nlive].block = Min(ItemPointerGetBlockNumber(tid), nblocks);
+			work[nlive].where = ItemPointerGetOffsetNumber(tid);
+			work[nlive++].slot = slots[i];
 		}
 
-	uint32	   *order = cagra_order_by_key(blocks, nlive, nblocks + 1);
+	CagraWork  *sorted = cagra_sort_work(work, nlive, nblocks + 1);
 
+	pfree(work);
 	for (uint32 i = 0; i < nlive;)
 	{
-		BlockNumber blkno = blocks[order[i]];
+		BlockNumber blkno = sorted[i].block;
 		uint32		end = i;
 
-		while (end < nlive && blocks[order[end]] == blkno)
+		while (end < nlive && sorted[end].block == blkno)
 			end++;
 		if (shortcut && blkno < nblocks && VM_ALL_VISIBLE(heap, blkno, &vmbuf))
 		{
@@ -502,17 +509,23 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 			page = BufferGetPage(buf);
 			for (; i < end; i++)
 			{
-				uint32		s = live[order[i]];
+				uint32		s = sorted[i].slot;
+				OffsetNumber off = cagra_all_visible_member(page, (OffsetNumber) sorted[i].where);
 
-				c->state[s] = cagra_all_visible_member(page, &c->tids[s]) ?
-					CAGRA_SLOT_VISIBLE : CAGRA_SLOT_DROPPED;
+				if (off != InvalidOffsetNumber)
+				{
+					c->state[s] = CAGRA_SLOT_VISIBLE;
+					ItemPointerSetOffsetNumber(&c->tids[s], off);
+				}
+				else
+					c->state[s] = CAGRA_SLOT_DROPPED;
 			}
 			UnlockReleaseBuffer(buf);
 			continue;
 		}
 		for (; i < end; i++)
 		{
-			uint32		s = live[order[i]];
+			uint32		s = sorted[i].slot;
 			ItemPointerData tid = c->tids[s];
 			bool		call_again = false;
 			bool		all_dead = false;
@@ -529,9 +542,7 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 	}
 	if (BufferIsValid(vmbuf))
 		ReleaseBuffer(vmbuf);
-	pfree(order);
-	pfree(live);
-	pfree(blocks);
+	pfree(sorted);
 }
 
 /*
