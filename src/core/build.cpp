@@ -147,8 +147,10 @@ BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildPa
     std::vector<std::pair<uint64_t, uint64_t>> leaves;
     detail::rp_tree_leaves(data, 256, params.seed ^ 0x10ca1, progress, order, leaves);
     std::vector<float> copy(n * dim);
-    for (uint64_t i = 0; i < n; i++)
-        std::copy(data.row(order[i]), data.row(order[i]) + dim, &copy[i * dim]);
+    detail::parallel_for(n, 4096, params.threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
+        for (uint64_t i = begin; i < end; i++)
+            std::copy(data.row(order[i]), data.row(order[i]) + dim, &copy[i * dim]);
+    });
     BuiltGraph local = build_graph_in_order(DatasetView{copy.data(), n, dim}, metric, params, progress);
     copy = std::vector<float>();
 

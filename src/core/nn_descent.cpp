@@ -64,7 +64,9 @@ struct CandidateLists {
     std::unique_ptr<std::atomic<float>[]> worst; /* last distance of each row, for a lock-free pre-check */
     std::unique_ptr<SpinLock[]> locks;
 
-    CandidateLists(uint64_t n, uint32_t k_) : k(k_), entries(n * k_), worst(new std::atomic<float>[n]), locks(new SpinLock[n])
+    CandidateLists(uint64_t n, uint32_t k_)
+        : k(k_), entries(n * k_, Entry{std::numeric_limits<float>::infinity(), kIdMask}),
+          worst(new std::atomic<float>[n]), locks(new SpinLock[n])
     {
     }
     Entry *row(uint64_t u) { return &entries[u * k]; }
@@ -110,6 +112,11 @@ struct CandidateLists {
      * is scratch of k entries. */
     void merge_unlocked(uint32_t u, std::vector<uint64_t> &cand, std::vector<Entry> &merged)
     {
+        /* At most k of them can enter the row. */
+        if (cand.size() > k) {
+            std::nth_element(cand.begin(), cand.begin() + k, cand.end());
+            cand.resize(k);
+        }
         std::sort(cand.begin(), cand.end());
         const Entry *r = row(u);
         uint32_t i = 0, out = 0;
@@ -219,12 +226,10 @@ void push_reverse(SampleLists &rev, SpinLock *locks, uint32_t v, uint32_t u, uin
     locks[v].unlock();
 }
 
-/* Rows start as placeholders (id kIdMask, distance +inf); the trees fill
- * most of them, fill_short_rows() the rest. */
+/* Rows start as placeholders (id kIdMask, distance +inf, as constructed);
+ * the trees fill most of them, fill_short_rows() the rest. */
 void init_empty(CandidateLists &lists, uint64_t n)
 {
-    std::fill(lists.entries.begin(), lists.entries.end(),
-              Entry{std::numeric_limits<float>::infinity(), kIdMask});
     for (uint64_t u = 0; u < n; u++)
         lists.worst[u].store(std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
 }
@@ -288,8 +293,11 @@ void rp_tree_init(CandidateLists &lists, const DatasetView &data, const MetricKe
                         matrix[x * m + y] = matrix[y * m + x] = dist(data.row(ids[x]), data.row(ids[y]), dim);
                 for (uint64_t x = 0; x < m; x++) {
                     cand.clear();
-                    for (uint64_t y = 0; y < m; y++) /* NaN or infinite: left to fill_short_rows */
-                        if (y != x && matrix[x * m + y] < std::numeric_limits<float>::infinity())
+                    /* Only what beats the row's worst entry (so never NaN
+                     * or infinity: those are left to fill_short_rows). */
+                    const float worst = lists.worst[ids[x]].load(std::memory_order_relaxed);
+                    for (uint64_t y = 0; y < m; y++)
+                        if (y != x && matrix[x * m + y] < worst)
                             cand.push_back(CandidateLists::sort_key(matrix[x * m + y], ids[y]));
                     lists.merge_unlocked(ids[x], cand, merged);
                 }
@@ -538,10 +546,12 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     out.k = k;
     out.ids.resize(n * k);
     out.distances.resize(n * k);
-    for (uint64_t i = 0; i < n * k; i++) {
-        out.ids[i] = lists.entries[i].id & kIdMask;
-        out.distances[i] = lists.entries[i].dist;
-    }
+    detail::parallel_for(n, 4096, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
+        for (uint64_t i = begin * k; i < end * k; i++) {
+            out.ids[i] = lists.entries[i].id & kIdMask;
+            out.distances[i] = lists.entries[i].dist;
+        }
+    });
     if (progress)
         progress->done.store(progress->total.load());
     return out;
