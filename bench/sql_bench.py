@@ -331,42 +331,64 @@ def main():
               "  backends' CPU %s ms/query" % (args.clients, tps, cpu * 1000.0, fmt_ms(backend)))
 
 
-def batch_search(db, batch, nq, runs=3):
+def batch_search(db, batch, nq, runs=5):
     """cagra_search with `batch` queries in one call (the query set repeated):
     the server-side time of the call alone, with the query array built
     beforehand in the same session (best and median of `runs` calls, timed
-    with clock_timestamp() in a DO block), the end-to-end time of one
-    statement that also builds the array (as psql sees it), and recall@10
-    over the distinct queries of the call."""
+    with clock_timestamp() in a DO block), the backend's CPU time per query
+    over those calls (from /proc/self/stat of the backend, read with
+    pg_read_file: superusers only, and only where /proc exists), the
+    end-to-end time of one statement that also builds the array (as psql
+    sees it), and recall@10 over the distinct queries of the call."""
     reps = (batch + nq - 1) // nq
     array = ("(SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid FROM bench_queries, "
              "generate_series(1, %d) g ORDER BY g, qid LIMIT %d) s)" % (reps, batch))
     server = db.psql("""SET cagra.itopk_size = 32;
-CREATE TEMP TABLE bench_batch_runs (run int, secs float8, nrows bigint);
+CREATE TEMP TABLE bench_batch_runs (run int, secs float8, nrows bigint, ticks bigint);
 DO $$
 DECLARE
     qs vector[] := %s;
     t0 timestamptz;
+    secs float8;
     n bigint;
+    c0 bigint;
+    c1 bigint;
 BEGIN
     FOR r IN 1..%d LOOP
+        BEGIN
+            c0 := split_part(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ', 12)::bigint
+                + split_part(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ', 13)::bigint;
+        EXCEPTION WHEN OTHERS THEN
+            c0 := NULL;
+        END;
         t0 := clock_timestamp();
         SELECT count(*) INTO n FROM cagra_search('bench_items_cagra', qs, 10);
-        INSERT INTO bench_batch_runs VALUES (r, extract(epoch FROM clock_timestamp() - t0), n);
+        secs := extract(epoch FROM clock_timestamp() - t0);
+        IF c0 IS NOT NULL THEN
+            c1 := split_part(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ', 12)::bigint
+                + split_part(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ', 13)::bigint;
+        END IF;
+        INSERT INTO bench_batch_runs VALUES (r, secs, n, c1 - c0);
     END LOOP;
 END $$;
-SELECT secs, nrows FROM bench_batch_runs ORDER BY secs""" % (array, runs))
-    times = [(float(x.split("|")[0]), x.split("|")[1]) for x in server.splitlines()]
-    best, median = times[0][0], times[len(times) // 2][0]
+SELECT secs, nrows, coalesce(ticks::text, '') FROM bench_batch_runs ORDER BY run""" % (array, runs))
+    rows = [x.split("|") for x in server.splitlines()]
+    # the first call may load the worker's copy of the index: not counted
+    timed = rows[1:] if len(rows) > 1 else rows
+    times = sorted(float(r[0]) for r in timed)
+    best, median = times[0], times[len(times) // 2]
+    ticks = [int(r[2]) for r in timed if r[2] != ""]
+    cpu = ("%.2f us" % (sum(ticks) / os.sysconf("SC_CLK_TCK") * 1e6 / (batch * len(ticks)))
+           if len(ticks) == len(timed) else "n/a")
     print("cagra_search, %d queries in one call, server side (array built beforehand): best %.3f s "
-          "(%.0f q/s), median of %d %.3f s (%.0f q/s), %s rows"
-          % (batch, best, batch / best, runs, median, batch / median, times[0][1]))
+          "(%.0f q/s), median of %d %.3f s (%.0f q/s), %s rows; backend CPU per query %s"
+          % (batch, best, batch / best, len(timed), median, batch / median, rows[0][1], cpu))
     t = time.time()
-    rows = db.psql("SET cagra.itopk_size = 32; SELECT count(*) FROM cagra_search('bench_items_cagra', %s, 10)"
-                   % array)
+    out = db.psql("SET cagra.itopk_size = 32; SELECT count(*) FROM cagra_search('bench_items_cagra', %s, 10)"
+                  % array)
     secs = time.time() - t
     print("cagra_search, %d queries in one call, end to end (array build, statement, client): %.3f s, %.0f q/s"
-          " (%s rows)" % (batch, secs, batch / secs, rows.splitlines()[-1]))
+          " (%s rows)" % (batch, secs, batch / secs, out.splitlines()[-1]))
     recall = db.psql("""SET cagra.itopk_size = 32;
 WITH r AS (SELECT query - 1 AS qid, ctid FROM cagra_search('bench_items_cagra', %s, 10) WHERE query <= %d)
 SELECT count(*)::float8 / (10 * %d) FROM r JOIN bench_items i ON i.ctid = r.ctid
