@@ -352,15 +352,35 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 	CagraWork  *sorted = cagra_sort_work(work, count, nblocks);
 
 	pfree(work);
+	/*
+	 * The headers are scattered over shared buffers: each page is pinned one
+	 * group ahead and its headers prefetched, so their cache misses overlap
+	 * the work on the page before (the lock's atomic operations would
+	 * otherwise let only one page's misses overlap at a time).
+	 */
+	Buffer		next = count > 0 ? cagra_pin_index_block(index, sorted[0].block, nblocks) : InvalidBuffer;
+
 	for (uint32 i = 0; i < count;)
 	{
 		BlockNumber blkno = sorted[i].block;
-		Buffer		buf = cagra_pin_index_block(index, blkno, nblocks);
+		Buffer		buf = next;
 		const char *page;
+		uint32		end = i;
 
+		while (end < count && sorted[end].block == blkno)
+			end++;
+		if (end < count)
+		{
+			const char *ahead;
+
+			next = cagra_pin_index_block(index, sorted[end].block, nblocks);
+			ahead = (const char *) BufferGetPage(next);
+			for (uint32 j = end; j < count && sorted[j].block == sorted[end].block; j++)
+				__builtin_prefetch(ahead + sorted[j].where);
+		}
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
 		page = (const char *) BufferGetPage(buf);
-		for (; i < count && sorted[i].block == blkno; i++)
+		for (; i < end; i++)
 		{
 			CagraNodeHeader hdr;
 			uint32		s = sorted[i].slot;
