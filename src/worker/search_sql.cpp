@@ -54,6 +54,58 @@ typedef struct CagraCandidates
 	ItemPointerData *tids;		/* nq x kk */
 } CagraCandidates;
 
+/* ---- scratch arrays ----
+ *
+ * A batch of 10,000 queries needs some 20 MB of arrays (queries, candidates,
+ * sort records).  Allocated afresh for every call, each of their pages
+ * costs a page fault (and its zeroing by the kernel) every time, a large
+ * part of the call's CPU time.  So the backend keeps them between calls, up
+ * to CAGRA_SCRATCH_KEEP bytes in all; larger needs get call-lifetime memory.
+ * Nothing in them outlives a call.
+ */
+typedef enum CagraScratchKind
+{
+	CAGRA_SCRATCH_QUERIES,
+	CAGRA_SCRATCH_IDS,
+	CAGRA_SCRATCH_DISTS,
+	CAGRA_SCRATCH_STATE,
+	CAGRA_SCRATCH_TIDS,
+	CAGRA_SCRATCH_SLOTS,
+	CAGRA_SCRATCH_WORK,
+	CAGRA_SCRATCH_SORTED,
+	CAGRA_SCRATCH_COUNTS,
+	CAGRA_SCRATCH_KINDS
+} CagraScratchKind;
+
+#define CAGRA_SCRATCH_KEEP ((Size) 64 * 1024 * 1024)
+
+static void *cagra_scratch_buf[CAGRA_SCRATCH_KINDS];
+static Size cagra_scratch_len[CAGRA_SCRATCH_KINDS];
+static Size cagra_scratch_total;
+
+/* An uninitialised array of `size` bytes, valid until the call returns. */
+static void *
+cagra_scratch(CagraScratchKind kind, Size size)
+{
+	size = Max(size, (Size) 64);
+	if (size <= cagra_scratch_len[kind])
+		return cagra_scratch_buf[kind];
+
+	Size		grown = size + size / 4;	/* room for a slightly larger batch */
+
+	if (cagra_scratch_total - cagra_scratch_len[kind] + grown > CAGRA_SCRATCH_KEEP)
+		return palloc_extended(size, MCXT_ALLOC_HUGE);
+	if (cagra_scratch_buf[kind])
+		pfree(cagra_scratch_buf[kind]);
+	cagra_scratch_total -= cagra_scratch_len[kind];
+	cagra_scratch_buf[kind] = NULL;
+	cagra_scratch_len[kind] = 0;
+	cagra_scratch_buf[kind] = MemoryContextAllocHuge(TopMemoryContext, grown);
+	cagra_scratch_len[kind] = grown;
+	cagra_scratch_total += grown;
+	return cagra_scratch_buf[kind];
+}
+
 /* The CPU path for one query: up to k live node ids and distances. */
 static void
 cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *query, uint32 k,
@@ -118,8 +170,8 @@ cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayType *arr,
 	get_typlenbyvalalign(ARR_ELEMTYPE(arr), &typlen, &typbyval, &typalign);
 	deconstruct_array(arr, ARR_ELEMTYPE(arr), typlen, typbyval, typalign, &elems, &nulls, &nq);
 
-	float	   *queries = (float *) palloc_extended((Size) Max(nq, 1) * meta->dims * sizeof(float),
-												MCXT_ALLOC_HUGE);
+	float	   *queries = (float *) cagra_scratch(CAGRA_SCRATCH_QUERIES,
+												   (Size) nq * meta->dims * sizeof(float));
 	bool	   *present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
 
 	for (int q = 0; q < nq; q++)
@@ -291,7 +343,7 @@ cagra_cmp_work(const void *a, const void *b)
 static CagraWork *
 cagra_sort_work(const CagraWork *work, uint32 count, uint32 nblocks)
 {
-	CagraWork  *out = (CagraWork *) palloc_extended(sizeof(CagraWork) * Max(count, 1), MCXT_ALLOC_HUGE);
+	CagraWork  *out = (CagraWork *) cagra_scratch(CAGRA_SCRATCH_SORTED, sizeof(CagraWork) * (Size) count);
 
 	if ((uint64) nblocks > 4 * (uint64) count + 1024)
 	{
@@ -300,8 +352,9 @@ cagra_sort_work(const CagraWork *work, uint32 count, uint32 nblocks)
 		return out;
 	}
 
-	uint32	   *start = (uint32 *) palloc_extended(sizeof(uint32) * ((Size) nblocks + 1),
-												   MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	uint32	   *start = (uint32 *) cagra_scratch(CAGRA_SCRATCH_COUNTS, sizeof(uint32) * ((Size) nblocks + 1));
+
+	memset(start, 0, sizeof(uint32) * ((Size) nblocks + 1));
 
 	for (uint32 i = 0; i < count; i++)
 		start[work[i].block + 1]++;
@@ -309,7 +362,6 @@ cagra_sort_work(const CagraWork *work, uint32 count, uint32 nblocks)
 		start[b + 1] += start[b];
 	for (uint32 i = 0; i < count; i++)
 		out[start[work[i].block]++] = work[i];
-	pfree(start);
 	return out;
 }
 
@@ -339,7 +391,7 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 				   const uint32 *slots, uint32 count)
 {
 	BlockNumber nblocks = cagra_blocks_for(meta, meta->n);
-	CagraWork  *work = (CagraWork *) palloc_extended(sizeof(CagraWork) * Max(count, 1), MCXT_ALLOC_HUGE);
+	CagraWork  *work = (CagraWork *) cagra_scratch(CAGRA_SCRATCH_WORK, sizeof(CagraWork) * (Size) count);
 
 	for (uint32 i = 0; i < count; i++)
 	{
@@ -351,7 +403,6 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 
 	CagraWork  *sorted = cagra_sort_work(work, count, nblocks);
 
-	pfree(work);
 	/*
 	 * The headers are scattered over shared buffers: each page is pinned one
 	 * group ahead and its headers prefetched, so their cache misses overlap
@@ -396,7 +447,6 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 		}
 		UnlockReleaseBuffer(buf);
 	}
-	pfree(sorted);
 }
 
 /* ---- heap visibility ---- */
@@ -495,7 +545,7 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 	BlockNumber nblocks = RelationGetNumberOfBlocks(heap);
 	bool		shortcut = heap->rd_tableam == GetHeapamTableAmRoutine() &&
 		IsMVCCSnapshot(snapshot) && !IsolationIsSerializable();
-	CagraWork  *work = (CagraWork *) palloc_extended(sizeof(CagraWork) * Max(count, 1), MCXT_ALLOC_HUGE);
+	CagraWork  *work = (CagraWork *) cagra_scratch(CAGRA_SCRATCH_WORK, sizeof(CagraWork) * (Size) count);
 	uint32		nlive = 0;
 	Buffer		vmbuf = InvalidBuffer;
 
@@ -512,7 +562,6 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 
 	CagraWork  *sorted = cagra_sort_work(work, nlive, nblocks + 1);
 
-	pfree(work);
 	for (uint32 i = 0; i < nlive;)
 	{
 		BlockNumber blkno = sorted[i].block;
@@ -562,7 +611,6 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 	}
 	if (BufferIsValid(vmbuf))
 		ReleaseBuffer(vmbuf);
-	pfree(sorted);
 }
 
 /*
@@ -577,8 +625,7 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 {
 	uint32	   *next = (uint32 *) palloc0(sizeof(uint32) * Max(c->nq, 1));	/* candidates taken */
 	uint32	   *want = (uint32 *) palloc(sizeof(uint32) * Max(c->nq, 1));
-	uint32	   *slots = (uint32 *) palloc_extended(sizeof(uint32) * Max((Size) c->nq * c->kk, 1),
-												   MCXT_ALLOC_HUGE);
+	uint32	   *slots = (uint32 *) cagra_scratch(CAGRA_SCRATCH_SLOTS, sizeof(uint32) * (Size) c->nq * c->kk);
 	IndexFetchTableData *fetch = table_index_fetch_begin(heap);
 	TupleTableSlot *slot = table_slot_create(heap, NULL);
 
@@ -618,7 +665,6 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 	table_index_fetch_end(fetch);
 	pfree(next);
 	pfree(want);
-	pfree(slots);
 }
 
 /* Emit up to k visible rows of each query, in distance order. */
@@ -686,10 +732,11 @@ cagra_search(PG_FUNCTION_ARGS)
 		/* more candidates than k: some may be invisible to this snapshot */
 		c.kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));
 		total = (Size) c.nq * c.kk;
-		c.ids = (uint32 *) palloc_extended(total * sizeof(uint32), MCXT_ALLOC_HUGE);
-		c.dists = (float *) palloc_extended(total * sizeof(float), MCXT_ALLOC_HUGE);
-		c.state = (uint8 *) palloc_extended(total, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
-		c.tids = (ItemPointerData *) palloc_extended(total * sizeof(ItemPointerData), MCXT_ALLOC_HUGE);
+		c.ids = (uint32 *) cagra_scratch(CAGRA_SCRATCH_IDS, total * sizeof(uint32));
+		c.dists = (float *) cagra_scratch(CAGRA_SCRATCH_DISTS, total * sizeof(float));
+		c.state = (uint8 *) cagra_scratch(CAGRA_SCRATCH_STATE, total);
+		c.tids = (ItemPointerData *) cagra_scratch(CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
+		memset(c.state, CAGRA_SLOT_UNKNOWN, total);
 		for (Size i = 0; i < total; i++)
 			c.ids[i] = CAGRA_INVALID_ID;	/* rows of NULL queries stay empty */
 
