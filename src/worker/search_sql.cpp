@@ -667,10 +667,11 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 	pfree(want);
 }
 
-/* Emit up to k visible rows of each query, in distance order. */
+/* Emit up to k visible rows of each query (numbered from first + 1), in
+ * distance order. */
 static void
-cagra_emit_results(ReturnSetInfo *rsinfo, const CagraMetaData *meta, const bool *present, uint32 k,
-				   const CagraCandidates *c)
+cagra_emit_results(ReturnSetInfo *rsinfo, const CagraMetaData *meta, const bool *present, int first,
+				   uint32 k, const CagraCandidates *c)
 {
 	cagra::Metric metric = (cagra::Metric) meta->metric;
 
@@ -689,7 +690,7 @@ cagra_emit_results(ReturnSetInfo *rsinfo, const CagraMetaData *meta, const bool 
 			if (c->state[base + i] != CAGRA_SLOT_VISIBLE)
 				continue;
 			/* tuplestore_putvalues copies the tid into its tuple */
-			values[0] = Int32GetDatum(q + 1);
+			values[0] = Int32GetDatum(first + q + 1);
 			values[1] = PointerGetDatum(&c->tids[base + i]);
 			values[2] = Float8GetDatum(cagra_operator_value(metric, c->dists[base + i]));
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -741,8 +742,23 @@ cagra_search(PG_FUNCTION_ARGS)
 			c.ids[i] = CAGRA_INVALID_ID;	/* rows of NULL queries stay empty */
 
 		cagra_search_candidates(index, &meta, queries, present, &c);
-		cagra_resolve(index, &meta, heap, GetActiveSnapshot(), present, (uint32) k, &c);
-		cagra_emit_results(rsinfo, &meta, present, (uint32) k, &c);
+
+		/* slots are numbered in 32 bits: huge batches settle in parts */
+		int			part = (int) Min((Size) c.nq, (Size) PG_UINT32_MAX / c.kk);
+
+		for (int first = 0; first < c.nq; first += part)
+		{
+			CagraCandidates p = c;
+			Size		base = (Size) first * c.kk;
+
+			p.nq = Min(part, c.nq - first);
+			p.ids += base;
+			p.dists += base;
+			p.state += base;
+			p.tids += base;
+			cagra_resolve(index, &meta, heap, GetActiveSnapshot(), present + first, (uint32) k, &p);
+			cagra_emit_results(rsinfo, &meta, present + first, first, (uint32) k, &p);
+		}
 	}
 	table_close(heap, AccessShareLock);
 	index_close(index, AccessShareLock);
