@@ -8,6 +8,15 @@ values; side by side with exact search (sequential scan) and, when pgvector's
 `vector` extension is installed in the database, pgvector HNSW.  Prints the
 figures; it asserts nothing.
 
+Every pgbench run (cagra, pgvector and the one-row-lookup ceiling alike) uses
+prepared statements (-M prepared) and gets its settings as connection
+options (PGOPTIONS), so no transaction pays for SET statements or for
+parsing and planning.  Server CPU per query is given twice: the whole
+machine's busy time less pgbench's and the GPU worker's (other processes
+count too), and the CPU time of the pgbench connections' backends alone
+(/proc/<pid>/stat over a window inside the run; needs the server on this
+machine).
+
 usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --dsn 'host=... port=... dbname=...'  libpq connection string (default: PG* env)
   --degree 32 --intermediate 64         cagra reloptions
