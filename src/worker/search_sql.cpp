@@ -19,6 +19,8 @@
 
 extern "C" {
 #include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/tupmacs.h"
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -667,11 +669,65 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 	pfree(want);
 }
 
+/*
+ * The result rows, (query int4, ctid tid, distance float8), formed by
+ * patching one tuple: the columns are fixed-length and never NULL, so every
+ * row has the layout heap_form_minimal_tuple gives the first, and only the
+ * bytes of the three values change.  (Forming each row from scratch was
+ * most of the cost of emitting 100,000 rows.)
+ */
+typedef struct CagraRowFormer
+{
+	MinimalTuple row;
+	char	   *query;			/* where each value's bytes are in `row` */
+	char	   *tid;
+	char	   *distance;
+	TupleTableSlot *slot;
+} CagraRowFormer;
+
+static void
+cagra_row_former_init(CagraRowFormer *f, TupleDesc desc)
+{
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+	ItemPointerData tid;
+	char	   *data;
+	char	  **where[3] = {&f->query, &f->tid, &f->distance};
+	uint32		off = 0;
+
+	ItemPointerSetInvalid(&tid);
+	values[0] = Int32GetDatum(0);
+	values[1] = PointerGetDatum(&tid);
+	values[2] = Float8GetDatum(0.0);
+	f->row = heap_form_minimal_tuple(desc, values, nulls);
+	data = (char *) f->row + f->row->t_hoff - MINIMAL_TUPLE_OFFSET;
+	for (int i = 0; i < 3; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		off = att_align_nominal(off, att->attalign);
+		*where[i] = data + off;
+		off += att->attlen;
+	}
+	f->slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+}
+
+static void
+cagra_row_former_put(CagraRowFormer *f, Tuplestorestate *store, int32 query, ItemPointer tid,
+					 float8 distance)
+{
+	memcpy(f->query, &query, sizeof(query));
+	memcpy(f->tid, tid, sizeof(ItemPointerData));
+	memcpy(f->distance, &distance, sizeof(distance));
+	ExecStoreMinimalTuple(f->row, f->slot, false);
+	tuplestore_puttupleslot(store, f->slot);	/* copies the row */
+}
+
 /* Emit up to k visible rows of each query (numbered from first + 1), in
  * distance order. */
 static void
-cagra_emit_results(ReturnSetInfo *rsinfo, const CagraMetaData *meta, const bool *present, int first,
-				   uint32 k, const CagraCandidates *c)
+cagra_emit_results(ReturnSetInfo *rsinfo, CagraRowFormer *former, const CagraMetaData *meta,
+				   const bool *present, int first, uint32 k, const CagraCandidates *c)
 {
 	cagra::Metric metric = (cagra::Metric) meta->metric;
 
@@ -684,16 +740,10 @@ cagra_emit_results(ReturnSetInfo *rsinfo, const CagraMetaData *meta, const bool 
 			continue;
 		for (uint32 i = 0; i < c->kk && emitted < k; i++)
 		{
-			Datum		values[3];
-			bool		nulls[3] = {false, false, false};
-
 			if (c->state[base + i] != CAGRA_SLOT_VISIBLE)
 				continue;
-			/* tuplestore_putvalues copies the tid into its tuple */
-			values[0] = Int32GetDatum(first + q + 1);
-			values[1] = PointerGetDatum(&c->tids[base + i]);
-			values[2] = Float8GetDatum(cagra_operator_value(metric, c->dists[base + i]));
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			cagra_row_former_put(former, rsinfo->setResult, first + q + 1, &c->tids[base + i],
+								 cagra_operator_value(metric, c->dists[base + i]));
 			emitted++;
 		}
 	}
@@ -745,6 +795,9 @@ cagra_search(PG_FUNCTION_ARGS)
 
 		/* slots are numbered in 32 bits: huge batches settle in parts */
 		int			part = (int) Min((Size) c.nq, (Size) PG_UINT32_MAX / c.kk);
+		CagraRowFormer former;
+
+		cagra_row_former_init(&former, rsinfo->setDesc);
 
 		for (int first = 0; first < c.nq; first += part)
 		{
@@ -757,8 +810,9 @@ cagra_search(PG_FUNCTION_ARGS)
 			p.state += base;
 			p.tids += base;
 			cagra_resolve(index, &meta, heap, GetActiveSnapshot(), present + first, (uint32) k, &p);
-			cagra_emit_results(rsinfo, &meta, present + first, first, (uint32) k, &p);
+			cagra_emit_results(rsinfo, &former, &meta, present + first, first, (uint32) k, &p);
 		}
+		ExecDropSingleTupleTableSlot(former.slot);
 	}
 	table_close(heap, AccessShareLock);
 	index_close(index, AccessShareLock);
