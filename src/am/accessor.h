@@ -14,6 +14,7 @@
 
 #include "am/cagra_am.h"
 #include "core/distance.h"
+#include "core/entry_index.h"
 
 /* In NodeInfo only, never on disk: distance from the entry-vector cache,
  * the header (TID, flags) is read when node_info() is asked. */
@@ -57,6 +58,9 @@ public:
 
 	/* Copy a node's vector (any layout) into `out` (dim() floats). */
 	void read_vector(uint32_t id, float *out, NodeInfo *info) const;
+
+	/* The entry index of the cached entry vectors (scans only), or NULL. */
+	const cagra::EntryIndex *entry_index() const;
 
 private:
 	float distance_to(const float *query, uint32_t id, NodeInfo *info) const;

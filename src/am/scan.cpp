@@ -43,6 +43,7 @@ struct CagraEntryVectors
 	uint32_t	dims = 0;
 	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id */
 	std::vector<float> vectors;							/* count x dims */
+	cagra::EntryIndex entry_index;	/* pivots and groups: a search measures a few entries */
 
 	const float *find(uint32_t id) const
 	{
@@ -80,6 +81,7 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 		e->rows.push_back({meta.entries[r], r});
 	}
 	std::sort(e->rows.begin(), e->rows.end());
+	e->entry_index = cagra::derive_entry_index(acc, std::vector<uint32_t>(meta.entries, meta.entries + meta.entry_count));
 	if (cagra_entry_cache.size() >= kEntryCacheIndexes)
 		cagra_entry_cache.erase(cagra_entry_cache.begin());
 	cagra_entry_cache.push_back(e);
@@ -226,6 +228,12 @@ CagraPageAccessor::distance_to(const float *query, uint32_t id, NodeInfo *info) 
 
 	unlock_page(buf);
 	return d;
+}
+
+const cagra::EntryIndex *
+CagraPageAccessor::entry_index() const
+{
+	return entry_vectors_ && !entry_vectors_->entry_index.empty() ? &entry_vectors_->entry_index : nullptr;
 }
 
 bool
@@ -493,8 +501,14 @@ cagra_start_search(CagraScanState *s, Relation index, const CagraMetaData *meta,
 
 		s->batch_size = params.itopk_size;
 		s->accessor.reset(new CagraPageAccessor(index, *meta, true, true));
-		s->searcher.reset(new cagra::Searcher<CagraPageAccessor>(*s->accessor, s->query.data(),
-																 params, s->entries));
+		const cagra::EntryIndex *entry_index = s->accessor->entry_index();
+
+		if (entry_index)
+			s->searcher.reset(new cagra::Searcher<CagraPageAccessor>(*s->accessor, s->query.data(),
+																	 params, *entry_index));
+		else
+			s->searcher.reset(new cagra::Searcher<CagraPageAccessor>(*s->accessor, s->query.data(),
+																	 params, s->entries));
 		cagra_status_ok(st);
 	}
 	catch (...)

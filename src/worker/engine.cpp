@@ -27,6 +27,17 @@ CagraIndexCopy::~CagraIndexCopy()
 		gpu_api->index_free(gpu);
 }
 
+static cagra::InMemoryGraph
+cagra_cpu_graph(const CagraIndexCopy &copy)
+{
+	cagra::DatasetView data;
+
+	data.data = copy.vectors.data();
+	data.n = copy.key.n;
+	data.dim = copy.dim;
+	return cagra::InMemoryGraph(copy.graph, data, copy.metric);
+}
+
 CagraSearchLane::~CagraSearchLane()
 {
 	for (cagra_gpu_search_context *c : contexts_)
@@ -175,6 +186,7 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.graph.edges.swap(staged.rows);
 			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
 				copy.live.size() * sizeof(uint64_t);
+			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 			return CAGRA_REPLY_OK;
 		}
 		cagra_gpu_status st = gpu_api->index_load(device, staged.vectors.data(), CAGRA_GPU_FLOAT32,
@@ -202,12 +214,7 @@ static void
 cagra_cpu_search_range(const CagraIndexCopy &copy, const float *queries, uint32_t begin,
 					   uint32_t end, const CagraSearchConfig &cfg, uint32_t *ids, float *dists)
 {
-	cagra::DatasetView data;
-
-	data.data = copy.vectors.data();
-	data.n = copy.key.n;
-	data.dim = copy.dim;
-	cagra::InMemoryGraph g(copy.graph, data, copy.metric);
+	cagra::InMemoryGraph g = cagra_cpu_graph(copy);
 	cagra::SearchParams params;
 
 	params.itopk_size = cfg.itopk_size;
@@ -219,7 +226,7 @@ cagra_cpu_search_range(const CagraIndexCopy &copy, const float *queries, uint32_
 
 	for (uint32_t q = begin; q < end; q++)
 	{
-		cagra::Searcher<cagra::InMemoryGraph> s(g, queries + (uint64_t) q * copy.dim, params, copy.entries);
+		cagra::Searcher<cagra::InMemoryGraph> s(g, queries + (uint64_t) q * copy.dim, params, copy.entry_index);
 		uint32_t	got = s.next(cfg.k, accept, out.data());
 
 		for (uint32_t i = 0; i < cfg.k; i++)

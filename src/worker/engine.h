@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/entry_index.h"
 #include "core/types.h"
 #include "worker/gpu_loader.h"
 #include "worker/worker.h"
@@ -50,6 +51,7 @@ struct CagraIndexCopy
 	/* CPU */
 	std::vector<float> vectors;
 	cagra::Graph graph;
+	cagra::EntryIndex entry_index;
 
 	~CagraIndexCopy();
 };
