@@ -15,6 +15,7 @@
 #include "am/cagra_am.h"
 #include "core/distance.h"
 #include "core/entry_index.h"
+#include "core/search.h"
 
 /* In NodeInfo only, never on disk: distance from the entry-vector cache,
  * the header (TID, flags) is read when node_info() is asked. */
@@ -92,3 +93,9 @@ private:
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
 	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* scans only */
 };
+
+/* A Searcher over `acc`: from the entry index of its cached entry vectors
+ * when it has one, else from every entry in `entries`. */
+std::unique_ptr<cagra::Searcher<CagraPageAccessor>>
+cagra_new_searcher(const CagraPageAccessor &acc, const float *query, const cagra::SearchParams &params,
+				   const std::vector<uint32_t> &entries);

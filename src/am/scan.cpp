@@ -236,6 +236,17 @@ CagraPageAccessor::entry_index() const
 	return entry_vectors_ && !entry_vectors_->entry_index.empty() ? &entry_vectors_->entry_index : nullptr;
 }
 
+std::unique_ptr<cagra::Searcher<CagraPageAccessor>>
+cagra_new_searcher(const CagraPageAccessor &acc, const float *query, const cagra::SearchParams &params,
+				   const std::vector<uint32_t> &entries)
+{
+	const cagra::EntryIndex *entry_index = acc.entry_index();
+
+	if (entry_index)
+		return std::make_unique<cagra::Searcher<CagraPageAccessor>>(acc, query, params, *entry_index);
+	return std::make_unique<cagra::Searcher<CagraPageAccessor>>(acc, query, params, entries);
+}
+
 bool
 CagraPageAccessor::cached_distance(const float *query, uint32_t id, float *out) const
 {
@@ -501,14 +512,7 @@ cagra_start_search(CagraScanState *s, Relation index, const CagraMetaData *meta,
 
 		s->batch_size = params.itopk_size;
 		s->accessor.reset(new CagraPageAccessor(index, *meta, true, true));
-		const cagra::EntryIndex *entry_index = s->accessor->entry_index();
-
-		if (entry_index)
-			s->searcher.reset(new cagra::Searcher<CagraPageAccessor>(*s->accessor, s->query.data(),
-																	 params, *entry_index));
-		else
-			s->searcher.reset(new cagra::Searcher<CagraPageAccessor>(*s->accessor, s->query.data(),
-																	 params, s->entries));
+		s->searcher = cagra_new_searcher(*s->accessor, s->query.data(), params, s->entries);
 		cagra_status_ok(st);
 	}
 	catch (...)

@@ -121,7 +121,7 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 
 		params.itopk_size = std::max(params.itopk_size, k);
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
-		cagra::Searcher<CagraPageAccessor> s(acc, query, params, entries);
+		auto		s = cagra_new_searcher(acc, query, params, entries);
 		std::vector<cagra::Neighbor> out(k);
 		auto		live = [&acc](uint32_t id) {
 			CagraPageAccessor::NodeInfo info;
@@ -129,7 +129,7 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 			return acc.node_info(id, &info) && (info.flags & CAGRA_NODE_LIVE) &&
 				!(info.flags & CAGRA_NODE_DELETED);
 		};
-		uint32		got = s.next(k, live, out.data());
+		uint32		got = s->next(k, live, out.data());
 
 		for (uint32 i = 0; i < k; i++)
 		{

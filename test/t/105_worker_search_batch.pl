@@ -1,4 +1,4 @@
-# test/t/103_search_batch_worker.pl — cagra_search through the worker (its
+# test/t/105_worker_search_batch.pl — cagra_search through the worker (its
 # CPU engine) with rows the worker's copy lacks and rows the snapshot must
 # not see: rows appended after the copy was made are merged in from the
 # index pages (no new upload), rows deleted or updated since are not
