@@ -30,7 +30,7 @@ Needs matplotlib (Debian: apt-get install python3-matplotlib; run it with
 /usr/bin/python3).  The plots in docs/ were made by:
 
   # c100k on the 2-core machine: core_bench's output (cagra CPU, hnswlib, exact)
-  build/core_bench /work/data/c100k --repeat 2 > c100k.txt
+  build/core_bench /work/data/c100k --repeat 5 > c100k.txt
   bench/plot.py --out docs/c100k-cpu.png --csv docs/c100k-cpu.csv \
       --title "c100k (100,000 x 128, L2, k=10), ..." c100k.txt
 
@@ -79,7 +79,8 @@ def read_csv(path):
 def read_core_bench(text, rate):
     """bench/core_bench output: a cagra itopk sweep, an hnswlib ef sweep, exact."""
     out = []
-    col = 4 if rate == "cpu" else 3  # itopk width recall wall cpu | ef recall wall cpu
+    # cagra rows: itopk width probes random recall wall cpu dists
+    # hnswlib rows: ef recall wall cpu nbrs
     system, build, param_name = None, None, None
     for line in text.splitlines():
         m = re.match(r"(cagra|hnswlib): build ([\d.]+) s wall.*?\(([^)]*)\)", line)
@@ -97,10 +98,12 @@ def read_core_bench(text, rate):
         f = line.split()
         if system and f and f[0].isdigit():
             if param_name == "itopk":
-                recall, qps = float(f[2]), float(f[col])
+                recall, qps = float(f[4]), float(f[6] if rate == "cpu" else f[5])
+                label = "itopk %s, probes %s, random %s" % (f[0], f[2], f[3])
             else:
-                recall, qps = float(f[1]), float(f[col - 1])
-            out.append(Point(system, build, "%s %s" % (param_name, f[0]), recall, qps))
+                recall, qps = float(f[1]), float(f[3] if rate == "cpu" else f[2])
+                label = "ef %s" % f[0]
+            out.append(Point(system, build, label, recall, qps))
         elif system and line.strip() == "":
             system = None
     return out
@@ -122,7 +125,7 @@ def read_gpu_tables(text):
             out.append(Point("exact on the GPU (batch 10,000)", None, "", float(m.group(2)),
                              float(m.group(1))))
             continue
-        if re.match(r"\|\s*itopk\s*\|\s*batch\s*\|", s):
+        if re.match(r"\|\s*itopk\s*\|\s*batch\s*\|\s*recall", s):
             in_table = True
             continue
         if not s.startswith("|"):
