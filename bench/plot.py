@@ -41,6 +41,12 @@ Needs matplotlib (Debian: apt-get install python3-matplotlib; run it with
       --title "c1m (1,000,000 x 128, L2, k=10), ..." \
       docs/benchmarks.md docs/c1m-pgvector-reference.csv
 
+  # text384 on the H200 (bench/device-text384.sh's gpu_bench tables) with the
+  # CPU curves of text384-cpu.csv
+  bench/plot.py --out docs/text384-gpu.png --csv docs/text384-gpu.csv \
+      --only "^cagra GPU, batch [0-9,]+$|exact|CPU \(|hnswlib" --min-recall 0.85 \
+      --title "..." text384-gpu.md docs/text384-cpu.csv
+
   # text384 (bench/text_dataset.py) on the 2-core machine, as for c100k
   build/core_bench /work/data/text384 --repeat 2 > text384.txt
   bench/plot.py --out docs/text384-cpu.png --csv docs/text384-cpu.csv \
