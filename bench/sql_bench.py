@@ -352,7 +352,9 @@ def batch_search(db, batch, nq, runs=5):
     reps = (batch + nq - 1) // nq
     array = ("(SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid FROM bench_queries, "
              "generate_series(1, %d) g ORDER BY g, qid LIMIT %d) s)" % (reps, batch))
-    server = db.psql("""SET cagra.itopk_size = 32;
+    # work_mem: the 100,000 result rows stay in the function's tuplestore
+    # in memory instead of spilling to a temporary file
+    server = db.psql("""SET cagra.itopk_size = 32; SET work_mem = '64MB';
 CREATE TEMP TABLE bench_batch_runs (run int, secs float8, nrows bigint, ticks bigint);
 DO $$
 DECLARE
@@ -393,7 +395,8 @@ SELECT secs, nrows, coalesce(ticks::text, '') FROM bench_batch_runs ORDER BY run
           "(%.0f q/s), median of %d %.3f s (%.0f q/s), %s rows; backend CPU per query %s"
           % (batch, best, batch / best, len(timed), median, batch / median, rows[0][1], cpu))
     t = time.time()
-    out = db.psql("SET cagra.itopk_size = 32; SELECT count(*) FROM cagra_search('bench_items_cagra', %s, 10)"
+    out = db.psql("SET cagra.itopk_size = 32; SET work_mem = '64MB'; "
+                  "SELECT count(*) FROM cagra_search('bench_items_cagra', %s, 10)"
                   % array)
     secs = time.time() - t
     print("cagra_search, %d queries in one call, end to end (array build, statement, client): %.3f s, %.0f q/s"

@@ -163,6 +163,10 @@ cagra_attach_mailbox(const CagraRequestSlot *s)
 
 	if (!seg)
 		return NULL;
+	/* a backend that grew its mailbox has left the old one */
+	for (int i = nmailboxes - 1; i >= 0; i--)
+		if (mailboxes[i].pid == s->backend_pid && !cagra_mailbox_in_use(sh, mailboxes[i].handle))
+			cagra_unmap_mailbox(i);
 	mailboxes[nmailboxes].handle = s->handle;
 	mailboxes[nmailboxes].pid = s->backend_pid;
 	mailboxes[nmailboxes].seg = seg;

@@ -37,16 +37,29 @@ cagra_worker_running(int *backend)
 /* The backend's reusable segment (session lifetime), NULL until needed or
  * after a request in it was abandoned while the worker ran it. */
 static dsm_segment *cagra_mailbox = NULL;
+static Size cagra_mailbox_size = 0;
 
+/* The mailbox, grown (doubling from CAGRA_MAILBOX_BYTES) to hold `size`;
+ * NULL for requests beyond CAGRA_MAILBOX_MAX_BYTES.  The worker unmaps a
+ * backend's old mailbox when it maps the new one. */
 static dsm_segment *
-cagra_get_mailbox(void)
+cagra_get_mailbox(Size size)
 {
-	if (!cagra_mailbox)
-	{
-		cagra_mailbox = dsm_create(CAGRA_MAILBOX_BYTES, DSM_CREATE_NULL_IF_MAXSEGMENTS);
-		if (cagra_mailbox)
-			dsm_pin_mapping(cagra_mailbox);
-	}
+	if (cagra_mailbox && cagra_mailbox_size >= size)
+		return cagra_mailbox;
+	if (size > CAGRA_MAILBOX_MAX_BYTES)
+		return NULL;
+
+	Size		want = CAGRA_MAILBOX_BYTES;
+
+	while (want < size)
+		want *= 2;
+	if (cagra_mailbox)
+		dsm_detach(cagra_mailbox);
+	cagra_mailbox = dsm_create(want, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+	cagra_mailbox_size = cagra_mailbox ? want : 0;
+	if (cagra_mailbox)
+		dsm_pin_mapping(cagra_mailbox);
 	return cagra_mailbox;
 }
 
@@ -70,7 +83,7 @@ cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
 	memset(call, 0, sizeof(*call));
 	call->kind = kind;
 	call->size = size;
-	if (size <= CAGRA_MAILBOX_BYTES && cagra_get_mailbox())
+	if (cagra_get_mailbox(size))
 	{
 		call->seg = cagra_mailbox;
 		call->in_mailbox = true;

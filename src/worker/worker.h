@@ -25,10 +25,13 @@ extern "C" {
 /* Largest DSM segment one request uses: bulk transfers go in chunks. */
 #define CAGRA_CHUNK_BYTES ((Size) 64 * 1024 * 1024)
 
-/* Each backend keeps one segment of this size for its small requests (one
- * query, build chunks of small tables); the worker keeps it mapped, so a
- * search costs no segment creation or mapping on either side. */
+/* Each backend keeps one segment for its requests (a query, a batch of
+ * cagra_search, build chunks of small tables): this size at first, doubled
+ * as larger requests come, up to the maximum (larger ones get a segment of
+ * their own).  The worker keeps it mapped, so a search costs no segment
+ * creation or mapping on either side. */
 #define CAGRA_MAILBOX_BYTES ((Size) 1024 * 1024)
+#define CAGRA_MAILBOX_MAX_BYTES ((Size) 16 * 1024 * 1024)
 
 #define CAGRA_MAX_DEVICES 16
 #define CAGRA_MAX_PUBLISHED_CACHE 64
