@@ -619,7 +619,8 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 		cagra_report_status(&st);
 	if (!so->null_query)
 		so->worker = cagra_worker_scan_begin(scan->indexRelation, &meta, raw,
-											 (uint32) cagra_itopk_size);
+											 (uint32) cagra_itopk_size,
+											 IsMVCCSnapshot(scan->xs_snapshot));
 	if (so->worker)
 		return true;			/* the CPU search starts if the executor wants more */
 	cagra_start_search(so->state, scan->indexRelation, &meta, raw, &st);

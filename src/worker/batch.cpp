@@ -267,8 +267,13 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			strlcpy(s->message, msg.c_str(), sizeof(s->message));
 			if (r == CAGRA_REPLY_OK)
 			{
-				memcpy(cagra_search_ids(p), ids.data() + (size_t) at * cfg.k, (size_t) p->nq * cfg.k * sizeof(uint32));
+				const uint32 *from = ids.data() + (size_t) at * cfg.k;
+				uint64	   *tids = cagra_search_tids(p);
+
+				memcpy(cagra_search_ids(p), from, (size_t) p->nq * cfg.k * sizeof(uint32));
 				memcpy(cagra_search_distances(p), dists.data() + (size_t) at * cfg.k, (size_t) p->nq * cfg.k * sizeof(float));
+				for (size_t j = 0; j < (size_t) p->nq * cfg.k; j++)
+					tids[j] = from[j] < copy->tids.size() ? copy->tids[from[j]] : 0;
 			}
 			at += p->nq;
 		}

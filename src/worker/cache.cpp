@@ -189,6 +189,7 @@ cagra_cache_begin_upload(CagraStagedIndex &s, const CagraUploadPayload *p)
 	s.vectors.resize((size_t) s.key.n * s.dim);
 	s.rows.resize((size_t) s.key.n * s.degree);
 	s.live.assign(((size_t) s.key.n + 63) / 64, 0);
+	s.tids.resize(s.key.n);
 	s.received = 0;
 }
 
@@ -199,6 +200,7 @@ cagra_cache_store_chunk(CagraStagedIndex &s, CagraUploadPayload *p)
 		   (size_t) p->count * s.dim * sizeof(float));
 	memcpy(s.rows.data() + (size_t) p->first * s.degree, cagra_upload_rows(p),
 		   (size_t) p->count * s.degree * sizeof(uint32));
+	memcpy(s.tids.data() + p->first, cagra_upload_tids(p), (size_t) p->count * sizeof(uint64));
 	const uint8 *live = cagra_upload_live(p);
 
 	for (uint32 i = 0; i < p->count; i++)

@@ -132,6 +132,7 @@ cagra_fill_upload(Relation index, const CagraMetaData *meta, uint32 n, CagraUplo
 	float	   *vecs = cagra_upload_vectors(p);
 	uint32	   *rows = cagra_upload_rows(p);
 	uint8	   *live = cagra_upload_live(p);
+	uint64	   *tids = cagra_upload_tids(p);
 	uint32		degree = meta->graph_degree;
 
 	for (uint32 i = 0; i < p->count; i++)
@@ -147,6 +148,7 @@ cagra_fill_upload(Relation index, const CagraMetaData *meta, uint32 n, CagraUplo
 
 		memcpy(&hdr, rec, sizeof(hdr));
 		live[i] = cagra_node_live(&hdr) ? 1 : 0;
+		tids[i] = cagra_pack_tid(&hdr.heap_tid);
 		memcpy(rows + (uint64) i * degree, rec + CAGRA_ROW_OFFSET, degree * sizeof(uint32));
 		for (uint32 j = 0; j < degree; j++)
 			if (rows[(uint64) i * degree + j] >= n)
@@ -164,7 +166,7 @@ cagra_upload_index(Relation index, const CagraMetaData *meta, const CagraIndexKe
 				   char *why, size_t whylen)
 {
 	Size		node_bytes = cagra_upload_node_bytes(meta->dims, meta->graph_degree);
-	Size		header = MAXALIGN(sizeof(CagraUploadPayload));
+	Size		header = MAXALIGN(sizeof(CagraUploadPayload)) + sizeof(uint64);
 	uint64		per_chunk = (CAGRA_CHUNK_BYTES - header) / node_bytes;
 	char	   *group = (char *) palloc((Size) meta->nodes_per_page * meta->record_size);
 
@@ -174,7 +176,7 @@ cagra_upload_index(Relation index, const CagraMetaData *meta, const CagraIndexKe
 		uint32		count = (uint32) Min(per_chunk, key->n - first);
 		CagraCall	call;
 
-		if (!cagra_call_init(&call, CAGRA_REQ_UPLOAD, header + (Size) count * node_bytes))
+		if (!cagra_call_init(&call, CAGRA_REQ_UPLOAD, cagra_upload_payload_size(count, meta->dims, meta->graph_degree)))
 		{
 			strlcpy(why, "no dynamic shared memory segment for the index copy", whylen);
 			return false;
@@ -229,7 +231,7 @@ cagra_worker_index_key(Relation index, const CagraMetaData *meta)
 static CagraOffload
 cagra_search_chunk(Relation index, const CagraMetaData *meta, const CagraIndexKey *key,
 				   const CagraSearchConfig *cfg, uint32 nq, const float *queries,
-				   uint32 *ids, float *dists, uint32 *copy_n, char *why, size_t whylen)
+				   uint32 *ids, float *dists, uint64 *tids, uint32 *copy_n, char *why, size_t whylen)
 {
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
@@ -256,6 +258,8 @@ cagra_search_chunk(Relation index, const CagraMetaData *meta, const CagraIndexKe
 		{
 			memcpy(ids, cagra_search_ids(p), (Size) nq * cfg->k * sizeof(uint32));
 			memcpy(dists, cagra_search_distances(p), (Size) nq * cfg->k * sizeof(float));
+			if (tids)
+				memcpy(tids, cagra_search_tids(p), (Size) nq * cfg->k * sizeof(uint64));
 			*copy_n = call.copy_n;
 			cagra_call_done(&call);
 			return CAGRA_OFFLOAD_OK;
@@ -289,11 +293,11 @@ cagra_search_chunk(Relation index, const CagraMetaData *meta, const CagraIndexKe
 
 CagraOffload
 cagra_worker_search(Relation index, const CagraMetaData *meta, const CagraSearchConfig *cfg,
-					uint32 nq, const float *queries, uint32 *ids, float *dists, uint32 *copy_n,
-					char *why, size_t whylen)
+					uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
+					uint32 *copy_n, char *why, size_t whylen)
 {
 	CagraIndexKey key = cagra_worker_index_key(index, meta);
-	Size		per_query = (Size) meta->dims * sizeof(float) + (Size) cfg->k * 8;
+	Size		per_query = (Size) meta->dims * sizeof(float) + (Size) cfg->k * 16;
 	uint32		chunk = (uint32) Max((Size) 1, (CAGRA_CHUNK_BYTES - 64) / per_query);
 
 	*copy_n = meta->n;
@@ -304,7 +308,7 @@ cagra_worker_search(Relation index, const CagraMetaData *meta, const CagraSearch
 		CagraOffload r = cagra_search_chunk(index, meta, &key, cfg, count,
 											queries + (Size) first * meta->dims,
 											ids + (Size) first * cfg->k, dists + (Size) first * cfg->k,
-											&got_n, why, whylen);
+											tids ? tids + (Size) first * cfg->k : NULL, &got_n, why, whylen);
 
 		if (r != CAGRA_OFFLOAD_OK)
 			return r;
@@ -366,13 +370,15 @@ struct CagraWorkerScan
 	uint32		pos;
 	uint32	   *ids;
 	float	   *dists;
+	uint64	   *tids;			/* the copy's heap TIDs, or NULL: read the headers */
 	ItemPointerData *returned;
 	uint32		nreturned;
 	double		last_value;
 };
 
 CagraWorkerScan *
-cagra_worker_scan_begin(Relation index, const CagraMetaData *meta, const float *raw_query, uint32 want)
+cagra_worker_scan_begin(Relation index, const CagraMetaData *meta, const float *raw_query, uint32 want,
+						bool mvcc_snapshot)
 {
 	CagraSearchConfig cfg;
 	char		why[256];
@@ -403,11 +409,12 @@ cagra_worker_scan_begin(Relation index, const CagraMetaData *meta, const float *
 	ws->meta = *meta;
 	ws->ids = (uint32 *) palloc(sizeof(uint32) * cfg.k);
 	ws->dists = (float *) palloc(sizeof(float) * cfg.k);
+	ws->tids = (uint64 *) palloc(sizeof(uint64) * cfg.k);
 	ws->returned = (ItemPointerData *) palloc(sizeof(ItemPointerData) * cfg.k);
 	ws->count = cfg.k;
 
-	CagraOffload r = cagra_worker_search(index, meta, &cfg, 1, query, ws->ids, ws->dists, &copy_n,
-										 why, sizeof(why));
+	CagraOffload r = cagra_worker_search(index, meta, &cfg, 1, query, ws->ids, ws->dists, ws->tids,
+										 &copy_n, why, sizeof(why));
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
@@ -415,6 +422,12 @@ cagra_worker_scan_begin(Relation index, const CagraMetaData *meta, const float *
 		cagra_worker_scan_end(ws);
 		pfree(query);
 		return NULL;
+	}
+	/* the tail's nodes have no copy TID; other snapshots want the headers */
+	if (copy_n < meta->n || !mvcc_snapshot)
+	{
+		pfree(ws->tids);
+		ws->tids = NULL;
 	}
 	if (copy_n < meta->n)
 		cagra_worker_merge_tail(index, meta, copy_n, meta->n, query, cfg.k, ws->ids, ws->dists);
@@ -429,15 +442,21 @@ cagra_worker_scan_next(CagraWorkerScan *ws, ItemPointer tid, double *value)
 	{
 		uint32		id = ws->ids[ws->pos];
 		float		d = ws->dists[ws->pos];
+		uint64		packed = ws->tids ? ws->tids[ws->pos] : 0;
 		CagraNodeHeader hdr;
 
 		ws->pos++;
 		if (id == CAGRA_INVALID_ID)
 			break;
-		/* the page says whether vacuum removed it since the copy was made */
-		cagra_read_record_bytes(ws->index, &ws->meta, id, 0, sizeof(hdr), &hdr);
-		if (!cagra_node_live(&hdr))
-			continue;
+		if (packed != 0)
+			cagra_unpack_tid(packed, &hdr.heap_tid);	/* see cagra_worker_search */
+		else
+		{
+			/* the page says whether vacuum removed it since the copy was made */
+			cagra_read_record_bytes(ws->index, &ws->meta, id, 0, sizeof(hdr), &hdr);
+			if (!cagra_node_live(&hdr))
+				continue;
+		}
 		*tid = hdr.heap_tid;
 		*value = cagra_operator_value((cagra::Metric) ws->meta.metric, d);
 		ws->returned[ws->nreturned++] = hdr.heap_tid;
@@ -474,6 +493,8 @@ cagra_worker_scan_end(CagraWorkerScan *ws)
 		return;
 	pfree(ws->ids);
 	pfree(ws->dists);
+	if (ws->tids)
+		pfree(ws->tids);
 	pfree(ws->returned);
 	pfree(ws);
 }

@@ -14,13 +14,14 @@
 /* ---- index scans ---- */
 
 /* The worker's answer for one ORDER BY query: heap TIDs in distance order,
- * mapped lazily from node ids through the index pages. */
+ * the copy's own (under an MVCC snapshot), else mapped lazily from node ids
+ * through the index pages. */
 typedef struct CagraWorkerScan CagraWorkerScan;
 
 /* Ask the worker for the `want` nearest nodes of `raw_query` (not yet
  * prepared for the metric).  NULL: search on the CPU. */
 CagraWorkerScan *cagra_worker_scan_begin(Relation index, const CagraMetaData *meta,
-										 const float *raw_query, uint32 want);
+										 const float *raw_query, uint32 want, bool mvcc_snapshot);
 
 /* Next live result (TID and operator value); false when exhausted. */
 bool		cagra_worker_scan_next(CagraWorkerScan *ws, ItemPointer tid, double *value);

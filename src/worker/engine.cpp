@@ -176,6 +176,7 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 		copy.device = device;
 		copy.entries = staged.entries;
 		copy.live.swap(staged.live);
+		copy.tids.swap(staged.tids);
 		copy.all_live = true;
 		for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
 			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
@@ -185,7 +186,7 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.graph.degree = staged.degree;
 			copy.graph.edges.swap(staged.rows);
 			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
-				copy.live.size() * sizeof(uint64_t);
+				copy.live.size() * sizeof(uint64_t) + copy.tids.size() * sizeof(uint64_t);
 			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 			return CAGRA_REPLY_OK;
 		}

@@ -26,6 +26,7 @@ struct CagraStagedIndex
 	std::vector<float> vectors;		/* n x dim */
 	std::vector<uint32_t> rows;		/* n x degree */
 	std::vector<uint64_t> live;		/* bitmap, ceil(n / 64) words */
+	std::vector<uint64_t> tids;		/* heap TID of each node, packed */
 	uint32_t	received = 0;
 	pid_t		owner = 0;
 	int64_t		last_touch = 0;		/* TimestampTz */
@@ -45,6 +46,7 @@ struct CagraIndexCopy
 	int64_t		loaded_at = 0;
 	std::vector<uint64_t> live;
 	bool		all_live = false;	/* searches need no filter */
+	std::vector<uint64_t> tids;		/* heap TID of each node, packed (host memory) */
 	std::vector<uint32_t> entries;
 	/* GPU */
 	cagra_gpu_index *gpu = nullptr;

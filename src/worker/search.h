@@ -33,12 +33,20 @@ float	   *cagra_worker_prepare_query(const CagraMetaData *meta, const float *raw
 
 CagraIndexKey cagra_worker_index_key(Relation index, const CagraMetaData *meta);
 
-/* nq prepared queries: nq x cfg->k node ids (CAGRA_INVALID_ID padding) and
- * distances; *copy_n: nodes the worker's copy holds (nodes from there to
- * meta->n must be searched with cagra_worker_merge_tail). */
+/* nq prepared queries: nq x cfg->k node ids (CAGRA_INVALID_ID padding),
+ * distances and, unless tids is NULL, the heap TIDs the worker's copy has
+ * for them (cagra_pack_tid); *copy_n: nodes the copy holds (nodes from
+ * there to meta->n must be searched with cagra_worker_merge_tail).
+ *
+ * The copy is of the generation the meta page showed after the caller's
+ * snapshot was taken, so under an MVCC snapshot its TIDs may be used
+ * without reading the node headers: a node vacuum removed since then has a
+ * dead tuple, or a line pointer reused by a tuple newer than the snapshot,
+ * which the heap check rejects either way. */
 CagraOffload cagra_worker_search(Relation index, const CagraMetaData *meta,
 								 const CagraSearchConfig *cfg, uint32 nq, const float *queries,
-								 uint32 *ids, float *dists, uint32 *copy_n, char *why, size_t whylen);
+								 uint32 *ids, float *dists, uint64 *tids, uint32 *copy_n,
+								 char *why, size_t whylen);
 
 void		cagra_worker_merge_tail(Relation index, const CagraMetaData *meta, uint32 from, uint32 to,
 									const float *query, uint32 k, uint32 *ids, float *dists);

@@ -54,6 +54,7 @@ typedef struct CagraCandidates
 	float	   *dists;			/* nq x kk */
 	uint8	   *state;			/* nq x kk CAGRA_SLOT_* */
 	ItemPointerData *tids;		/* nq x kk */
+	uint64	   *copy_tids;		/* nq x kk heap TIDs from the worker's copy, or NULL */
 } CagraCandidates;
 
 /* ---- scratch arrays ----
@@ -72,6 +73,7 @@ typedef enum CagraScratchKind
 	CAGRA_SCRATCH_DISTS,
 	CAGRA_SCRATCH_STATE,
 	CAGRA_SCRATCH_TIDS,
+	CAGRA_SCRATCH_COPY_TIDS,
 	CAGRA_SCRATCH_SLOTS,
 	CAGRA_SCRATCH_WORK,
 	CAGRA_SCRATCH_SORTED,
@@ -291,14 +293,19 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 		cfg.search_width = (uint32) cagra_search_width;
 		cfg.max_iterations = (uint32) cagra_max_iterations;
 
+		uint64	   *copy_tids = (uint64 *) cagra_scratch(CAGRA_SCRATCH_COPY_TIDS,
+															sizeof(uint64) * (Size) c->nq * c->kk);
 		CagraOffload r = cagra_worker_search(index, meta, &cfg, (uint32) c->nq, queries, c->ids,
-											 c->dists, &copy_n, why, sizeof(why));
+											 c->dists, copy_tids, &copy_n, why, sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
+			/* the merge moves candidates: their copy TIDs would not follow */
 			if (copy_n < meta->n)
 				cagra_merge_tail_batch(index, meta, copy_n, c->nq, queries, present, c->kk, c->ids,
 									   c->dists);
+			else
+				c->copy_tids = copy_tids;
 			return;
 		}
 		cagra_worker_search_fallback(r, why);
@@ -501,6 +508,33 @@ cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
 	return buf;
 }
 
+/* The heap TIDs of `slots`: the worker's copy's where the snapshot is MVCC
+ * (see cagra_worker_search: the heap check alone is then exact), the node
+ * headers' for the rest. */
+static void
+cagra_take_copy_tids(Relation index, const CagraMetaData *meta, CagraCandidates *c, Snapshot snapshot,
+					 const uint32 *slots, uint32 count)
+{
+	uint32	   *rest = (uint32 *) palloc(sizeof(uint32) * Max(count, 1));
+	uint32		nrest = 0;
+
+	for (uint32 i = 0; i < count; i++)
+	{
+		uint32		s = slots[i];
+
+		if (c->copy_tids && c->copy_tids[s] != 0 && IsMVCCSnapshot(snapshot))
+		{
+			c->state[s] = CAGRA_SLOT_LIVE;
+			cagra_unpack_tid(c->copy_tids[s], &c->tids[s]);
+		}
+		else
+			rest[nrest++] = s;
+	}
+	if (nrest > 0)
+		cagra_read_headers(index, meta, c, rest, nrest);
+	pfree(rest);
+}
+
 /*
  * The offset of the visible member of the HOT chain rooted at line pointer
  * `off` of a page that the visibility map says is all-visible (or
@@ -509,9 +543,10 @@ cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
  * redirect.  The caller holds a share lock on the page.
  *
  * This is exact, not a guess, for the reason index-only scans are: the node
- * header (read under the index page's lock, after our snapshot was taken)
- * said live, so vacuum had not yet released the line pointer when we looked;
- * a tuple put there after that would be newer than our snapshot, and the page
+ * header (read under the index page's lock, after our snapshot was taken),
+ * or the worker's copy of the generation the meta page showed then, said
+ * live, so vacuum had not yet released the line pointer at that time; a
+ * tuple put there after that would be newer than our snapshot, and the page
  * could not be all-visible while we hold the snapshot.
  */
 static OffsetNumber
@@ -647,7 +682,7 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 		}
 		if (count == 0)
 			break;
-		cagra_read_headers(index, meta, c, slots, count);
+		cagra_take_copy_tids(index, meta, c, snapshot, slots, count);
 		cagra_check_visibility(heap, snapshot, c, slots, count, fetch, slot);
 
 		/* the next round: what each query still lacks */
@@ -787,6 +822,7 @@ cagra_search(PG_FUNCTION_ARGS)
 		c.dists = (float *) cagra_scratch(CAGRA_SCRATCH_DISTS, total * sizeof(float));
 		c.state = (uint8 *) cagra_scratch(CAGRA_SCRATCH_STATE, total);
 		c.tids = (ItemPointerData *) cagra_scratch(CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
+		c.copy_tids = NULL;
 		memset(c.state, CAGRA_SLOT_UNKNOWN, total);
 		for (Size i = 0; i < total; i++)
 			c.ids[i] = CAGRA_INVALID_ID;	/* rows of NULL queries stay empty */
@@ -809,6 +845,8 @@ cagra_search(PG_FUNCTION_ARGS)
 			p.dists += base;
 			p.state += base;
 			p.tids += base;
+			if (p.copy_tids)
+				p.copy_tids += base;
 			cagra_resolve(index, &meta, heap, GetActiveSnapshot(), present + first, (uint32) k, &p);
 			cagra_emit_results(rsinfo, &former, &meta, present + first, first, (uint32) k, &p);
 		}

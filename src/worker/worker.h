@@ -192,7 +192,8 @@ const char *cagra_worker_state_name(CagraWorkerState state);
 /* ---- payloads (DSM) ---- */
 
 /* SEARCH: header, nq x dim prepared queries, then the answers: nq x k ids
- * (CAGRA_INVALID_ID padding) and nq x k distances. */
+ * (CAGRA_INVALID_ID padding), nq x k distances and nq x k heap TIDs of the
+ * ids as the copy has them (cagra_pack_tid; 0 for padding). */
 typedef struct CagraSearchPayload
 {
 	uint32		nq;
@@ -205,7 +206,8 @@ static inline Size
 cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k)
 {
 	return MAXALIGN(sizeof(CagraSearchPayload)) + (Size) nq * dim * sizeof(float) +
-		(Size) nq * k * (sizeof(uint32) + sizeof(float));
+		(Size) nq * k * (sizeof(uint32) + sizeof(float)) + sizeof(uint64) +
+		(Size) nq * k * sizeof(uint64);
 }
 
 static inline float *
@@ -226,7 +228,27 @@ cagra_search_distances(CagraSearchPayload *p)
 	return (float *) (cagra_search_ids(p) + (Size) p->nq * p->k);
 }
 
-/* UPLOAD: header, count x dim vectors, count x degree rows, count live bytes. */
+static inline uint64 *
+cagra_search_tids(CagraSearchPayload *p)
+{
+	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_search_distances(p) + (Size) p->nq * p->k);
+}
+
+/* A heap TID as one integer (0: none; block 0 offset 0 is never a tuple). */
+static inline uint64
+cagra_pack_tid(const ItemPointerData *tid)
+{
+	return ((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) | ItemPointerGetOffsetNumberNoCheck(tid);
+}
+
+static inline void
+cagra_unpack_tid(uint64 packed, ItemPointerData *tid)
+{
+	ItemPointerSet(tid, (BlockNumber) (packed >> 16), (OffsetNumber) (packed & 0xFFFF));
+}
+
+/* UPLOAD: header, count x dim vectors, count x degree rows, count live
+ * bytes, count heap TIDs (cagra_pack_tid). */
 typedef struct CagraUploadPayload
 {
 	uint32		dim;
@@ -241,7 +263,15 @@ typedef struct CagraUploadPayload
 static inline Size
 cagra_upload_node_bytes(uint32 dim, uint32 degree)
 {
-	return (Size) dim * sizeof(float) + (Size) degree * sizeof(uint32) + 1;
+	return (Size) dim * sizeof(float) + (Size) degree * sizeof(uint32) + 1 + sizeof(uint64);
+}
+
+/* Bytes of an UPLOAD payload of `count` nodes (alignment of the TIDs included). */
+static inline Size
+cagra_upload_payload_size(uint32 count, uint32 dim, uint32 degree)
+{
+	return MAXALIGN(sizeof(CagraUploadPayload)) + (Size) count * cagra_upload_node_bytes(dim, degree) +
+		sizeof(uint64);
 }
 
 static inline float *
@@ -260,6 +290,12 @@ static inline uint8 *
 cagra_upload_live(CagraUploadPayload *p)
 {
 	return (uint8 *) (cagra_upload_rows(p) + (Size) p->count * p->degree);
+}
+
+static inline uint64 *
+cagra_upload_tids(CagraUploadPayload *p)
+{
+	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_upload_live(p) + p->count);
 }
 
 /* BUILD_DATA / BUILD_RUN / BUILD_FETCH share one header.  DATA carries
