@@ -10,7 +10,8 @@
 #     bash test/device-sql.sh "$OUT"; bash bench/device-bench.sh "$OUT"
 # Figures go to stdout and OUTDIR/sql-bench$TAG.txt.  PG_EXTRA adds server
 # settings (e.g. "-c cagra.concurrent_batches=1"), SQL_BENCH_ARGS replaces
-# the sweep (default: --itopk 32,64 --devices auto,cpu --ceiling --batch 10000).
+# the sweep (default: --itopk 32,64 --devices auto,cpu --ceiling --batch 10000
+# --batch-clients 8).
 set -uo pipefail
 out=${1:-${OUT:-device-bench-out}}
 clients=${CLIENTS:-64}
@@ -22,5 +23,5 @@ PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=16GB -c max_conn
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
 echo "server settings: ${PG_EXTRA:-(defaults)}"
 python3 bench/sql_bench.py /tmp/c1m --clients "$clients" --seconds "$seconds" --exact-queries 10 \
-  --maintenance-work-mem 8GB ${SQL_BENCH_ARGS:---itopk 32,64 --devices auto,cpu --ceiling --batch 10000} \
+  --maintenance-work-mem 8GB ${SQL_BENCH_ARGS:---itopk 32,64 --devices auto,cpu --ceiling --batch 10000 --batch-clients 8} \
   2>&1 | tee "$out/sql-bench${TAG:-}.txt"

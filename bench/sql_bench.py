@@ -34,6 +34,8 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
                                         the ground truth must be of that metric
   --batch 10000                         also time cagra_search with batches of this
                                         many queries (0: skip)
+  --batch-clients 8                     with --batch: also run such calls from this
+                                        many sessions at once (pgbench)
 """
 import argparse
 import os
@@ -276,6 +278,7 @@ def main():
     ap.add_argument("--devices", default="auto")
     ap.add_argument("--ceiling", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--batch-clients", type=int, default=0)
     ap.add_argument("--maintenance-work-mem", default="1GB")
     ap.add_argument("--opclass", choices=["l2", "ip", "cosine"], default="l2")
     args = ap.parse_args()
@@ -313,6 +316,8 @@ def main():
                        [("cagra.device", device), ("cagra.itopk_size", itopk)], args, nq)
     if args.batch:
         batch_search(db, args.batch, nq)
+        if args.batch_clients:
+            batch_search_concurrent(db, args.batch, args.batch_clients, args.seconds)
     if db.psql("SELECT count(*) FROM pg_views WHERE viewname = 'cagra_status'") == "1":
         print(db.psql("SELECT format('worker: %s, queries %s, batches %s, mean batch %s, fallbacks %s', "
                       "state, queries, batches, round(mean_batch_size::numeric, 2), fallbacks) FROM cagra_status"))
@@ -406,6 +411,23 @@ WITH r AS (SELECT query - 1 AS qid, ctid FROM cagra_search('bench_items_cagra', 
 SELECT count(*)::float8 / (10 * %d) FROM r JOIN bench_items i ON i.ctid = r.ctid
   JOIN bench_gt g ON g.qid = r.qid AND g.id = i.id""" % (array, min(nq, batch), min(nq, batch)))
     print("cagra_search recall@10 over the first %d queries: %.3f" % (min(nq, batch), float(recall)))
+
+
+def batch_search_concurrent(db, batch, clients, seconds):
+    """cagra_search calls of `batch` queries from `clients` sessions at once
+    (pgbench, the array stored beforehand in a one-row table): queries/s of
+    the whole server."""
+    reps = "(SELECT (%d + count(*) - 1) / count(*) FROM bench_queries)" % batch
+    # stored uncompressed: each call reads the array, none decompresses it
+    db.psql("DROP TABLE IF EXISTS bench_batch; CREATE TABLE bench_batch (qs vector[]); "
+            "ALTER TABLE bench_batch ALTER qs SET STORAGE EXTERNAL; "
+            "INSERT INTO bench_batch SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid "
+            "FROM bench_queries, generate_series(1, %s) g ORDER BY g, qid LIMIT %d) s" % (reps, batch))
+    script = ("SELECT count(*) FROM cagra_search('bench_items_cagra', (SELECT qs FROM bench_batch), 10);\n")
+    tps, _, backend = db.pgbench(script, clients, seconds,
+                                 [("cagra.itopk_size", 32), ("work_mem", "64MB")])
+    print("cagra_search, %d queries per call, %d sessions at once: %.1f calls/s, %.0f q/s; backends' CPU %s ms/call"
+          % (batch, clients, tps, tps * batch, fmt_ms(backend)))
 
 
 if __name__ == "__main__":
