@@ -1,0 +1,433 @@
+/*
+ * search_resolve.cpp — the candidates of a whole cagra_search batch made
+ * into visible rows (search_batch.h): node headers read index page by page
+ * (each page once), heap tuples checked block by block of the table, so a
+ * batch of thousands of queries costs one buffer access per distinct page
+ * instead of one per candidate; and the scratch arrays kept between calls.
+ */
+#include "worker/search_batch.h"
+
+#include "worker/search.h"
+#include "worker/worker.h"
+
+extern "C" {
+#include "access/heapam.h"
+#include "access/tableam.h"
+#include "access/visibilitymap.h"
+#include "access/xact.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+}
+
+/* ---- scratch arrays (see search_batch.h) ---- */
+
+#define CAGRA_SCRATCH_KEEP ((Size) 64 * 1024 * 1024)
+
+static void *cagra_scratch_buf[CAGRA_SCRATCH_KINDS];
+static Size cagra_scratch_len[CAGRA_SCRATCH_KINDS];
+static Size cagra_scratch_total;
+
+void *
+cagra_scratch(CagraScratchKind kind, Size size)
+{
+	size = Max(size, (Size) 64);
+	if (size <= cagra_scratch_len[kind])
+		return cagra_scratch_buf[kind];
+
+	Size		grown = size + size / 4;	/* room for a slightly larger batch */
+
+	if (cagra_scratch_total - cagra_scratch_len[kind] + grown > CAGRA_SCRATCH_KEEP)
+		return palloc_extended(size, MCXT_ALLOC_HUGE);
+	if (cagra_scratch_buf[kind])
+		pfree(cagra_scratch_buf[kind]);
+	cagra_scratch_total -= cagra_scratch_len[kind];
+	cagra_scratch_buf[kind] = NULL;
+	cagra_scratch_len[kind] = 0;
+	cagra_scratch_buf[kind] = MemoryContextAllocHuge(TopMemoryContext, grown);
+	cagra_scratch_len[kind] = grown;
+	cagra_scratch_total += grown;
+	return cagra_scratch_buf[kind];
+}
+
+/* ---- ordering work by page ---- */
+
+/* One candidate to look at: its page, its slot, where on the page. */
+typedef struct CagraWork
+{
+	uint32		block;
+	uint32		slot;
+	uint32		where;			/* headers: byte offset; heap: line pointer */
+} CagraWork;
+
+static int
+cagra_cmp_work(const void *a, const void *b)
+{
+	const CagraWork *x = (const CagraWork *) a;
+	const CagraWork *y = (const CagraWork *) b;
+
+	if (x->block != y->block)
+		return x->block < y->block ? -1 : 1;
+	return x->slot < y->slot ? -1 : x->slot > y->slot ? 1 : 0;
+}
+
+/* `work` ordered by block (each < nblocks), into a new array: a counting
+ * sort when the block range is not much larger than the count, else a
+ * comparison sort.  The records travel whole, so the loops over pages read
+ * them in sequence. */
+static CagraWork *
+cagra_sort_work(const CagraWork *work, uint32 count, uint32 nblocks)
+{
+	CagraWork  *out = (CagraWork *) cagra_scratch(CAGRA_SCRATCH_SORTED, sizeof(CagraWork) * (Size) count);
+
+	if ((uint64) nblocks > 4 * (uint64) count + 1024)
+	{
+		memcpy(out, work, sizeof(CagraWork) * count);
+		qsort(out, count, sizeof(CagraWork), cagra_cmp_work);
+		return out;
+	}
+
+	uint32	   *start = (uint32 *) cagra_scratch(CAGRA_SCRATCH_COUNTS, sizeof(uint32) * ((Size) nblocks + 1));
+
+	memset(start, 0, sizeof(uint32) * ((Size) nblocks + 1));
+
+	for (uint32 i = 0; i < count; i++)
+		start[work[i].block + 1]++;
+	for (uint32 b = 0; b < nblocks; b++)
+		start[b + 1] += start[b];
+	for (uint32 i = 0; i < count; i++)
+		out[start[work[i].block]++] = work[i];
+	return out;
+}
+
+/* ---- node headers ---- */
+
+/* A pinned buffer of index block `blkno`, through this backend's hint. */
+static Buffer
+cagra_pin_index_block(Relation index, BlockNumber blkno, BlockNumber nblocks)
+{
+	Buffer	   *hint = cagra_buffer_hint(index, blkno, nblocks);
+	Buffer		buf;
+
+	if (hint && *hint != InvalidBuffer &&
+		ReadRecentBuffer(index->rd_node, MAIN_FORKNUM, blkno, *hint))
+		return *hint;
+	buf = ReadBuffer(index, blkno);
+	if (hint)
+		*hint = buf;
+	return buf;
+}
+
+/* Read the headers of the nodes of `slots` (slot numbers into c), each
+ * index page once: live nodes become LIVE with their heap TID, the rest
+ * DROPPED. */
+static void
+cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c,
+				   const uint32 *slots, uint32 count)
+{
+	BlockNumber nblocks = cagra_blocks_for(meta, meta->n);
+	CagraWork  *work = (CagraWork *) cagra_scratch(CAGRA_SCRATCH_WORK, sizeof(CagraWork) * (Size) count);
+
+	for (uint32 i = 0; i < count; i++)
+	{
+		work[i].slot = slots[i];
+		cagra_locate(meta, c->ids[slots[i]], 0, &work[i].block, &work[i].where);
+		/* a node appended after our meta page read still has its page */
+		nblocks = Max(nblocks, work[i].block + 1);
+	}
+
+	CagraWork  *sorted = cagra_sort_work(work, count, nblocks);
+
+	/*
+	 * The headers are scattered over shared buffers: each page is pinned one
+	 * group ahead and its headers prefetched, so their cache misses overlap
+	 * the work on the page before (the lock's atomic operations would
+	 * otherwise let only one page's misses overlap at a time).
+	 */
+	Buffer		next = count > 0 ? cagra_pin_index_block(index, sorted[0].block, nblocks) : InvalidBuffer;
+
+	for (uint32 i = 0; i < count;)
+	{
+		BlockNumber blkno = sorted[i].block;
+		Buffer		buf = next;
+		const char *page;
+		uint32		end = i;
+
+		while (end < count && sorted[end].block == blkno)
+			end++;
+		if (end < count)
+		{
+			const char *ahead;
+
+			next = cagra_pin_index_block(index, sorted[end].block, nblocks);
+			ahead = (const char *) BufferGetPage(next);
+			for (uint32 j = end; j < count && sorted[j].block == sorted[end].block; j++)
+				__builtin_prefetch(ahead + sorted[j].where);
+		}
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = (const char *) BufferGetPage(buf);
+		for (; i < end; i++)
+		{
+			CagraNodeHeader hdr;
+			uint32		s = sorted[i].slot;
+
+			memcpy(&hdr, page + sorted[i].where, sizeof(hdr));
+			if ((hdr.flags & CAGRA_NODE_LIVE) && !(hdr.flags & CAGRA_NODE_DELETED))
+			{
+				c->state[s] = CAGRA_SLOT_LIVE;
+				c->tids[s] = hdr.heap_tid;
+			}
+			else
+				c->state[s] = CAGRA_SLOT_DROPPED;
+		}
+		UnlockReleaseBuffer(buf);
+	}
+}
+
+/* ---- heap visibility ---- */
+
+/* Backend-local buffer hints for the heap of the last cagra_search: as the
+ * index's (storage.cpp), they save the shared buffer table lookup of
+ * blocks read by earlier batches. */
+static RelFileNode cagra_heap_hint_node;
+static Buffer *cagra_heap_hints;
+static BlockNumber cagra_heap_hint_size;
+
+static Buffer *
+cagra_heap_hint(Relation heap, BlockNumber blkno, BlockNumber nblocks)
+{
+	if (!cagra_heap_hints || !RelFileNodeEquals(cagra_heap_hint_node, heap->rd_node) ||
+		cagra_heap_hint_size < nblocks)
+	{
+		/* room to grow, so that a table growing between calls does not
+		 * cost an allocation each time */
+		BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
+		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
+																  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
+																  MCXT_ALLOC_ZERO);
+
+		if (fresh == NULL)
+			return NULL;
+		if (cagra_heap_hints && RelFileNodeEquals(cagra_heap_hint_node, heap->rd_node))
+			memcpy(fresh, cagra_heap_hints, Min(cagra_heap_hint_size, size) * sizeof(Buffer));
+		if (cagra_heap_hints)
+			pfree(cagra_heap_hints);
+		cagra_heap_hints = fresh;
+		cagra_heap_hint_size = size;
+		cagra_heap_hint_node = heap->rd_node;
+	}
+	return blkno < cagra_heap_hint_size ? &cagra_heap_hints[blkno] : NULL;
+}
+
+static Buffer
+cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
+{
+	Buffer	   *hint = cagra_heap_hint(heap, blkno, nblocks);
+	Buffer		buf;
+
+	if (hint && *hint != InvalidBuffer &&
+		ReadRecentBuffer(heap->rd_node, MAIN_FORKNUM, blkno, *hint))
+		return *hint;
+	buf = ReadBuffer(heap, blkno);
+	if (hint)
+		*hint = buf;
+	return buf;
+}
+
+/* The heap TIDs of `slots`: the worker's copy's where the snapshot is MVCC
+ * (see cagra_worker_search: the heap check alone is then exact), the node
+ * headers' for the rest. */
+static void
+cagra_take_copy_tids(Relation index, const CagraMetaData *meta, CagraCandidates *c, Snapshot snapshot,
+					 const uint32 *slots, uint32 count)
+{
+	uint32	   *rest = (uint32 *) palloc(sizeof(uint32) * Max(count, 1));
+	uint32		nrest = 0;
+
+	for (uint32 i = 0; i < count; i++)
+	{
+		uint32		s = slots[i];
+
+		if (c->copy_tids && c->copy_tids[s] != 0 && IsMVCCSnapshot(snapshot))
+		{
+			c->state[s] = CAGRA_SLOT_LIVE;
+			cagra_unpack_tid(c->copy_tids[s], &c->tids[s]);
+		}
+		else
+			rest[nrest++] = s;
+	}
+	if (nrest > 0)
+		cagra_read_headers(index, meta, c, rest, nrest);
+	pfree(rest);
+}
+
+/*
+ * The offset of the visible member of the HOT chain rooted at line pointer
+ * `off` of a page that the visibility map says is all-visible (or
+ * InvalidOffsetNumber): every normal tuple on it is visible to every
+ * snapshot, so the chain has one member, at `off` itself or behind its
+ * redirect.  The caller holds a share lock on the page.
+ *
+ * This is exact, not a guess, for the reason index-only scans are: the node
+ * header (read under the index page's lock, after our snapshot was taken),
+ * or the worker's copy of the generation the meta page showed then, said
+ * live, so vacuum had not yet released the line pointer at that time; a
+ * tuple put there after that would be newer than our snapshot, and the page
+ * could not be all-visible while we hold the snapshot.
+ */
+static OffsetNumber
+cagra_all_visible_member(Page page, OffsetNumber off)
+{
+	ItemId		lp;
+
+	if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
+		return InvalidOffsetNumber;
+	lp = PageGetItemId(page, off);
+	if (ItemIdIsRedirected(lp))
+	{
+		off = ItemIdGetRedirect(lp);
+		if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
+			return InvalidOffsetNumber;
+		lp = PageGetItemId(page, off);
+	}
+	return ItemIdIsNormal(lp) ? off : InvalidOffsetNumber;
+}
+
+/*
+ * Check the LIVE slots of `slots` against the snapshot, heap block by heap
+ * block: VISIBLE with the visible tuple's TID (a HOT chain's member, not
+ * necessarily the index's TID), or DROPPED.  On all-visible pages of a heap
+ * table the line pointers say it; elsewhere the table AM's index fetch
+ * does (serializable transactions always take that path: it records the
+ * predicate locks).
+ */
+static void
+cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, const uint32 *slots,
+					   uint32 count, IndexFetchTableData *fetch, TupleTableSlot *slot)
+{
+	BlockNumber nblocks = RelationGetNumberOfBlocks(heap);
+	bool		shortcut = heap->rd_tableam == GetHeapamTableAmRoutine() &&
+		IsMVCCSnapshot(snapshot) && !IsolationIsSerializable();
+	CagraWork  *work = (CagraWork *) cagra_scratch(CAGRA_SCRATCH_WORK, sizeof(CagraWork) * (Size) count);
+	uint32		nlive = 0;
+	Buffer		vmbuf = InvalidBuffer;
+
+	for (uint32 i = 0; i < count; i++)
+		if (c->state[slots[i]] == CAGRA_SLOT_LIVE)
+		{
+			ItemPointer tid = &c->tids[slots[i]];
+
+			/* blocks past the end (rows added since): last, any order */
+			work[nlive].block = Min(ItemPointerGetBlockNumber(tid), nblocks);
+			work[nlive].where = ItemPointerGetOffsetNumber(tid);
+			work[nlive++].slot = slots[i];
+		}
+
+	CagraWork  *sorted = cagra_sort_work(work, nlive, nblocks + 1);
+
+	for (uint32 i = 0; i < nlive;)
+	{
+		BlockNumber blkno = sorted[i].block;
+		uint32		end = i;
+
+		while (end < nlive && sorted[end].block == blkno)
+			end++;
+		if (shortcut && blkno < nblocks && VM_ALL_VISIBLE(heap, blkno, &vmbuf))
+		{
+			Buffer		buf = cagra_pin_heap_block(heap, blkno, nblocks);
+			Page		page;
+
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			page = BufferGetPage(buf);
+			for (; i < end; i++)
+			{
+				uint32		s = sorted[i].slot;
+				OffsetNumber off = cagra_all_visible_member(page, (OffsetNumber) sorted[i].where);
+
+				if (off != InvalidOffsetNumber)
+				{
+					c->state[s] = CAGRA_SLOT_VISIBLE;
+					ItemPointerSetOffsetNumber(&c->tids[s], off);
+				}
+				else
+					c->state[s] = CAGRA_SLOT_DROPPED;
+			}
+			UnlockReleaseBuffer(buf);
+			continue;
+		}
+		for (; i < end; i++)
+		{
+			uint32		s = sorted[i].slot;
+			ItemPointerData tid = c->tids[s];
+			bool		call_again = false;
+			bool		all_dead = false;
+
+			if (table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again, &all_dead))
+			{
+				c->state[s] = CAGRA_SLOT_VISIBLE;
+				c->tids[s] = slot->tts_tid;
+			}
+			else
+				c->state[s] = CAGRA_SLOT_DROPPED;
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (BufferIsValid(vmbuf))
+		ReleaseBuffer(vmbuf);
+}
+
+/*
+ * Settle the first candidates of every query until each has k visible ones
+ * (or has no more candidates).  The first round takes k per query; a query
+ * that lost some to deletions or invisibility asks for as many more in the
+ * next round.  Each round reads its headers and heap pages in page order.
+ */
+void
+cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
+			  const bool *present, uint32 k, CagraCandidates *c)
+{
+	uint32	   *next = (uint32 *) palloc0(sizeof(uint32) * Max(c->nq, 1));	/* candidates taken */
+	uint32	   *want = (uint32 *) palloc(sizeof(uint32) * Max(c->nq, 1));
+	uint32	   *slots = (uint32 *) cagra_scratch(CAGRA_SCRATCH_SLOTS, sizeof(uint32) * (Size) c->nq * c->kk);
+	IndexFetchTableData *fetch = table_index_fetch_begin(heap);
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+
+	for (int q = 0; q < c->nq; q++)
+		want[q] = present[q] ? k : 0;
+	for (;;)
+	{
+		uint32		count = 0;
+
+		for (int q = 0; q < c->nq; q++)
+		{
+			const uint32 *row = c->ids + (Size) q * c->kk;
+			uint32		stop = Min(c->kk, next[q] + want[q]);
+
+			for (; next[q] < stop && row[next[q]] != CAGRA_INVALID_ID; next[q]++)
+				slots[count++] = (uint32) ((Size) q * c->kk + next[q]);
+		}
+		if (count == 0)
+			break;
+		cagra_take_copy_tids(index, meta, c, snapshot, slots, count);
+		cagra_check_visibility(heap, snapshot, c, slots, count, fetch, slot);
+
+		/* the next round: what each query still lacks */
+		for (int q = 0; q < c->nq; q++)
+		{
+			const uint8 *st = c->state + (Size) q * c->kk;
+			uint32		visible = 0;
+
+			if (!present[q])
+				continue;
+			for (uint32 i = 0; i < next[q]; i++)
+				visible += st[i] == CAGRA_SLOT_VISIBLE;
+			want[q] = visible < k ? k - visible : 0;
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_index_fetch_end(fetch);
+	pfree(next);
+	pfree(want);
+}
