@@ -181,8 +181,25 @@ struct CagraPgError
  * block is pinned through it when it is still there, and *hint is updated. */
 Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hint = NULL);
 
-/* This backend's buffer hint for block `blkno` of `index` (an index of at
- * least `nblocks` blocks); NULL when out of memory.  Valid until the next call. */
+/*
+ * Backend-local buffer hints for one relation at a time: for each block, the
+ * buffer that held it last time, so that reading it again can skip the
+ * shared buffer mapping table (ReadRecentBuffer checks the hint).
+ */
+typedef struct CagraBufferHints
+{
+	RelFileNode node;
+	Buffer	   *hints;
+	BlockNumber size;
+} CagraBufferHints;
+
+/* The hint of block `blkno` of `rel` (a relation of at least `nblocks`
+ * blocks); NULL when out of memory or beyond.  Valid until the next call
+ * with the same hints. */
+Buffer	   *cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, BlockNumber nblocks);
+
+/* This backend's buffer hint for block `blkno` of `index`, from the hints
+ * of the last index searched. */
 Buffer	   *cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks);
 
 /* Ties the lifetime of a C++ object to a memory context: deleted when the

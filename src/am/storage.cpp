@@ -314,40 +314,41 @@ cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hi
 	return buf;
 }
 
-/*
- * Backend-local buffer hints for the last index searched: for each block,
- * the buffer that held it last time.  A search touches hundreds of pages
- * spread over the index, and looking each up in the shared buffer mapping
- * table is a large part of its cost.  One index at a time; rebuilt indexes
- * have a new relfilenode and start over.
- */
-static RelFileNode cagra_hint_node;
-static Buffer *cagra_hints;
-static BlockNumber cagra_hint_size;
+Buffer *
+cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, BlockNumber nblocks)
+{
+	if (!h->hints || !RelFileNodeEquals(h->node, rel->rd_node) || h->size < nblocks)
+	{
+		/* room to grow, so that a relation growing between searches does
+		 * not cost an allocation each time */
+		BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
+		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
+																  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
+																  MCXT_ALLOC_ZERO);
+
+		if (fresh == NULL)
+			return NULL;
+		if (h->hints && RelFileNodeEquals(h->node, rel->rd_node))
+			memcpy(fresh, h->hints, Min(h->size, size) * sizeof(Buffer));
+		if (h->hints)
+			pfree(h->hints);
+		h->hints = fresh;
+		h->size = size;
+		h->node = rel->rd_node;
+	}
+	return blkno < h->size ? &h->hints[blkno] : NULL;
+}
+
+/* A search touches hundreds of pages spread over the index, and looking
+ * each up in the shared buffer mapping table is a large part of its cost.
+ * One index at a time; rebuilt indexes have a new relfilenode and start
+ * over. */
+static CagraBufferHints cagra_index_hints;
 
 Buffer *
 cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks)
 {
-	if (cagra_hints && blkno < cagra_hint_size && RelFileNodeEquals(cagra_hint_node, index->rd_node))
-		return &cagra_hints[blkno];
-	if (blkno >= nblocks)
-		return NULL;
-
-	BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
-	Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
-															 MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
-															 MCXT_ALLOC_ZERO);
-
-	if (fresh == NULL)
-		return NULL;
-	if (cagra_hints && RelFileNodeEquals(cagra_hint_node, index->rd_node))
-		memcpy(fresh, cagra_hints, Min(cagra_hint_size, size) * sizeof(Buffer));
-	if (cagra_hints)
-		pfree(cagra_hints);
-	cagra_hints = fresh;
-	cagra_hint_size = size;
-	cagra_hint_node = index->rd_node;
-	return &cagra_hints[blkno];
+	return cagra_hint_for(&cagra_index_hints, index, blkno, nblocks);
 }
 
 /* ---- C++ objects owned by memory contexts ---- */

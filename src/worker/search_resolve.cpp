@@ -188,43 +188,15 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 
 /* ---- heap visibility ---- */
 
-/* Backend-local buffer hints for the heap of the last cagra_search: as the
- * index's (storage.cpp), they save the shared buffer table lookup of
- * blocks read by earlier batches. */
-static RelFileNode cagra_heap_hint_node;
-static Buffer *cagra_heap_hints;
-static BlockNumber cagra_heap_hint_size;
-
-static Buffer *
-cagra_heap_hint(Relation heap, BlockNumber blkno, BlockNumber nblocks)
-{
-	if (!cagra_heap_hints || !RelFileNodeEquals(cagra_heap_hint_node, heap->rd_node) ||
-		cagra_heap_hint_size < nblocks)
-	{
-		/* room to grow, so that a table growing between calls does not
-		 * cost an allocation each time */
-		BlockNumber size = Max(nblocks + nblocks / 4, (BlockNumber) 64);
-		Buffer	   *fresh = (Buffer *) MemoryContextAllocExtended(TopMemoryContext, size * sizeof(Buffer),
-																  MCXT_ALLOC_HUGE | MCXT_ALLOC_NO_OOM |
-																  MCXT_ALLOC_ZERO);
-
-		if (fresh == NULL)
-			return NULL;
-		if (cagra_heap_hints && RelFileNodeEquals(cagra_heap_hint_node, heap->rd_node))
-			memcpy(fresh, cagra_heap_hints, Min(cagra_heap_hint_size, size) * sizeof(Buffer));
-		if (cagra_heap_hints)
-			pfree(cagra_heap_hints);
-		cagra_heap_hints = fresh;
-		cagra_heap_hint_size = size;
-		cagra_heap_hint_node = heap->rd_node;
-	}
-	return blkno < cagra_heap_hint_size ? &cagra_heap_hints[blkno] : NULL;
-}
+/* Buffer hints for the heap of the last cagra_search: as the index's
+ * (storage.cpp), they save the shared buffer table lookup of blocks read by
+ * earlier batches. */
+static CagraBufferHints cagra_heap_hints;
 
 static Buffer
 cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
 {
-	Buffer	   *hint = cagra_heap_hint(heap, blkno, nblocks);
+	Buffer	   *hint = cagra_hint_for(&cagra_heap_hints, heap, blkno, nblocks);
 	Buffer		buf;
 
 	if (hint && *hint != InvalidBuffer &&
