@@ -20,25 +20,12 @@ using cagra_test::clustered;
 
 namespace {
 
-struct Fixture {
-    static constexpr uint32_t dim = 64;
-    static constexpr uint64_t n = 20000;
-    std::vector<float> base = clustered(n + 200, dim, 7);
-    std::vector<float> queries = cagra_test::take_tail(base, 200, dim);
-    BuiltGraph built;
-    Fixture()
-    {
-        BuildParams p;
-        p.threads = 2;
-        built = build_graph(DatasetView{base.data(), n, dim}, Metric::L2, p);
-    }
-    InMemoryGraph graph() const { return InMemoryGraph(built.graph, DatasetView{base.data(), n, dim}, Metric::L2); }
-    const float *query(size_t q) const { return &queries[q * dim]; }
-};
+/* One shared 20,000 x 64 index (built once for the whole suite). */
+using Fixture = cagra_test::ClusteredIndex;
 
 const Fixture &fixture()
 {
-    static Fixture f;
+    static Fixture f(7);
     return f;
 }
 
