@@ -100,7 +100,7 @@ echo "files: $(echo "$tap_files" | xargs -n1 basename | tr '\n' ' ')"
 su pguser -c "cd $tdir && TEMP_CONFIG=$tdir/temp.conf PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH PERL5LIB=${PERL5LIB:-} \
   TESTDIR=$tdir PG_REGRESS=$pgxs_src/test/regress/pg_regress CAGRA_SRC=$root \
   CAGRA_GPU_LIBRARY=$pkglib/libcagra_gpu.so CAGRA_HOLD_MEMORY=$hold_bin \
-  prove -v -I $pgxs_src/test/perl $(echo "$tap_files" | tr '\n' ' ')" >"$out/tap.log" 2>&1
+  prove -v -I $pgxs_src/test/perl -I $root/test/t $(echo "$tap_files" | tr '\n' ' ')" >"$out/tap.log" 2>&1
 echo "TAP exit status $?"
 grep -E "^(not ok|ok|# )|^Result|Files=" "$out/tap.log" | head -120
 # the logs of failed TAP files, flat (only two folder levels come back)

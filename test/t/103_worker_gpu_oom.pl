@@ -16,12 +16,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use CagraGpuNode;
 use IPC::Run;
 use Time::HiRes qw(sleep);
 
-my $lib = $ENV{CAGRA_GPU_LIBRARY};
 my $hold = $ENV{CAGRA_HOLD_MEMORY};
-plan skip_all => 'CAGRA_GPU_LIBRARY not set (device check only)' unless $lib && -r $lib;
+plan skip_all => 'CAGRA_GPU_LIBRARY not set (device check only)' unless $ENV{CAGRA_GPU_LIBRARY};
 plan skip_all => 'CAGRA_HOLD_MEMORY (test/gpu/hold_memory) not set or not executable'
   unless $hold && -x $hold;
 
@@ -29,24 +29,7 @@ plan skip_all => 'CAGRA_HOLD_MEMORY (test/gpu/hold_memory) not set or not execut
 # headroom (64 MiB beside every allocation), so nothing new fits at all.
 my $leave_mb = 64;
 
-my $node = PostgreSQL::Test::Cluster->new('gpuoom');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'cagra'
-cagra.gpu_library = '$lib'
-maintenance_work_mem = '1GB'
-restart_after_crash = on
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
-$node->poll_query_until('postgres', "SELECT state NOT IN ('not started', 'starting') FROM cagra_status")
-  or die 'worker never reported';
-my $state = $node->safe_psql('postgres', 'SELECT state FROM cagra_status');
-if ($state ne 'running')
-{
-	diag($node->safe_psql('postgres', 'SELECT message FROM cagra_status'));
-	plan skip_all => "worker state '$state': no device here";
-}
+my $node = CagraGpuNode::start('gpuoom');
 my $ndev = $node->safe_psql('postgres', 'SELECT cardinality(devices) FROM cagra_status');
 diag("devices ($ndev): " . $node->safe_psql('postgres', 'SELECT devices FROM cagra_status'));
 

@@ -12,28 +12,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use CagraGpuNode;
 
-my $lib = $ENV{CAGRA_GPU_LIBRARY};
-plan skip_all => 'CAGRA_GPU_LIBRARY not set (device check only)' unless $lib && -r $lib;
-
-my $node = PostgreSQL::Test::Cluster->new('twogpus');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'cagra'
-cagra.gpu_library = '$lib'
-maintenance_work_mem = '1GB'
-restart_after_crash = on
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
-$node->poll_query_until('postgres', "SELECT state NOT IN ('not started', 'starting') FROM cagra_status")
-  or die 'worker never reported';
-my $state = $node->safe_psql('postgres', 'SELECT state FROM cagra_status');
-if ($state ne 'running')
-{
-	diag($node->safe_psql('postgres', 'SELECT message FROM cagra_status'));
-	plan skip_all => "worker state '$state': no device here";
-}
+my $node = CagraGpuNode::start('twogpus');
 my $ndev = $node->safe_psql('postgres', 'SELECT cardinality(devices) FROM cagra_status');
 plan skip_all => "the worker sees $ndev device(s), this test needs two" if $ndev < 2;
 diag("devices ($ndev): " . $node->safe_psql('postgres', 'SELECT devices FROM cagra_status'));
