@@ -26,7 +26,8 @@ else
 EXTENSION = cagra
 EXTVERSION = 0.1.0
 MODULE_big = cagra
-OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*.cpp src/am/*.cpp src/core/*.cpp src/worker/*.cpp))
+# Every folder of src/ (docs/architecture.md); test-only code lives in test/.
+OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*.cpp src/*/*.cpp))
 
 # The install script: the type first (later parts refer to it), then the rest
 # in name order.
@@ -37,7 +38,7 @@ REGRESS = $(patsubst sql/%.sql,%,$(wildcard sql/*.sql))
 
 # -Wno-register: PostgreSQL 15 headers (port/atomics) use `register`, which
 # C++17 removed.
-PG_CPPFLAGS = -I$(CURDIR)/src
+PG_CPPFLAGS = -I$(CURDIR)/src -I$(CURDIR)
 PG_CXXFLAGS = -std=c++17 -O2 -fPIC -march=x86-64-v2 -Wno-register
 SHLIB_LINK = -lstdc++ -lpthread
 

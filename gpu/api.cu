@@ -14,8 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "core/types.h"
 #include "internal.cuh"
+
 #include "search.cuh"
+
+static_assert(CAGRA_GPU_INVALID_NODE == cagra::kInvalidNode, "one invalid node id");
+static_assert((int)CAGRA_GPU_L2 == (int)cagra::Metric::L2 &&
+                  (int)CAGRA_GPU_INNER_PRODUCT == (int)cagra::Metric::InnerProduct &&
+                  (int)CAGRA_GPU_COSINE == (int)cagra::Metric::Cosine && cagra::kMetricCount == 3,
+              "the GPU library's metrics are the core's");
 
 #define CAGRA_GPU_VERSION_STRING "0.1.0"
 
@@ -26,9 +34,9 @@ namespace {
 thread_local std::string last_error;
 
 constexpr uint64_t kMaxNodes = 0x7FFFFFFEULL; /* ids keep bit 31 free for flags */
-constexpr uint32_t kMaxDim = 16000;
-constexpr uint32_t kMaxRandomEntries = 1024;
-constexpr uint32_t kMaxEntryNodes = 1024;
+constexpr uint32_t kMaxDim = cagra::kMaxDim;
+constexpr uint32_t kMaxRandomEntries = cagra::kMaxRandomEntries;
+constexpr uint32_t kMaxEntryNodes = cagra::kMaxStoredEntries;
 constexpr uint32_t kMaxCandidates = 4096; /* search_width * degree */
 /* Kept free beside our own buffers: the context, CUB scratch, fragmentation. */
 constexpr uint64_t kHeadroom = 64ULL << 20;
@@ -272,26 +280,29 @@ int cagra_gpu_api_version(void) { return CAGRA_GPU_API_VERSION; }
 
 const char *cagra_gpu_last_error(void) { return last_error.c_str(); }
 
+/* The defaults are the core's (src/core/types.h): one default per parameter. */
 void cagra_gpu_default_build_params(cagra_gpu_build_params *p)
 {
     if (!p)
         return;
-    p->graph_degree = 32;
-    p->intermediate_degree = 64;
-    p->nn_descent_max_iterations = 20;
-    p->nn_descent_termination = 0.001f;
-    p->seed = 0x5eedcafeULL;
+    const cagra::BuildParams d;
+    p->graph_degree = d.graph_degree;
+    p->intermediate_degree = d.intermediate_degree;
+    p->nn_descent_max_iterations = d.nn_descent_max_iterations;
+    p->nn_descent_termination = d.nn_descent_termination;
+    p->seed = d.seed;
 }
 
 void cagra_gpu_default_search_params(cagra_gpu_search_params *p)
 {
     if (!p)
         return;
-    p->itopk_size = 64;
-    p->search_width = 1;
-    p->max_iterations = 0;
-    p->random_entries = 32;
-    p->seed = 0x5eedcafeULL;
+    const cagra::SearchParams d;
+    p->itopk_size = d.itopk_size;
+    p->search_width = d.search_width;
+    p->max_iterations = d.max_iterations;
+    p->random_entries = d.random_entries;
+    p->seed = d.seed;
 }
 
 cagra_gpu_status cagra_gpu_device_count(int *count)

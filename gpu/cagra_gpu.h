@@ -92,10 +92,8 @@ CAGRA_GPU_EXPORT int cagra_gpu_api_version(void);
 /* The message of the last failed call on this thread ("" after success). */
 CAGRA_GPU_EXPORT const char *cagra_gpu_last_error(void);
 
-/* Defaults: the search ones equal cagra::SearchParams; the build ones equal
- * cagra::BuildParams except nn_descent_termination, 0.001 here against the
- * core's 0.15: the device iterations are cheap, and the H200 figures in
- * docs/benchmarks.md were measured with it (about 20 iterations on c1m). */
+/* Defaults: those of cagra::BuildParams and cagra::SearchParams
+ * (src/core/types.h), the one place each default is set. */
 CAGRA_GPU_EXPORT void cagra_gpu_default_build_params(cagra_gpu_build_params *params);
 CAGRA_GPU_EXPORT void cagra_gpu_default_search_params(cagra_gpu_search_params *params);
 

@@ -1,6 +1,7 @@
 #!/bin/bash
 # test/run-tests.sh — every test layer of cagra, from a clean checkout:
 #
+#   0. layers: test/check-layers.sh (include arrows of docs/architecture.md)
 #   1. core: CMake build (Release) into build/, then ctest (GoogleTest; the
 #      GPU tests skip themselves without a device)
 #   2. extension: PGXS build and install (make && make install)
@@ -56,6 +57,14 @@ if [ "$(id -u)" = 0 ]; then
     as_test_user() { runuser -u "$TEST_USER" -- "$@"; }
 else
     as_test_user() { "$@"; }
+fi
+
+# --- 0. layers ------------------------------------------------------------------
+banner "layers: include arrows"
+if bash test/check-layers.sh; then
+    record layers PASS "include arrows follow docs/architecture.md"
+else
+    record layers FAIL "an include crosses the layers (test/check-layers.sh)"
 fi
 
 # --- 1. core library and GoogleTest ------------------------------------------

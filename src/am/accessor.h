@@ -1,7 +1,8 @@
 /*
  * accessor.h — the core's graph Accessor (core/search.h) over index pages:
  * rows and vectors are read through shared buffers, one share-locked page
- * at a time.  Used by scans, inserts (plan_insert) and vacuum (plan_repair).
+ * at a time.  Used by scans, cagra_search, inserts (plan_insert) and
+ * vacuum (plan_repair).
  *
  * Methods throw CagraPgError when PostgreSQL reports an error while reading
  * a page, so the caller's boundary can unwind C++ frames and re-throw it.
@@ -38,7 +39,7 @@ public:
 	uint32_t size() const { return meta_.n; }
 	uint32_t degree() const { return meta_.graph_degree; }
 	uint32_t dim() const { return meta_.dims; }
-	cagra::Metric metric() const { return (cagra::Metric) meta_.metric; }
+	cagra::Metric metric() const { return format_.metric; }
 
 	const uint32_t *neighbors(uint32_t id, uint32_t *scratch) const;
 	void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const;
@@ -76,8 +77,10 @@ private:
 
 	Relation	index_;
 	CagraMetaData meta_;
+	cagra::VectorFormat format_;
 	bool		record_;
 	mutable std::vector<float> vecbuf_;
+	mutable std::vector<char> storedbuf_;	/* a vector as stored, spanning pages */
 	mutable std::unordered_map<uint32_t, NodeInfo> seen_;
 	bool		keep_pins_;
 	BlockNumber nblocks_;						/* blocks that hold nodes 0..n-1 */

@@ -11,15 +11,12 @@
 #include "am/cagra_am.h"
 
 #include <atomic>
-#include <csignal>
 #include <cstring>
-#include <pthread.h>
 #include <thread>
 
+#include "client/client.h"
 #include "core/build.h"
-#include "core/distance.h"
-#include "vector.h"
-#include "worker/client.h"
+#include "type/vector.h"
 
 extern "C" {
 #include "access/tableam.h"
@@ -42,8 +39,7 @@ typedef struct CagraBuildState
 	Relation	index;
 	cagra::Metric metric;
 	uint32		dims;			/* 0 until the first vector when the column has no typmod */
-	uint32		graph_degree;
-	uint32		intermediate_degree;
+	cagra::BuildParams params;	/* assembled once: cagra_build_params */
 	float	   *vectors;		/* n x dims, prepared */
 	ItemPointerData *tids;
 	uint64		n;
@@ -61,8 +57,8 @@ static double
 cagra_build_bytes_per_node(const CagraBuildState *bs)
 {
 	return (double) bs->dims * sizeof(float) + sizeof(ItemPointerData) +
-		(double) bs->intermediate_degree * 2 * (sizeof(uint32) + sizeof(float)) +
-		(double) bs->graph_degree * 3 * sizeof(uint32);
+		(double) bs->params.intermediate_degree * 2 * (sizeof(uint32) + sizeof(float)) +
+		(double) bs->params.graph_degree * 3 * sizeof(uint32);
 }
 
 static void
@@ -162,40 +158,17 @@ struct CagraBuildJob
 
 	void run() noexcept
 	{
-		try
-		{
-			result = cagra::build_graph(data, metric, params, &progress);
-			cagra_status_ok(&status);
-		}
-		catch (...)
-		{
-			cagra_status_from_current_exception(&status);
-		}
+		cagra_guard(&status, [this] { result = cagra::build_graph(data, metric, params, &progress); });
 		finished = true;
 	}
 };
 
-/* Start the job's thread with every signal blocked: PostgreSQL's handlers
- * must run on the backend's own thread.  The core's threads inherit it. */
+/* Start the job's thread (signals blocked: boundary.h; the core's threads
+ * inherit the mask). */
 static bool
 cagra_start_job(CagraBuildJob *job, CagraStatus *st) noexcept
 {
-	sigset_t	all,
-				old;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	try
-	{
-		job->thread = std::thread([job] { job->run(); });
-		cagra_status_ok(st);
-	}
-	catch (...)
-	{
-		cagra_status_from_current_exception(st);
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return st->ok;
+	return cagra_guard(st, [job] { job->thread = cagra_start_thread([job] { job->run(); }); });
 }
 
 static void
@@ -206,27 +179,16 @@ cagra_stop_job(CagraBuildJob *job) noexcept
 		job->thread.join();
 }
 
-static CagraBuildJob *
-cagra_new_job(CagraStatus *st) noexcept
-{
-	try
-	{
-		CagraBuildJob *job = new CagraBuildJob();
-
-		cagra_status_ok(st);
-		return job;
-	}
-	catch (...)
-	{
-		cagra_status_from_current_exception(st);
-		return nullptr;
-	}
-}
-
 static int64
 cagra_phase_of(uint32 core_phase)
 {
 	return core_phase == (uint32) cagra::BuildPhase::Pruning ? CAGRA_PHASE_PRUNE : CAGRA_PHASE_KNN;
+}
+
+static void
+cagra_report_build_phase(cagra::BuildPhase phase)
+{
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, cagra_phase_of((uint32) phase));
 }
 
 /*
@@ -238,9 +200,9 @@ static CagraBuildJob *
 cagra_run_core_build(CagraBuildState *bs, CagraOwner **owner_out)
 {
 	CagraStatus st;
-	CagraBuildJob *job = cagra_new_job(&st);
+	CagraBuildJob *job = nullptr;
 
-	if (!job)
+	if (!cagra_guard(&st, [&job] { job = new CagraBuildJob(); }))
 		cagra_report_status(&st);
 	CagraOwner *owner = cagra_owner_new(bs->cxt, job, cagra_delete_object<CagraBuildJob>);
 
@@ -248,9 +210,7 @@ cagra_run_core_build(CagraBuildState *bs, CagraOwner **owner_out)
 	job->data.n = bs->n;
 	job->data.dim = bs->dims;
 	job->metric = bs->metric;
-	job->params.graph_degree = bs->graph_degree;
-	job->params.intermediate_degree = bs->intermediate_degree;
-	job->params.threads = (uint32) max_parallel_maintenance_workers + 1;
+	job->params = bs->params;
 
 	if (!cagra_start_job(job, &st))
 	{
@@ -312,16 +272,15 @@ cagra_new_buffer(Relation index, ForkNumber fork)
 }
 
 static void
-cagra_fill_meta(CagraMetaData *meta, Relation index, cagra::Metric metric, uint32 dims,
-				uint32 degree, uint32 intermediate)
+cagra_fill_meta(CagraMetaData *meta, cagra::Metric metric, uint32 dims, const cagra::BuildParams &params)
 {
 	memset(meta, 0, sizeof(*meta));
 	meta->magic = CAGRA_MAGIC;
 	meta->version = CAGRA_FORMAT_VERSION;
 	meta->dims = dims;
 	meta->metric = (uint32) metric;
-	meta->graph_degree = degree;
-	meta->intermediate_degree = intermediate;
+	meta->graph_degree = params.graph_degree;
+	meta->intermediate_degree = params.intermediate_degree;
 	meta->build_device = CAGRA_DEVICE_CPU;
 	/* Start from the WAL position, not 1: a REINDEX keeps the index's OID,
 	 * and its generations must not repeat those of the index it replaces. */
@@ -349,8 +308,8 @@ cagra_fill_group(const CagraMetaData *meta, const CagraBuildState *bs, const cag
 		hdr.flags = CAGRA_NODE_LIVE;
 		memcpy(rec, &hdr, sizeof(hdr));
 		memcpy(rec + CAGRA_ROW_OFFSET, graph.row(id), meta->graph_degree * sizeof(uint32));
-		memcpy(rec + cagra_vector_offset(meta->graph_degree), bs->vectors + (uint64) id * bs->dims,
-			   bs->dims * sizeof(float));
+		cagra_format_of(meta).store(bs->vectors + (uint64) id * bs->dims,
+									rec + cagra_vector_offset(meta->graph_degree));
 	}
 }
 
@@ -399,18 +358,21 @@ cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildSta
 static void
 cagra_check_built_graph(Relation index, const CagraBuildState *bs, const cagra::BuiltGraph &built)
 {
-	if (built.graph.degree != bs->graph_degree || built.graph.size() != bs->n)
+	if (built.graph.degree != bs->params.graph_degree || built.graph.size() != bs->n)
 		elog(ERROR, "cagra core build returned a graph of %llu x %u for %llu vectors of degree %u",
 			 (unsigned long long) built.graph.size(), built.graph.degree,
-			 (unsigned long long) bs->n, bs->graph_degree);
+			 (unsigned long long) bs->n, bs->params.graph_degree);
 }
 
 IndexBuildResult *
 cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 {
+	int			build_device = cagra_option_build_device(index);
+
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
-	cagra_worker_check_build_device(index, cagra_option_build_device(index));
+	if (build_device == CAGRA_DEVICE_GPU)
+		cagra_worker_require_gpu_build(RelationGetRelationName(index));
 
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra build",
 											  ALLOCSET_DEFAULT_SIZES);
@@ -421,8 +383,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	bs->index = index;
 	bs->metric = cagra_index_metric(index);
 	bs->dims = typmod > 0 ? (uint32) typmod : 0;
-	bs->graph_degree = (uint32) cagra_option_graph_degree(index);
-	bs->intermediate_degree = (uint32) cagra_option_intermediate_degree(index);
+	bs->params = cagra_build_params(index);
 	bs->mem_limit = (double) maintenance_work_mem * 1024.0;
 	bs->estimated_rows = Max((double) heap->rd_rel->reltuples, 0.0);
 	bs->cxt = cxt;
@@ -444,9 +405,17 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	{
 		cagra_check_build_memory(bs, bs->n);
 		/* the GPU worker when it runs (NULL: build here, on the CPU) */
-		built = cagra_worker_build_graph(index, bs->vectors, bs->n, bs->dims, bs->metric,
-										 bs->graph_degree, bs->intermediate_degree,
-										 cagra_option_build_device(index), cxt, &built_on);
+		cagra::VectorFormat format;
+		bool		on_gpu = false;
+
+		format.dim = bs->dims;
+		format.metric = bs->metric;
+		if (build_device != CAGRA_DEVICE_CPU)
+			built = cagra_worker_build_graph(RelationGetRelationName(index), bs->vectors, bs->n, format,
+											 bs->params, build_device == CAGRA_DEVICE_GPU,
+											 cagra_report_build_phase, cxt, &on_gpu);
+		if (built)
+			built_on = on_gpu ? CAGRA_DEVICE_GPU : CAGRA_DEVICE_CPU;
 		if (!built)
 		{
 			job = cagra_run_core_build(bs, &owner);
@@ -455,7 +424,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 		cagra_check_built_graph(index, bs, *built);
 	}
 
-	cagra_fill_meta(&meta, index, bs->metric, bs->dims, bs->graph_degree, bs->intermediate_degree);
+	cagra_fill_meta(&meta, bs->metric, bs->dims, bs->params);
 	meta.n = meta.live = (uint32) bs->n;
 	meta.build_device = built_on;
 	if (built)
@@ -496,9 +465,8 @@ cagra_buildempty(Relation index)
 	int32		typmod = TupleDescAttr(RelationGetDescr(index), 0)->atttypmod;
 	Page		page = (Page) palloc(BLCKSZ);
 
-	cagra_fill_meta(&meta, index, cagra_index_metric(index), typmod > 0 ? (uint32) typmod : 0,
-					(uint32) cagra_option_graph_degree(index),
-					(uint32) cagra_option_intermediate_degree(index));
+	cagra_fill_meta(&meta, cagra_index_metric(index), typmod > 0 ? (uint32) typmod : 0,
+					cagra_build_params(index));
 	cagra_init_meta_page(page, &meta);
 	PageSetChecksumInplace(page, CAGRA_METAPAGE_BLKNO);
 	smgrwrite(RelationGetSmgr(index), INIT_FORKNUM, CAGRA_METAPAGE_BLKNO, (char *) page, true);

@@ -19,16 +19,15 @@ extern "C" {
 #include "utils/rel.h"
 }
 
-#include <cmath>
-
-#include "core/types.h"
+#include "boundary/boundary.h"
+#include "core/format.h"
 
 /* ---- on-disk format ---- */
 
 #define CAGRA_MAGIC 0xCA6A1DE5u
 #define CAGRA_FORMAT_VERSION 1
 #define CAGRA_METAPAGE_BLKNO 0
-#define CAGRA_MAX_ENTRY_NODES 1024
+#define CAGRA_MAX_ENTRY_NODES cagra::kMaxStoredEntries
 
 /* Node flags */
 #define CAGRA_NODE_LIVE 0x0001
@@ -41,11 +40,11 @@ extern "C" {
 
 /* Reloption limits.  A row (8 + 4 * graph_degree bytes) always fits in the
  * first page of its node, so neighbour reads and edge updates touch one page. */
-#define CAGRA_MIN_DEGREE 2
-#define CAGRA_MAX_DEGREE 1024
-#define CAGRA_MAX_INTERMEDIATE_DEGREE 1024
-#define CAGRA_DEFAULT_DEGREE 32
-#define CAGRA_DEFAULT_INTERMEDIATE_DEGREE 64
+#define CAGRA_MIN_DEGREE cagra::kMinDegree
+#define CAGRA_MAX_DEGREE cagra::kMaxDegree
+#define CAGRA_MAX_INTERMEDIATE_DEGREE cagra::kMaxDegree
+#define CAGRA_DEFAULT_DEGREE (cagra::BuildParams().graph_degree)
+#define CAGRA_DEFAULT_INTERMEDIATE_DEGREE (cagra::BuildParams().intermediate_degree)
 
 /* Meta page contents, right after the standard page header of block 0. */
 typedef struct CagraMetaData
@@ -73,6 +72,24 @@ typedef struct CagraNodeHeader
 	ItemPointerData heap_tid;
 	uint16		flags;
 } CagraNodeHeader;
+
+/* A node searches may return (deleted nodes are traversed, never returned). */
+static inline bool
+cagra_node_is_live(uint16 flags)
+{
+	return (flags & CAGRA_NODE_LIVE) && !(flags & CAGRA_NODE_DELETED);
+}
+
+/* How the index holds its vectors. */
+static inline cagra::VectorFormat
+cagra_format_of(const CagraMetaData *meta)
+{
+	cagra::VectorFormat f;
+
+	f.dim = meta->dims;
+	f.metric = (cagra::Metric) meta->metric;
+	return f;
+}
 
 #define CAGRA_PAGE_DATA_START MAXALIGN(SizeOfPageHeaderData)
 #define CAGRA_PAGE_USABLE (BLCKSZ - CAGRA_PAGE_DATA_START)
@@ -142,38 +159,18 @@ extern int	cagra_max_iterations;
 extern int	cagra_max_scan_tuples;
 
 void		cagra_init_reloptions(void);
+void		cagra_define_search_gucs(void);
 int			cagra_option_graph_degree(Relation index);
 int			cagra_option_intermediate_degree(Relation index);
 int			cagra_option_build_device(Relation index);
 cagra::Metric cagra_index_metric(Relation index);
 const char *cagra_device_name(uint32 device);
 
-/* Search parameters from the GUCs */
+/* Build parameters of an index (reloptions); search parameters (GUCs). */
+cagra::BuildParams cagra_build_params(Relation index);
 cagra::SearchParams cagra_search_params(void);
 
-/* ---- the C++ / PostgreSQL boundary ---- */
-
-/* What a C++ step reports to its PostgreSQL caller instead of throwing. */
-typedef struct CagraStatus
-{
-	bool		ok;
-	int			sqlstate;		/* ERRCODE_* when !ok and edata == NULL */
-	char		message[512];
-	char		hint[256];
-	ErrorData  *edata;			/* a PostgreSQL error caught inside C++ code */
-} CagraStatus;
-
-void		cagra_status_ok(CagraStatus *st);
-/* Fill `st` from the exception being handled (call inside catch (...)). */
-void		cagra_status_from_current_exception(CagraStatus *st);
-/* ereport(ERROR) for a failed status; call from a frame without C++ objects. */
-void		cagra_report_status(const CagraStatus *st) pg_attribute_noreturn();
-
-/* A PostgreSQL error turned into a C++ exception inside a page accessor. */
-struct CagraPgError
-{
-	ErrorData  *edata;
-};
+/* ---- guarded buffer reads ---- */
 
 /* ReadBuffer + LockBuffer that throw CagraPgError instead of longjmp'ing
  * (mode BUFFER_LOCK_UNLOCK: pin only, no lock).
@@ -201,19 +198,6 @@ Buffer	   *cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, 
 /* This backend's buffer hint for block `blkno` of `index`, from the hints
  * of the last index searched. */
 Buffer	   *cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks);
-
-/* Ties the lifetime of a C++ object to a memory context: deleted when the
- * context is reset or deleted (also on error), or earlier by cagra_owner_free. */
-typedef struct CagraOwner CagraOwner;
-CagraOwner *cagra_owner_new(MemoryContext cxt, void *obj, void (*destroy) (void *));
-void		cagra_owner_free(CagraOwner *owner);
-
-template <class T>
-static void
-cagra_delete_object(void *p)
-{
-	delete static_cast<T *>(p);
-}
 
 /* ---- insert lock ----
  * Inserts and vacuum serialise on a heavyweight lock on the meta page
@@ -276,12 +260,3 @@ void		cagra_endscan(IndexScanDesc scan);
 #define CAGRA_PHASE_KNN 3
 #define CAGRA_PHASE_PRUNE 4
 #define CAGRA_PHASE_WRITE 5
-
-/* Operator value (what <->, <#>, <=> return) for a core distance. */
-static inline double
-cagra_operator_value(cagra::Metric metric, float distance)
-{
-	if (metric == cagra::Metric::L2)
-		return distance > 0 ? sqrt((double) distance) : 0.0;
-	return (double) distance;
-}

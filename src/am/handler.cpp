@@ -1,7 +1,8 @@
 /*
  * handler.cpp — the cagra access method handler (the IndexAmRoutine),
- * opclass validation, reloptions, build phase names, the metric support
- * functions and search parameters from the GUCs.
+ * opclass validation, reloptions, the search settings (cagra.itopk_size
+ * and friends), build phase names, the metric support functions, and the
+ * one place each of build and search parameters is assembled.
  */
 #include "am/cagra_am.h"
 
@@ -15,7 +16,9 @@ extern "C" {
 #include "commands/progress.h"
 #include "commands/vacuum.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "utils/regproc.h"
@@ -27,6 +30,37 @@ PG_FUNCTION_INFO_V1(cagra_cosine_support);
 }
 
 relopt_kind cagra_relopt_kind;
+
+int			cagra_itopk_size = 64;
+int			cagra_search_width = 1;
+int			cagra_max_iterations = 0;
+int			cagra_max_scan_tuples = 20000;
+
+void
+cagra_define_search_gucs(void)
+{
+	cagra::SearchParams defaults;
+
+	cagra_itopk_size = (int) defaults.itopk_size;
+	cagra_search_width = (int) defaults.search_width;
+	cagra_max_iterations = (int) defaults.max_iterations;
+	DefineCustomIntVariable("cagra.itopk_size",
+							"Candidates kept by a cagra index search (larger: better recall, slower).",
+							NULL, &cagra_itopk_size, cagra_itopk_size, 1, (int) cagra::kMaxItopk,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.search_width",
+							"Nodes expanded per iteration of a cagra index search.",
+							NULL, &cagra_search_width, cagra_search_width, 1, (int) cagra::kMaxSearchWidth,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.max_iterations",
+							"Iteration limit of a cagra index search (0: chosen from itopk_size and search_width).",
+							NULL, &cagra_max_iterations, cagra_max_iterations, 0, 100000,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.max_scan_tuples",
+							"Most rows one cagra index scan returns when the executor keeps asking (filters, large LIMIT).",
+							NULL, &cagra_max_scan_tuples, cagra_max_scan_tuples, 1, INT_MAX,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+}
 
 static relopt_enum_elt_def cagra_device_values[] = {
 	{"auto", CAGRA_DEVICE_AUTO},
@@ -147,7 +181,7 @@ cagra_index_metric(Relation index)
 	FmgrInfo   *proc = index_getprocinfo(index, 1, 1);
 	int32		code = DatumGetInt32(FunctionCall1Coll(proc, InvalidOid, (Datum) 0));
 
-	if (code < 0 || code > (int32) cagra::Metric::Cosine)
+	if (code < 0 || !cagra::metric_is_valid((uint32) code))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
 				 errmsg("support function 1 of the operator class of index \"%s\" returned an unknown metric %d",
@@ -155,6 +189,20 @@ cagra_index_metric(Relation index)
 	return (cagra::Metric) code;
 }
 
+/* The one place build parameters are assembled: the reloptions, and the
+ * threads of a build in this backend (the worker's CPU engine sets its own). */
+cagra::BuildParams
+cagra_build_params(Relation index)
+{
+	cagra::BuildParams p;
+
+	p.graph_degree = (uint32_t) cagra_option_graph_degree(index);
+	p.intermediate_degree = (uint32_t) cagra_option_intermediate_degree(index);
+	p.threads = (uint32_t) max_parallel_maintenance_workers + 1;
+	return p;
+}
+
+/* The one place search parameters are assembled: the cagra.* settings. */
 cagra::SearchParams
 cagra_search_params(void)
 {

@@ -120,7 +120,7 @@ cagra_check_meta_fields(CagraCheck *c, const CagraMetaData *meta, BlockNumber nb
 		cagra_problem(c, "meta page: format version %u, expected %d", meta->version, CAGRA_FORMAT_VERSION);
 		return false;
 	}
-	if (meta->metric > (uint32) cagra::Metric::Cosine)
+	if (!cagra::metric_is_valid(meta->metric))
 		cagra_problem(c, "meta page: unknown metric %u", meta->metric);
 	if (meta->graph_degree < CAGRA_MIN_DEGREE || meta->graph_degree > CAGRA_MAX_DEGREE)
 	{
@@ -255,7 +255,7 @@ cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta)
 				cagra_problem(c, "node %u: invalid heap TID", id);
 		}
 		cagra_check_row(c, meta, id, is_live, (const uint32 *) (rec + CAGRA_ROW_OFFSET), sorted);
-		memcpy(vec, rec + cagra_vector_offset(meta->graph_degree), meta->dims * sizeof(float));
+		cagra_format_of(meta).load(rec + cagra_vector_offset(meta->graph_degree), vec);
 		if (is_live)
 			cagra_check_vector(c, meta, id, vec);
 	}

@@ -13,11 +13,13 @@
  */
 #include "am/accessor.h"
 
+#include <memory>
+
 #include <algorithm>
 #include <cstring>
 
 #include "core/update.h"
-#include "vector.h"
+#include "type/vector.h"
 
 extern "C" {
 #include "miscadmin.h"
@@ -29,23 +31,19 @@ static cagra::InsertPlan *
 cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
 				  CagraStatus *st) noexcept
 {
-	try
-	{
+	cagra::InsertPlan *plan = nullptr;
+
+	cagra_guard(st, [&] {
 		CagraPageAccessor acc(index, *meta, false);
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
-		cagra::InsertPlan *plan = new cagra::InsertPlan(
-			cagra::plan_insert(acc, vec, new_id, cagra_search_params(), entries));
+		std::unique_ptr<cagra::InsertPlan> p(new cagra::InsertPlan(
+			cagra::plan_insert(acc, vec, new_id, cagra_search_params(), entries)));
 
-		std::sort(plan->updates.begin(), plan->updates.end(),
+		std::sort(p->updates.begin(), p->updates.end(),
 				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
-		cagra_status_ok(st);
-		return plan;
-	}
-	catch (...)
-	{
-		cagra_status_from_current_exception(st);
-		return nullptr;
-	}
+		plan = p.release();
+	});
+	return plan;
 }
 
 /* The record of a new live node: header, row, vector. */
@@ -59,7 +57,7 @@ cagra_make_record(const CagraMetaData *meta, ItemPointer heap_tid, const uint32 
 	hdr.flags = CAGRA_NODE_LIVE;
 	memcpy(rec, &hdr, sizeof(hdr));
 	memcpy(rec + CAGRA_ROW_OFFSET, row, meta->graph_degree * sizeof(uint32));
-	memcpy(rec + cagra_vector_offset(meta->graph_degree), vec, meta->dims * sizeof(float));
+	cagra_format_of(meta).store(vec, rec + cagra_vector_offset(meta->graph_degree));
 	return rec;
 }
 

@@ -8,8 +8,6 @@
 #include "core/distance.h"
 
 #include <cstring>
-#include <exception>
-#include <new>
 
 extern "C" {
 #include "miscadmin.h"
@@ -20,7 +18,7 @@ extern "C" {
 void
 cagra_compute_layout(CagraMetaData *meta)
 {
-	uint64		size = cagra_vector_offset(meta->graph_degree) + (uint64) meta->dims * sizeof(float);
+	uint64		size = cagra_vector_offset(meta->graph_degree) + (uint64) cagra_format_of(meta).vector_bytes();
 
 	meta->record_size = (uint32) size;
 	if (size <= CAGRA_PAGE_USABLE)
@@ -162,27 +160,10 @@ cagra_is_zero_vector(const float *x, int dims)
 	return true;
 }
 
-/* The core's prepare_vector behind a boundary (it does not throw today; if
- * it ever does, the caller gets a PostgreSQL error, not a crash). */
-static bool
-cagra_prepare_noexcept(cagra::Metric metric, const float *in, float *out, uint32 dims) noexcept
-{
-	try
-	{
-		cagra::prepare_vector(metric, in, out, dims);
-		return true;
-	}
-	catch (...)
-	{
-		return false;
-	}
-}
-
 void
 cagra_prepare(cagra::Metric metric, const float *in, float *out, uint32 dims)
 {
-	if (!cagra_prepare_noexcept(metric, in, out, dims))
-		elog(ERROR, "cagra could not prepare a vector for the index");
+	cagra_guard_or_error([&] { cagra::prepare_vector(metric, in, out, dims); });
 }
 
 /* ---- insert lock ---- */
@@ -197,81 +178,6 @@ void
 cagra_unlock_writers(Relation index, LOCKMODE mode)
 {
 	UnlockPage(index, CAGRA_METAPAGE_BLKNO, mode);
-}
-
-/* ---- status ---- */
-
-void
-cagra_status_ok(CagraStatus *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->ok = true;
-}
-
-static int
-cagra_sqlstate_of(cagra::ErrorCode code)
-{
-	switch (code)
-	{
-		case cagra::ErrorCode::InvalidParameter:
-			return ERRCODE_INVALID_PARAMETER_VALUE;
-		case cagra::ErrorCode::InvalidData:
-			return ERRCODE_DATA_EXCEPTION;
-		case cagra::ErrorCode::OutOfMemory:
-			return ERRCODE_OUT_OF_MEMORY;
-		case cagra::ErrorCode::Cancelled:
-			return ERRCODE_QUERY_CANCELED;
-		case cagra::ErrorCode::Corrupt:
-			return ERRCODE_INDEX_CORRUPTED;
-	}
-	return ERRCODE_INTERNAL_ERROR;
-}
-
-void
-cagra_status_from_current_exception(CagraStatus *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->ok = false;
-	st->sqlstate = ERRCODE_INTERNAL_ERROR;
-	try
-	{
-		throw;
-	}
-	catch (const CagraPgError &e)
-	{
-		st->edata = e.edata;
-	}
-	catch (const cagra::Error &e)
-	{
-		st->sqlstate = cagra_sqlstate_of(e.code());
-		strlcpy(st->message, e.what(), sizeof(st->message));
-		strlcpy(st->hint, e.hint().c_str(), sizeof(st->hint));
-	}
-	catch (const std::bad_alloc &)
-	{
-		st->sqlstate = ERRCODE_OUT_OF_MEMORY;
-		strlcpy(st->message, "out of memory", sizeof(st->message));
-	}
-	catch (const std::exception &e)
-	{
-		snprintf(st->message, sizeof(st->message), "internal error in cagra: %s", e.what());
-	}
-	catch (...)
-	{
-		strlcpy(st->message, "internal error in cagra: unknown exception", sizeof(st->message));
-	}
-}
-
-void
-cagra_report_status(const CagraStatus *st)
-{
-	if (st->edata)
-		ReThrowError(st->edata);
-	ereport(ERROR,
-			(errcode(st->sqlstate),
-			 errmsg("%s", st->message),
-			 st->hint[0] ? errhint("%s", st->hint) : 0));
-	pg_unreachable();
 }
 
 /*
@@ -349,44 +255,6 @@ Buffer *
 cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks)
 {
 	return cagra_hint_for(&cagra_index_hints, index, blkno, nblocks);
-}
-
-/* ---- C++ objects owned by memory contexts ---- */
-
-struct CagraOwner
-{
-	MemoryContextCallback cb;
-	void	   *obj;
-	void		(*destroy) (void *);
-};
-
-static void
-cagra_owner_callback(void *arg)
-{
-	CagraOwner *owner = (CagraOwner *) arg;
-
-	if (owner->obj)
-		owner->destroy(owner->obj);
-	owner->obj = NULL;
-}
-
-CagraOwner *
-cagra_owner_new(MemoryContext cxt, void *obj, void (*destroy) (void *))
-{
-	CagraOwner *owner = (CagraOwner *) MemoryContextAllocZero(cxt, sizeof(CagraOwner));
-
-	owner->obj = obj;
-	owner->destroy = destroy;
-	owner->cb.func = cagra_owner_callback;
-	owner->cb.arg = owner;
-	MemoryContextRegisterResetCallback(cxt, &owner->cb);
-	return owner;
-}
-
-void
-cagra_owner_free(CagraOwner *owner)
-{
-	cagra_owner_callback(owner);
 }
 
 /* ---- generic WAL batches ---- */

@@ -97,22 +97,16 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 static std::vector<cagra::RowRewrite> *
 cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed, CagraStatus *st) noexcept
 {
-	try
-	{
+	std::vector<cagra::RowRewrite> *out = nullptr;
+
+	cagra_guard(st, [&] {
 		CagraPageAccessor acc(index, *meta, false);
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
-		auto	   *out = new std::vector<cagra::RowRewrite>(
-			cagra::plan_repair(acc, is_removed, cagra_search_params(), entries));
 
-		cagra_status_ok(st);
-		return out;
-	}
-	catch (...)
-	{
-		cagra_status_from_current_exception(st);
-		return nullptr;
-	}
+		out = new std::vector<cagra::RowRewrite>(cagra::plan_repair(acc, is_removed, cagra_search_params(), entries));
+	});
+	return out;
 }
 
 static void

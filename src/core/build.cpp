@@ -21,6 +21,7 @@ constexpr uint64_t kEntrySample = 4096;
  * edge between such clusters, so a search can only start inside them), and
  * cheap next to a search (one distance each). */
 constexpr uint64_t kMaxEntryNodes = 384;
+static_assert(kMaxEntryNodes <= kMaxStoredEntries, "an index must be able to keep every entry a build picks");
 
 uint64_t entry_count(uint64_t n)
 {
@@ -176,7 +177,7 @@ BuiltGraph build_graph(const DatasetView &data, Metric metric, const BuildParams
         progress->phase.store((uint32_t)BuildPhase::Validating);
     validate_build_params(params);
     validate_dataset(data);
-    if ((uint32_t)metric > (uint32_t)Metric::Cosine)
+    if (!metric_is_valid((uint32_t)metric))
         throw Error(ErrorCode::InvalidParameter, "unknown metric " + std::to_string((uint32_t)metric));
     detail::throw_if_cancelled(progress);
     BuiltGraph out;

@@ -12,11 +12,6 @@
 namespace cagra {
 namespace {
 
-constexpr uint32_t kMaxDegree = 1024;
-constexpr uint32_t kMaxItopk = 1024;
-constexpr uint32_t kMaxSearchWidth = 64;
-constexpr uint32_t kMaxRandomEntries = 1024;
-
 std::string num(uint64_t v) { return std::to_string(v); }
 
 [[noreturn]] void bad_param(const std::string &msg, const std::string &hint)
@@ -28,12 +23,12 @@ std::string num(uint64_t v) { return std::to_string(v); }
 
 void validate_build_params(const BuildParams &p)
 {
-    if (p.graph_degree < 2)
-        bad_param("graph_degree must be at least 2, got " + num(p.graph_degree),
-                  "Use a graph_degree between 2 and " + num(kMaxDegree) + "; 32 or 64 are typical.");
+    if (p.graph_degree < kMinDegree)
+        bad_param("graph_degree must be at least " + num(kMinDegree) + ", got " + num(p.graph_degree),
+                  "Use a graph_degree between " + num(kMinDegree) + " and " + num(kMaxDegree) + "; 32 or 64 are typical.");
     if (p.graph_degree > kMaxDegree)
         bad_param("graph_degree must be at most " + num(kMaxDegree) + ", got " + num(p.graph_degree),
-                  "Use a graph_degree between 2 and " + num(kMaxDegree) + "; 32 or 64 are typical.");
+                  "Use a graph_degree between " + num(kMinDegree) + " and " + num(kMaxDegree) + "; 32 or 64 are typical.");
     if (p.intermediate_degree > kMaxDegree)
         bad_param("intermediate_graph_degree must be at most " + num(kMaxDegree) + ", got " +
                       num(p.intermediate_degree),

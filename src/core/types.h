@@ -18,6 +18,18 @@ namespace cagra {
 /* Largest vector dimension the index accepts (pgvector's HNSW stops at 2,000). */
 constexpr uint32_t kMaxDim = 16000;
 
+/* Limits of the parameters (validated in params.cpp; the SQL reloptions and
+ * settings take their ranges from here). */
+constexpr uint32_t kMinDegree = 2;
+constexpr uint32_t kMaxDegree = 1024;
+constexpr uint32_t kMaxItopk = 1024;
+constexpr uint32_t kMaxSearchWidth = 64;
+constexpr uint32_t kMaxRandomEntries = 1024;
+
+/* Most fixed entry nodes an index keeps with its graph (a build picks fewer:
+ * build.cpp). */
+constexpr uint32_t kMaxStoredEntries = 1024;
+
 /* Padding id in a graph row.  Appears only while the graph has no more than
  * graph_degree nodes (a row cannot then be filled without a duplicate or a
  * self edge); inserts replace padding before they replace real edges. */
@@ -32,8 +44,12 @@ constexpr uint32_t kInvalidNode = 0xFFFFFFFFu;
  *                 A zero vector stays zero (distance 1 to everything).
  */
 enum class Metric : uint32_t { L2 = 0, InnerProduct = 1, Cosine = 2 };
+constexpr uint32_t kMetricCount = 3;
 
 const char *metric_name(Metric m);
+
+/* Whether a stored or transmitted metric code names a metric. */
+constexpr bool metric_is_valid(uint32_t code) { return code < kMetricCount; }
 
 struct BuildParams {
     uint32_t graph_degree = 32;        /* out-degree of the final graph */
@@ -54,6 +70,13 @@ struct SearchParams {
      * besides the pivots; 0 or more than there are: all entries. */
     uint32_t entry_probes = 8;
 };
+
+inline bool operator==(const SearchParams &a, const SearchParams &b)
+{
+    return a.itopk_size == b.itopk_size && a.search_width == b.search_width && a.max_iterations == b.max_iterations &&
+           a.random_entries == b.random_entries && a.seed == b.seed && a.entry_probes == b.entry_probes;
+}
+inline bool operator!=(const SearchParams &a, const SearchParams &b) { return !(a == b); }
 
 /* Row-major n x dim float32 vectors, already prepared for the metric. */
 struct DatasetView {

@@ -13,7 +13,7 @@
  * noexcept functions.
  */
 #include "worker/cache.h"
-#include "worker/queue.h"
+#include "worker/worker.h"
 #include "worker/search_pool.h"
 
 #include <cerrno>
@@ -36,7 +36,7 @@ cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 {
 	return a->key.db == b->key.db && a->key.index == b->key.index &&
 		a->key.relfilenode == b->key.relfilenode && a->key.generation == b->key.generation &&
-		a->key.n == b->key.n && memcmp(&a->search, &b->search, sizeof(a->search)) == 0;
+		a->key.n == b->key.n && cagra_same_search_request(&a->search, &b->search);
 }
 
 /* The oldest queued slot for this worker (lock held), or -1. */
@@ -215,9 +215,10 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	int			n = (int) job->picked.size();
-	const CagraSearchConfig &cfg = sh->slots[job->picked[0]].search;
+	const CagraSearchRequest &req = sh->slots[job->picked[0]].search;
+	const uint32 k = req.k;
 	CagraIndexCopy *copy = job->copy;
-	uint32		dim = copy->dim;
+	uint32		dim = copy->format.dim;
 
 	try
 	{
@@ -233,17 +234,17 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		{
 			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
 
-			if (!p || p->dim != dim || p->k != cfg.k)
+			if (!p || p->dim != dim || p->k != k)
 				continue;
 			queries.insert(queries.end(), cagra_search_queries(p), cagra_search_queries(p) + (size_t) p->nq * dim);
 			nq += p->nq;
 		}
-		ids.resize((size_t) nq * cfg.k);
-		dists.resize((size_t) nq * cfg.k);
+		ids.resize((size_t) nq * k);
+		dists.resize((size_t) nq * k);
 
 		auto		started = std::chrono::steady_clock::now();
 
-		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, cfg, ids.data(), dists.data(), &msg)
+		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, req, ids.data(), dists.data(), &msg)
 			: CAGRA_REPLY_OK;
 		pg_atomic_fetch_add_u64(&sh->search_us, (uint64) std::chrono::duration_cast<std::chrono::microseconds>(
 																						   std::chrono::steady_clock::now() - started).count());
@@ -255,7 +256,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			CagraRequestSlot *s = &sh->slots[job->picked[i]];
 			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
 
-			if (!p || p->dim != dim || p->k != cfg.k)
+			if (!p || p->dim != dim || p->k != k)
 			{
 				s->reply = CAGRA_REPLY_ERROR;
 				strlcpy(s->message, p ? "query dimensions do not match the index copy" : "request segment gone",
@@ -267,12 +268,12 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			strlcpy(s->message, msg.c_str(), sizeof(s->message));
 			if (r == CAGRA_REPLY_OK)
 			{
-				const uint32 *from = ids.data() + (size_t) at * cfg.k;
+				const uint32 *from = ids.data() + (size_t) at * k;
 				uint64	   *tids = cagra_search_tids(p);
 
-				memcpy(cagra_search_ids(p), from, (size_t) p->nq * cfg.k * sizeof(uint32));
-				memcpy(cagra_search_distances(p), dists.data() + (size_t) at * cfg.k, (size_t) p->nq * cfg.k * sizeof(float));
-				for (size_t j = 0; j < (size_t) p->nq * cfg.k; j++)
+				memcpy(cagra_search_ids(p), from, (size_t) p->nq * k * sizeof(uint32));
+				memcpy(cagra_search_distances(p), dists.data() + (size_t) at * k, (size_t) p->nq * k * sizeof(float));
+				for (size_t j = 0; j < (size_t) p->nq * k; j++)
 					tids[j] = from[j] < copy->tids.size() ? copy->tids[from[j]] : 0;
 			}
 			at += p->nq;

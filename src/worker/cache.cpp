@@ -182,11 +182,10 @@ cagra_cache_make_room(uint64_t bytes, const CagraIndexId &replacing)
 static void
 cagra_cache_begin_upload(CagraStagedIndex &s, const CagraUploadPayload *p)
 {
-	s.dim = p->dim;
+	s.format = p->format;
 	s.degree = p->degree;
-	s.metric = (cagra::Metric) p->metric;
 	s.entries.assign(p->entries, p->entries + Min(p->entry_count, (uint32) CAGRA_MAX_ENTRY_NODES));
-	s.vectors.resize((size_t) s.key.n * s.dim);
+	s.vectors.resize((size_t) s.key.n * s.format.vector_bytes());
 	s.rows.resize((size_t) s.key.n * s.degree);
 	s.live.assign(((size_t) s.key.n + 63) / 64, 0);
 	s.tids.resize(s.key.n);
@@ -196,8 +195,8 @@ cagra_cache_begin_upload(CagraStagedIndex &s, const CagraUploadPayload *p)
 static void
 cagra_cache_store_chunk(CagraStagedIndex &s, CagraUploadPayload *p)
 {
-	memcpy(s.vectors.data() + (size_t) p->first * s.dim, cagra_upload_vectors(p),
-		   (size_t) p->count * s.dim * sizeof(float));
+	memcpy(s.vectors.data() + (size_t) p->first * s.format.vector_bytes(), cagra_upload_vectors(p),
+		   (size_t) p->count * s.format.vector_bytes());
 	memcpy(s.rows.data() + (size_t) p->first * s.degree, cagra_upload_rows(p),
 		   (size_t) p->count * s.degree * sizeof(uint32));
 	memcpy(s.tids.data() + p->first, cagra_upload_tids(p), (size_t) p->count * sizeof(uint64));
@@ -219,7 +218,7 @@ cagra_cache_finish_upload(const CagraIndexId &id, CagraStagedIndex &s, char *msg
 	uint64_t	bytes;
 	std::string err;
 
-	if (!cagra_engine_copy_bytes(s.key.n, s.dim, s.degree, &bytes, &err))
+	if (!cagra_engine_copy_bytes(s.key.n, s.format, s.degree, &bytes, &err))
 	{
 		strlcpy(msg, err.c_str(), msglen);
 		return CAGRA_REPLY_ERROR;
@@ -271,7 +270,7 @@ cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
 
 		if (p->first == 0)
 			cagra_cache_begin_upload(s, p);
-		if (p->dim != s.dim || p->degree != s.degree || p->first != s.received ||
+		if (p->format != s.format || p->degree != s.degree || p->first != s.received ||
 			(uint64_t) p->first + p->count > s.key.n)
 		{
 			uploads.erase(it);

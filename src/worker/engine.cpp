@@ -8,14 +8,21 @@
 #include "worker/engine.h"
 
 #include <algorithm>
-#include <csignal>
 #include <exception>
 #include <new>
-#include <pthread.h>
 #include <thread>
 
-#include "core/build.h"
+#include "boundary/boundary.h"
 #include "core/search.h"
+
+/* What the protocol and the core say must hold for the GPU library too. */
+static_assert(CAGRA_GPU_INVALID_NODE == cagra::kInvalidNode, "one invalid node id");
+static_assert(CAGRA_WORKER_MAX_K <= CAGRA_GPU_MAX_K && CAGRA_WORKER_MAX_K <= CAGRA_GPU_MAX_ITOPK,
+			  "a worker search must fit the GPU kernel");
+static_assert((int) CAGRA_GPU_L2 == (int) cagra::Metric::L2 &&
+			  (int) CAGRA_GPU_INNER_PRODUCT == (int) cagra::Metric::InnerProduct &&
+			  (int) CAGRA_GPU_COSINE == (int) cagra::Metric::Cosine && cagra::kMetricCount == 3,
+			  "the GPU library's metrics are the core's");
 
 static const CagraGpuApi *gpu_api = nullptr;
 static std::vector<std::string> device_names;
@@ -34,8 +41,53 @@ cagra_cpu_graph(const CagraIndexCopy &copy)
 
 	data.data = copy.vectors.data();
 	data.n = copy.key.n;
-	data.dim = copy.dim;
-	return cagra::InMemoryGraph(copy.graph, data, copy.metric);
+	data.dim = copy.format.dim;
+	return cagra::InMemoryGraph(copy.graph, data, copy.format.metric);
+}
+
+/* ---- the GPU library's view of the core's descriptors ---- */
+
+static cagra_gpu_dtype
+cagra_gpu_dtype_of(cagra::ElementType type)
+{
+	switch (type)
+	{
+		case cagra::ElementType::Float32:
+			return CAGRA_GPU_FLOAT32;
+	}
+	return CAGRA_GPU_FLOAT32;
+}
+
+static cagra_gpu_metric
+cagra_gpu_metric_of(cagra::Metric metric)
+{
+	return (cagra_gpu_metric) metric;	/* equal values: asserted above */
+}
+
+static cagra_gpu_build_params
+cagra_gpu_build_params_of(const cagra::BuildParams &p)
+{
+	cagra_gpu_build_params g;
+
+	g.graph_degree = p.graph_degree;
+	g.intermediate_degree = p.intermediate_degree;
+	g.nn_descent_max_iterations = p.nn_descent_max_iterations;
+	g.nn_descent_termination = p.nn_descent_termination;
+	g.seed = p.seed;
+	return g;
+}
+
+static cagra_gpu_search_params
+cagra_gpu_search_params_of(const cagra::SearchParams &p)
+{
+	cagra_gpu_search_params g;
+
+	g.itopk_size = p.itopk_size;
+	g.search_width = p.search_width;
+	g.max_iterations = p.max_iterations;
+	g.random_entries = p.random_entries;
+	g.seed = p.seed;
+	return g;
 }
 
 CagraSearchLane::~CagraSearchLane()
@@ -145,15 +197,15 @@ cagra_exception_reply(std::string *msg) noexcept
 }
 
 bool
-cagra_engine_copy_bytes(uint64_t n, uint32_t dim, uint32_t degree, uint64_t *bytes,
+cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t degree, uint64_t *bytes,
 						std::string *msg) noexcept
 {
 	if (!gpu_api)
 	{
-		*bytes = n * ((uint64_t) dim * sizeof(float) + (uint64_t) degree * sizeof(uint32_t) + 1);
+		*bytes = n * ((uint64_t) format.dim * sizeof(float) + (uint64_t) degree * sizeof(uint32_t) + 1);
 		return true;
 	}
-	cagra_gpu_status st = gpu_api->index_memory(n, dim, degree, CAGRA_GPU_FLOAT32, bytes);
+	cagra_gpu_status st = gpu_api->index_memory(n, format.dim, degree, cagra_gpu_dtype_of(format.element), bytes);
 
 	if (st != CAGRA_GPU_OK)
 	{
@@ -170,9 +222,8 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 	try
 	{
 		copy.key = staged.key;
-		copy.dim = staged.dim;
+		copy.format = staged.format;
 		copy.degree = staged.degree;
-		copy.metric = staged.metric;
 		copy.device = device;
 		copy.entries = staged.entries;
 		copy.live.swap(staged.live);
@@ -182,7 +233,12 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
 		if (!gpu_api)
 		{
-			copy.vectors.swap(staged.vectors);
+			uint32_t	vbytes = copy.format.vector_bytes();
+
+			copy.vectors.resize((size_t) copy.key.n * copy.format.dim);
+			for (uint64_t i = 0; i < copy.key.n; i++)
+				copy.format.load(staged.vectors.data() + i * vbytes, copy.vectors.data() + i * copy.format.dim);
+			std::vector<char>().swap(staged.vectors);
 			copy.graph.degree = staged.degree;
 			copy.graph.edges.swap(staged.rows);
 			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
@@ -190,13 +246,14 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 			return CAGRA_REPLY_OK;
 		}
-		cagra_gpu_status st = gpu_api->index_load(device, staged.vectors.data(), CAGRA_GPU_FLOAT32,
-												  staged.key.n, staged.dim, staged.rows.data(),
-												  staged.degree, (cagra_gpu_metric) staged.metric,
+		cagra_gpu_status st = gpu_api->index_load(device, staged.vectors.data(),
+												  cagra_gpu_dtype_of(staged.format.element), staged.key.n,
+												  staged.format.dim, staged.rows.data(), staged.degree,
+												  cagra_gpu_metric_of(staged.format.metric),
 												  copy.entries.data(), (uint32_t) copy.entries.size(),
 												  &copy.gpu);
 
-		std::vector<float>().swap(staged.vectors);
+		std::vector<char>().swap(staged.vectors);
 		std::vector<uint32_t>().swap(staged.rows);
 		if (st != CAGRA_GPU_OK)
 			return cagra_gpu_reply(st, msg);
@@ -213,48 +270,41 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 
 static void
 cagra_cpu_search_range(const CagraIndexCopy &copy, const float *queries, uint32_t begin,
-					   uint32_t end, const CagraSearchConfig &cfg, uint32_t *ids, float *dists)
+					   uint32_t end, const CagraSearchRequest &req, uint32_t *ids, float *dists)
 {
 	cagra::InMemoryGraph g = cagra_cpu_graph(copy);
-	cagra::SearchParams params;
-
-	params.itopk_size = cfg.itopk_size;
-	params.search_width = cfg.search_width;
-	params.max_iterations = cfg.max_iterations;
 	const uint64_t *live = copy.live.data();
 	auto		accept = [live](uint32_t id) { return (live[id >> 6] >> (id & 63)) & 1; };
-	std::vector<cagra::Neighbor> out(cfg.k);
+	uint32_t	k = req.k;
+	std::vector<cagra::Neighbor> out(k);
 
 	for (uint32_t q = begin; q < end; q++)
 	{
-		cagra::Searcher<cagra::InMemoryGraph> s(g, queries + (uint64_t) q * copy.dim, params, copy.entry_index);
-		uint32_t	got = s.next(cfg.k, accept, out.data());
+		cagra::Searcher<cagra::InMemoryGraph> s(g, queries + (uint64_t) q * copy.format.dim, req.params,
+												copy.entry_index);
+		uint32_t	got = s.next(k, accept, out.data());
 
-		for (uint32_t i = 0; i < cfg.k; i++)
+		for (uint32_t i = 0; i < k; i++)
 		{
-			ids[(uint64_t) q * cfg.k + i] = i < got ? out[i].id : CAGRA_GPU_INVALID_NODE;
-			dists[(uint64_t) q * cfg.k + i] = i < got ? out[i].distance : INFINITY;
+			ids[(uint64_t) q * k + i] = i < got ? out[i].id : cagra::kInvalidNode;
+			dists[(uint64_t) q * k + i] = i < got ? out[i].distance : INFINITY;
 		}
 	}
 }
 
-/* Run fn(t) on `threads` threads with every signal blocked (PostgreSQL's
- * handlers belong to the main thread); the calling thread runs fn(0). */
+/* Run fn(t) on `threads` threads (signals blocked: boundary.h); the
+ * calling thread runs fn(0). */
 template <class Fn>
 static void
 cagra_run_threads(uint32_t threads, Fn fn)
 {
 	std::vector<std::thread> pool;
 	std::exception_ptr error;
-	sigset_t	all,
-				old;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	try
 	{
 		for (uint32_t t = 1; t < threads; t++)
-			pool.emplace_back([&fn, &error, t] {
+			pool.push_back(cagra_start_thread([&fn, &error, t] {
 				try
 				{
 					fn(t);
@@ -263,13 +313,12 @@ cagra_run_threads(uint32_t threads, Fn fn)
 				{
 					error = std::current_exception();
 				}
-			});
+			}));
 	}
 	catch (...)
 	{
 		error = std::current_exception();
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	try
 	{
 		fn(0);
@@ -286,28 +335,24 @@ cagra_run_threads(uint32_t threads, Fn fn)
 
 CagraReply
 cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
-					const CagraSearchConfig &cfg, uint32_t *ids, float *dists,
+					const CagraSearchRequest &req, uint32_t *ids, float *dists,
 					std::string *msg) noexcept
 {
 	try
 	{
 		if (gpu_api)
 		{
-			cagra_gpu_search_params p;
+			cagra_gpu_search_params p = cagra_gpu_search_params_of(req.params);
 			const uint64_t *filter = copy.all_live ? nullptr : copy.live.data();
 
-			gpu_api->default_search_params(&p);
-			p.itopk_size = cfg.itopk_size;
-			p.search_width = cfg.search_width;
-			p.max_iterations = cfg.max_iterations;
 			if (!lane)
-				return cagra_gpu_reply(gpu_api->search(copy.gpu, queries, nq, cfg.k, &p, filter, ids, dists), msg);
+				return cagra_gpu_reply(gpu_api->search(copy.gpu, queries, nq, req.k, &p, filter, ids, dists), msg);
 
 			cagra_gpu_search_context *ctx = lane->context(copy.device, msg);
 
 			if (!ctx)
 				return CAGRA_REPLY_ERROR;
-			return cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, cfg.k, &p, filter, ids, dists),
+			return cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, req.k, &p, filter, ids, dists),
 								   msg);
 		}
 		uint32_t	hw = std::max(1u, std::thread::hardware_concurrency());
@@ -317,7 +362,7 @@ cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *qu
 			uint64_t	begin = (uint64_t) nq * t / threads;
 			uint64_t	end = (uint64_t) nq * (t + 1) / threads;
 
-			cagra_cpu_search_range(copy, queries, (uint32_t) begin, (uint32_t) end, cfg, ids, dists);
+			cagra_cpu_search_range(copy, queries, (uint32_t) begin, (uint32_t) end, req, ids, dists);
 		});
 		return CAGRA_REPLY_OK;
 	}
@@ -349,59 +394,43 @@ cagra_gpu_pick_device(void)
 }
 
 CagraReply
-cagra_engine_build(const float *vectors, uint64_t n, uint32_t dim, cagra::Metric metric,
-				   uint32_t graph_degree, uint32_t intermediate_degree,
-				   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries,
-				   int *device, std::string *msg) noexcept
+cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
+				   const cagra::BuildParams &params, std::vector<uint32_t> *rows,
+				   std::vector<uint32_t> *entries, int *device, std::string *msg) noexcept
 {
 	try
 	{
 		if (gpu_api)
 		{
-			cagra_gpu_build_params p;
+			cagra_gpu_build_params p = cagra_gpu_build_params_of(params);
 			uint32_t	count = 0;
 
-			gpu_api->default_build_params(&p);
-			p.graph_degree = graph_degree;
-			p.intermediate_degree = intermediate_degree;
 			*device = cagra_gpu_pick_device();
-			rows->resize(n * graph_degree);
+			rows->resize(n * params.graph_degree);
 			entries->resize(CAGRA_MAX_ENTRY_NODES);
-			cagra_gpu_status st = gpu_api->build(*device, vectors, n, dim, (cagra_gpu_metric) metric, &p,
-												 rows->data(), entries->data(),
-												 CAGRA_MAX_ENTRY_NODES, &count);
+			cagra_gpu_status st = gpu_api->build(*device, vectors, n, format.dim,
+												 cagra_gpu_metric_of(format.metric), &p, rows->data(),
+												 entries->data(), CAGRA_MAX_ENTRY_NODES, &count);
 
 			entries->resize(st == CAGRA_GPU_OK ? count : 0);
 			return cagra_gpu_reply(st, msg);
 		}
 		cagra::DatasetView data;
-		cagra::BuildParams p;
+		cagra::BuildParams p = params;
 
 		data.data = vectors;
 		data.n = n;
-		data.dim = dim;
-		p.graph_degree = graph_degree;
-		p.intermediate_degree = intermediate_degree;
+		data.dim = format.dim;
 		p.threads = std::max(1u, std::thread::hardware_concurrency());
 		*device = 0;
 
-		/* the core's threads inherit the blocked signals of this one */
-		sigset_t	all,
-					old;
 		cagra::BuiltGraph built;
 
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		try
 		{
-			built = cagra::build_graph(data, metric, p, nullptr);
+			CagraSignalsBlocked blocked;	/* the core's threads inherit it */
+
+			built = cagra::build_graph(data, format.metric, p, nullptr);
 		}
-		catch (...)
-		{
-			pthread_sigmask(SIG_SETMASK, &old, NULL);
-			throw;
-		}
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		rows->swap(built.graph.edges);
 		entries->assign(built.entry_nodes.begin(),
 						built.entry_nodes.begin() + std::min<size_t>(built.entry_nodes.size(), CAGRA_MAX_ENTRY_NODES));

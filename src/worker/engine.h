@@ -10,20 +10,20 @@
 #include <string>
 #include <vector>
 
+#include "core/build.h"
 #include "core/entry_index.h"
-#include "core/types.h"
+#include "core/format.h"
+#include "protocol/protocol.h"
 #include "worker/gpu_loader.h"
-#include "worker/worker.h"
 
 /* A whole index copy as received from a backend, in host memory. */
 struct CagraStagedIndex
 {
 	CagraIndexKey key;
-	uint32_t	dim = 0;
+	cagra::VectorFormat format;
 	uint32_t	degree = 0;
-	cagra::Metric metric = cagra::Metric::L2;
 	std::vector<uint32_t> entries;
-	std::vector<float> vectors;		/* n x dim */
+	std::vector<char> vectors;		/* n vectors as the index stores them */
 	std::vector<uint32_t> rows;		/* n x degree */
 	std::vector<uint64_t> live;		/* bitmap, ceil(n / 64) words */
 	std::vector<uint64_t> tids;		/* heap TID of each node, packed */
@@ -36,9 +36,8 @@ struct CagraStagedIndex
 struct CagraIndexCopy
 {
 	CagraIndexKey key;
-	uint32_t	dim = 0;
+	cagra::VectorFormat format;
 	uint32_t	degree = 0;
-	cagra::Metric metric = cagra::Metric::L2;
 	int			device = 0;
 	uint64_t	bytes = 0;
 	uint64_t	searches = 0;
@@ -51,7 +50,7 @@ struct CagraIndexCopy
 	/* GPU */
 	cagra_gpu_index *gpu = nullptr;
 	/* CPU */
-	std::vector<float> vectors;
+	std::vector<float> vectors;		/* n x format.dim, decoded to float32 */
 	cagra::Graph graph;
 	cagra::EntryIndex entry_index;
 
@@ -82,22 +81,23 @@ int			cagra_engine_device_count(void);
 void		cagra_engine_device(int d, std::string *name, uint64_t *total);
 
 /* Bytes a copy of this shape holds on a device. */
-bool		cagra_engine_copy_bytes(uint64_t n, uint32_t dim, uint32_t degree, uint64_t *bytes,
-									std::string *msg) noexcept;
+bool		cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t degree,
+									uint64_t *bytes, std::string *msg) noexcept;
 
 /* Move a staged index onto `device`; the staging buffers are released. */
 CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 							  std::string *msg) noexcept;
 
-/* nq queries against a copy: nq x k ids (CAGRA_GPU_INVALID_NODE padding)
+/* nq queries against a copy: nq x k ids (cagra::kInvalidNode padding)
  * and distances, each row sorted.  Safe on several threads at once for
  * different lanes (lane NULL: the copy's own context, one thread only). */
 CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
-								const CagraSearchConfig &cfg, uint32_t *ids, float *dists,
+								const CagraSearchRequest &req, uint32_t *ids, float *dists,
 								std::string *msg) noexcept;
 
-/* Build a graph over n x dim prepared vectors. */
-CagraReply	cagra_engine_build(const float *vectors, uint64_t n, uint32_t dim, cagra::Metric metric,
-							   uint32_t graph_degree, uint32_t intermediate_degree,
-							   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries,
-							   int *device, std::string *msg) noexcept;
+/* Build a graph over n prepared float32 vectors of format.dim dimensions
+ * (params as the access method assembled them; a CPU build uses every core
+ * of the host). */
+CagraReply	cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
+							   const cagra::BuildParams &params, std::vector<uint32_t> *rows,
+							   std::vector<uint32_t> *entries, int *device, std::string *msg) noexcept;

@@ -59,24 +59,12 @@ cagra_gpu_open(const char *path, char *why, size_t whylen)
 	}
 
 	CagraGpuApi *a = &cagra_gpu_api;
-	bool		ok =
-		cagra_resolve(lib, "cagra_gpu_version", &a->version, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_api_version", &a->api_version, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_last_error", &a->last_error, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_default_build_params", &a->default_build_params, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_default_search_params", &a->default_search_params, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_device_count", &a->device_count, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_get_device_info", &a->get_device_info, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_build_memory", &a->build_memory, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_index_memory", &a->index_memory, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_build", &a->build, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_index_load", &a->index_load, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_search", &a->search, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_search_context_create", &a->search_context_create, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_search_context_free", &a->search_context_free, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_search_in", &a->search_in, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_index_device_bytes", &a->index_device_bytes, why, whylen) &&
-		cagra_resolve(lib, "cagra_gpu_index_free", &a->index_free, why, whylen);
+	bool		ok = true;
+
+#define CAGRA_GPU_RESOLVE(member, symbol) \
+	ok = ok && cagra_resolve(lib, #symbol, &a->member, why, whylen);
+	CAGRA_GPU_FUNCTIONS(CAGRA_GPU_RESOLVE)
+#undef CAGRA_GPU_RESOLVE
 
 	if (ok && a->api_version() != CAGRA_GPU_API_VERSION)
 	{

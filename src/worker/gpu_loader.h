@@ -1,38 +1,38 @@
 /*
- * gpu_loader.h — the GPU library's C API as a table of function pointers,
- * resolved with dlopen/dlsym inside the worker process only.
+ * gpu_loader.h — the GPU library's C API (gpu/cagra_gpu.h) as a table of
+ * function pointers, resolved with dlopen/dlsym inside the worker process
+ * only.  The pointer types come from the header's own declarations, so a
+ * changed signature cannot go unnoticed here.
  */
 #pragma once
 
-#include "../../gpu/cagra_gpu.h"
+#include "gpu/cagra_gpu.h"
+
+/* Every function of the API: X(member, symbol). */
+#define CAGRA_GPU_FUNCTIONS(X) \
+	X(version, cagra_gpu_version) \
+	X(api_version, cagra_gpu_api_version) \
+	X(last_error, cagra_gpu_last_error) \
+	X(default_build_params, cagra_gpu_default_build_params) \
+	X(default_search_params, cagra_gpu_default_search_params) \
+	X(device_count, cagra_gpu_device_count) \
+	X(get_device_info, cagra_gpu_get_device_info) \
+	X(build_memory, cagra_gpu_build_memory) \
+	X(index_memory, cagra_gpu_index_memory) \
+	X(build, cagra_gpu_build) \
+	X(index_load, cagra_gpu_index_load) \
+	X(search, cagra_gpu_search) \
+	X(search_context_create, cagra_gpu_search_context_create) \
+	X(search_context_free, cagra_gpu_search_context_free) \
+	X(search_in, cagra_gpu_search_in) \
+	X(index_device_bytes, cagra_gpu_index_device_bytes) \
+	X(index_free, cagra_gpu_index_free)
 
 typedef struct CagraGpuApi
 {
-	const char *(*version) (void);
-	int			(*api_version) (void);
-	const char *(*last_error) (void);
-	void		(*default_build_params) (cagra_gpu_build_params *);
-	void		(*default_search_params) (cagra_gpu_search_params *);
-	cagra_gpu_status (*device_count) (int *);
-	cagra_gpu_status (*get_device_info) (int, cagra_gpu_device_info *);
-	cagra_gpu_status (*build_memory) (uint64_t, uint32_t, const cagra_gpu_build_params *, uint64_t *);
-	cagra_gpu_status (*index_memory) (uint64_t, uint32_t, uint32_t, cagra_gpu_dtype, uint64_t *);
-	cagra_gpu_status (*build) (int, const float *, uint64_t, uint32_t, cagra_gpu_metric,
-							   const cagra_gpu_build_params *, uint32_t *, uint32_t *, uint32_t,
-							   uint32_t *);
-	cagra_gpu_status (*index_load) (int, const void *, cagra_gpu_dtype, uint64_t, uint32_t,
-									const uint32_t *, uint32_t, cagra_gpu_metric,
-									const uint32_t *, uint32_t, cagra_gpu_index **);
-	cagra_gpu_status (*search) (cagra_gpu_index *, const float *, uint32_t, uint32_t,
-								const cagra_gpu_search_params *, const uint64_t *, uint32_t *,
-								float *);
-	cagra_gpu_status (*search_context_create) (int, cagra_gpu_search_context **);
-	void		(*search_context_free) (cagra_gpu_search_context *);
-	cagra_gpu_status (*search_in) (cagra_gpu_search_context *, cagra_gpu_index *, const float *,
-								   uint32_t, uint32_t, const cagra_gpu_search_params *,
-								   const uint64_t *, uint32_t *, float *);
-	uint64_t	(*index_device_bytes) (const cagra_gpu_index *);
-	void		(*index_free) (cagra_gpu_index *);
+#define CAGRA_GPU_MEMBER(member, symbol) decltype(&symbol) member;
+	CAGRA_GPU_FUNCTIONS(CAGRA_GPU_MEMBER)
+#undef CAGRA_GPU_MEMBER
 } CagraGpuApi;
 
 /* Open the library at `path` ("$libdir/" is expanded) and resolve every

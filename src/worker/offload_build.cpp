@@ -6,7 +6,7 @@
  * before each new build.
  */
 #include "worker/cache.h"
-#include "worker/queue.h"
+#include "worker/worker.h"
 
 #include <cerrno>
 #include <csignal>
@@ -17,10 +17,8 @@
 struct CagraBuildJobState
 {
 	uint64		n = 0;
-	uint32		dim = 0;
-	uint32		metric = 0;
-	uint32		graph_degree = 0;
-	uint32		intermediate_degree = 0;
+	cagra::VectorFormat format;
+	cagra::BuildParams params;
 	uint64		received = 0;
 	bool		built = false;
 	int			device = 0;
@@ -56,25 +54,23 @@ cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t
 		std::unique_ptr<CagraBuildJobState> j(new CagraBuildJobState());
 
 		j->n = p->n;
-		j->dim = p->dim;
-		j->metric = p->metric;
-		j->graph_degree = p->graph_degree;
-		j->intermediate_degree = p->intermediate_degree;
-		j->vectors.resize(p->n * p->dim);
+		j->format = p->format;
+		j->params = p->params;
+		j->vectors.resize(p->n * p->format.dim);
 		builds[id] = std::move(j);
 	}
 	auto		it = builds.find(id);
 
 	if (it == builds.end() || p->first != it->second->received ||
-		(uint64) p->first + p->count > it->second->n || p->dim != it->second->dim)
+		(uint64) p->first + p->count > it->second->n || p->format != it->second->format)
 	{
 		strlcpy(msg, "build chunk out of sequence", msglen);
 		return CAGRA_REPLY_ERROR;
 	}
 	CagraBuildJobState &j = *it->second;
 
-	memcpy(j.vectors.data() + (size_t) p->first * j.dim, cagra_build_body(p),
-		   (size_t) p->count * j.dim * sizeof(float));
+	memcpy(j.vectors.data() + (size_t) p->first * j.format.dim, cagra_build_body(p),
+		   (size_t) p->count * j.format.dim * sizeof(float));
 	j.received += p->count;
 	return CAGRA_REPLY_OK;
 }
@@ -91,15 +87,13 @@ cagra_build_run(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t 
 	}
 	CagraBuildJobState &j = *it->second;
 	std::string err;
-	CagraReply	r = cagra_engine_build(j.vectors.data(), j.n, j.dim, (cagra::Metric) j.metric,
-									   j.graph_degree, j.intermediate_degree, &j.rows, &j.entries,
+	CagraReply	r = cagra_engine_build(j.vectors.data(), j.n, j.format, j.params, &j.rows, &j.entries,
 									   &j.device, &err);
 
 	/* cached index copies hold device memory a build may need: free them
 	 * (searches reload what they use) and try once more */
 	if (r == CAGRA_REPLY_OUT_OF_MEMORY && cagra_cache_clear() > 0)
-		r = cagra_engine_build(j.vectors.data(), j.n, j.dim, (cagra::Metric) j.metric,
-							   j.graph_degree, j.intermediate_degree, &j.rows, &j.entries,
+		r = cagra_engine_build(j.vectors.data(), j.n, j.format, j.params, &j.rows, &j.entries,
 							   &j.device, &err);
 
 	std::vector<float>().swap(j.vectors);
@@ -129,8 +123,8 @@ cagra_build_fetch(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_
 	}
 	CagraBuildJobState &j = *it->second;
 
-	memcpy(cagra_build_body(p), j.rows.data() + (size_t) p->first * j.graph_degree,
-		   (size_t) p->count * j.graph_degree * sizeof(uint32));
+	memcpy(cagra_build_body(p), j.rows.data() + (size_t) p->first * j.params.graph_degree,
+		   (size_t) p->count * j.params.graph_degree * sizeof(uint32));
 	if ((uint64) p->first + p->count == j.n)
 		builds.erase(it);
 	return CAGRA_REPLY_OK;

@@ -7,12 +7,12 @@
  */
 #include "worker/search_pool.h"
 
+#include "boundary/boundary.h"
+
 #include <condition_variable>
-#include <csignal>
 #include <deque>
 #include <mutex>
 #include <poll.h>
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <thread>
 #include <unistd.h>
@@ -99,21 +99,15 @@ cagra_search_pool_start(int threads, CagraSearchJobRunner run) noexcept
 		if (pool->event_fd < 0)
 			return 0;
 
-		sigset_t	all,
-					old;
-
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
 		try
 		{
 			for (int i = 0; i < threads; i++)
-				pool->threads.emplace_back(thread_main);
+				pool->threads.push_back(cagra_start_thread(thread_main));
 		}
 		catch (...)
 		{
 			/* fewer threads than asked for still serve */
 		}
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
 	catch (...)
 	{

@@ -7,7 +7,7 @@
  * searches on the CPU.
  */
 #include "worker/cache.h"
-#include "worker/queue.h"
+#include "worker/worker.h"
 
 extern "C" {
 #include "miscadmin.h"

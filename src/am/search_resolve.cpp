@@ -5,10 +5,9 @@
  * batch of thousands of queries costs one buffer access per distinct page
  * instead of one per candidate; and the scratch arrays kept between calls.
  */
-#include "worker/search_batch.h"
+#include "am/search_batch.h"
 
-#include "worker/search.h"
-#include "worker/worker.h"
+#include "protocol/protocol.h"
 
 extern "C" {
 #include "access/heapam.h"
@@ -54,11 +53,11 @@ cagra_scratch(CagraScratchKind kind, Size size)
 
 /* ---- ordering work by page ---- */
 
-/* One candidate to look at: its page, its slot, where on the page. */
+/* One candidate to look at: its page, its number, where on the page. */
 typedef struct CagraWork
 {
 	uint32		block;
-	uint32		slot;
+	uint32		cand;
 	uint32		where;			/* headers: byte offset; heap: line pointer */
 } CagraWork;
 
@@ -70,7 +69,7 @@ cagra_cmp_work(const void *a, const void *b)
 
 	if (x->block != y->block)
 		return x->block < y->block ? -1 : 1;
-	return x->slot < y->slot ? -1 : x->slot > y->slot ? 1 : 0;
+	return x->cand < y->cand ? -1 : x->cand > y->cand ? 1 : 0;
 }
 
 /* `work` ordered by block (each < nblocks), into a new array: a counting
@@ -120,20 +119,20 @@ cagra_pin_index_block(Relation index, BlockNumber blkno, BlockNumber nblocks)
 	return buf;
 }
 
-/* Read the headers of the nodes of `slots` (slot numbers into c), each
+/* Read the headers of the nodes of `cands` (candidate numbers into c), each
  * index page once: live nodes become LIVE with their heap TID, the rest
  * DROPPED. */
 static void
 cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c,
-				   const uint32 *slots, uint32 count)
+				   const uint32 *cands, uint32 count)
 {
 	BlockNumber nblocks = cagra_blocks_for(meta, meta->n);
 	CagraWork  *work = (CagraWork *) cagra_scratch(CAGRA_SCRATCH_WORK, sizeof(CagraWork) * (Size) count);
 
 	for (uint32 i = 0; i < count; i++)
 	{
-		work[i].slot = slots[i];
-		cagra_locate(meta, c->ids[slots[i]], 0, &work[i].block, &work[i].where);
+		work[i].cand = cands[i];
+		cagra_locate(meta, c->ids[cands[i]], 0, &work[i].block, &work[i].where);
 		/* a node appended after our meta page read still has its page */
 		nblocks = Max(nblocks, work[i].block + 1);
 	}
@@ -171,16 +170,16 @@ cagra_read_headers(Relation index, const CagraMetaData *meta, CagraCandidates *c
 		for (; i < end; i++)
 		{
 			CagraNodeHeader hdr;
-			uint32		s = sorted[i].slot;
+			uint32		s = sorted[i].cand;
 
 			memcpy(&hdr, page + sorted[i].where, sizeof(hdr));
-			if ((hdr.flags & CAGRA_NODE_LIVE) && !(hdr.flags & CAGRA_NODE_DELETED))
+			if (cagra_node_is_live(hdr.flags))
 			{
-				c->state[s] = CAGRA_SLOT_LIVE;
+				c->state[s] = CAGRA_CAND_LIVE;
 				c->tids[s] = hdr.heap_tid;
 			}
 			else
-				c->state[s] = CAGRA_SLOT_DROPPED;
+				c->state[s] = CAGRA_CAND_DROPPED;
 		}
 		UnlockReleaseBuffer(buf);
 	}
@@ -208,23 +207,23 @@ cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
 	return buf;
 }
 
-/* The heap TIDs of `slots`: the worker's copy's where the snapshot is MVCC
+/* The heap TIDs of `cands`: the worker's copy's where the snapshot is MVCC
  * (see cagra_worker_search: the heap check alone is then exact), the node
  * headers' for the rest. */
 static void
 cagra_take_copy_tids(Relation index, const CagraMetaData *meta, CagraCandidates *c, Snapshot snapshot,
-					 const uint32 *slots, uint32 count)
+					 const uint32 *cands, uint32 count)
 {
 	uint32	   *rest = (uint32 *) palloc(sizeof(uint32) * Max(count, 1));
 	uint32		nrest = 0;
 
 	for (uint32 i = 0; i < count; i++)
 	{
-		uint32		s = slots[i];
+		uint32		s = cands[i];
 
 		if (c->copy_tids && c->copy_tids[s] != 0 && IsMVCCSnapshot(snapshot))
 		{
-			c->state[s] = CAGRA_SLOT_LIVE;
+			c->state[s] = CAGRA_CAND_LIVE;
 			cagra_unpack_tid(c->copy_tids[s], &c->tids[s]);
 		}
 		else
@@ -268,7 +267,7 @@ cagra_all_visible_member(Page page, OffsetNumber off)
 }
 
 /*
- * Check the LIVE slots of `slots` against the snapshot, heap block by heap
+ * Check the LIVE candidates of `cands` against the snapshot, heap block by heap
  * block: VISIBLE with the visible tuple's TID (a HOT chain's member, not
  * necessarily the index's TID), or DROPPED.  On all-visible pages of a heap
  * table the line pointers say it; elsewhere the table AM's index fetch
@@ -276,7 +275,7 @@ cagra_all_visible_member(Page page, OffsetNumber off)
  * predicate locks).
  */
 static void
-cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, const uint32 *slots,
+cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, const uint32 *cands,
 					   uint32 count, IndexFetchTableData *fetch, TupleTableSlot *slot)
 {
 	BlockNumber nblocks = RelationGetNumberOfBlocks(heap);
@@ -287,14 +286,14 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 	Buffer		vmbuf = InvalidBuffer;
 
 	for (uint32 i = 0; i < count; i++)
-		if (c->state[slots[i]] == CAGRA_SLOT_LIVE)
+		if (c->state[cands[i]] == CAGRA_CAND_LIVE)
 		{
-			ItemPointer tid = &c->tids[slots[i]];
+			ItemPointer tid = &c->tids[cands[i]];
 
 			/* blocks past the end (rows added since): last, any order */
 			work[nlive].block = Min(ItemPointerGetBlockNumber(tid), nblocks);
 			work[nlive].where = ItemPointerGetOffsetNumber(tid);
-			work[nlive++].slot = slots[i];
+			work[nlive++].cand = cands[i];
 		}
 
 	CagraWork  *sorted = cagra_sort_work(work, nlive, nblocks + 1);
@@ -315,34 +314,34 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
 			page = BufferGetPage(buf);
 			for (; i < end; i++)
 			{
-				uint32		s = sorted[i].slot;
+				uint32		s = sorted[i].cand;
 				OffsetNumber off = cagra_all_visible_member(page, (OffsetNumber) sorted[i].where);
 
 				if (off != InvalidOffsetNumber)
 				{
-					c->state[s] = CAGRA_SLOT_VISIBLE;
+					c->state[s] = CAGRA_CAND_VISIBLE;
 					ItemPointerSetOffsetNumber(&c->tids[s], off);
 				}
 				else
-					c->state[s] = CAGRA_SLOT_DROPPED;
+					c->state[s] = CAGRA_CAND_DROPPED;
 			}
 			UnlockReleaseBuffer(buf);
 			continue;
 		}
 		for (; i < end; i++)
 		{
-			uint32		s = sorted[i].slot;
+			uint32		s = sorted[i].cand;
 			ItemPointerData tid = c->tids[s];
 			bool		call_again = false;
 			bool		all_dead = false;
 
 			if (table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again, &all_dead))
 			{
-				c->state[s] = CAGRA_SLOT_VISIBLE;
+				c->state[s] = CAGRA_CAND_VISIBLE;
 				c->tids[s] = slot->tts_tid;
 			}
 			else
-				c->state[s] = CAGRA_SLOT_DROPPED;
+				c->state[s] = CAGRA_CAND_DROPPED;
 		}
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -362,7 +361,7 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 {
 	uint32	   *next = (uint32 *) palloc0(sizeof(uint32) * Max(c->nq, 1));	/* candidates taken */
 	uint32	   *want = (uint32 *) palloc(sizeof(uint32) * Max(c->nq, 1));
-	uint32	   *slots = (uint32 *) cagra_scratch(CAGRA_SCRATCH_SLOTS, sizeof(uint32) * (Size) c->nq * c->kk);
+	uint32	   *cands = (uint32 *) cagra_scratch(CAGRA_SCRATCH_CANDS, sizeof(uint32) * (Size) c->nq * c->kk);
 	IndexFetchTableData *fetch = table_index_fetch_begin(heap);
 	TupleTableSlot *slot = table_slot_create(heap, NULL);
 
@@ -377,13 +376,13 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 			const uint32 *row = c->ids + (Size) q * c->kk;
 			uint32		stop = Min(c->kk, next[q] + want[q]);
 
-			for (; next[q] < stop && row[next[q]] != CAGRA_INVALID_ID; next[q]++)
-				slots[count++] = (uint32) ((Size) q * c->kk + next[q]);
+			for (; next[q] < stop && row[next[q]] != cagra::kInvalidNode; next[q]++)
+				cands[count++] = (uint32) ((Size) q * c->kk + next[q]);
 		}
 		if (count == 0)
 			break;
-		cagra_take_copy_tids(index, meta, c, snapshot, slots, count);
-		cagra_check_visibility(heap, snapshot, c, slots, count, fetch, slot);
+		cagra_take_copy_tids(index, meta, c, snapshot, cands, count);
+		cagra_check_visibility(heap, snapshot, c, cands, count, fetch, slot);
 
 		/* the next round: what each query still lacks */
 		for (int q = 0; q < c->nq; q++)
@@ -394,7 +393,7 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 			if (!present[q])
 				continue;
 			for (uint32 i = 0; i < next[q]; i++)
-				visible += st[i] == CAGRA_SLOT_VISIBLE;
+				visible += st[i] == CAGRA_CAND_VISIBLE;
 			want[q] = visible < k ? k - visible : 0;
 		}
 	}

@@ -15,19 +15,19 @@ extern "C" {
 
 #include "am/cagra_am.h"
 
-/* What is known of one candidate (query q, rank i: slot q * kk + i). */
-#define CAGRA_SLOT_UNKNOWN 0
-#define CAGRA_SLOT_LIVE 1		/* header read: a live node, tid = its heap TID */
-#define CAGRA_SLOT_DROPPED 2	/* deleted node or no visible tuple */
-#define CAGRA_SLOT_VISIBLE 3	/* tid = the visible tuple's TID */
+/* What is known of one candidate (query q, rank i: candidate q * kk + i). */
+#define CAGRA_CAND_UNKNOWN 0
+#define CAGRA_CAND_LIVE 1		/* header read: a live node, tid = its heap TID */
+#define CAGRA_CAND_DROPPED 2	/* deleted node or no visible tuple */
+#define CAGRA_CAND_VISIBLE 3	/* tid = the visible tuple's TID */
 
 typedef struct CagraCandidates
 {
 	int			nq;
 	uint32		kk;				/* candidates per query */
-	uint32	   *ids;			/* nq x kk node ids, CAGRA_INVALID_ID padded */
+	uint32	   *ids;			/* nq x kk node ids, cagra::kInvalidNode padded */
 	float	   *dists;			/* nq x kk */
-	uint8	   *state;			/* nq x kk CAGRA_SLOT_* */
+	uint8	   *state;			/* nq x kk CAGRA_CAND_* */
 	ItemPointerData *tids;		/* nq x kk */
 	uint64	   *copy_tids;		/* nq x kk heap TIDs from the worker's copy, or NULL */
 } CagraCandidates;
@@ -49,7 +49,7 @@ typedef enum CagraScratchKind
 	CAGRA_SCRATCH_STATE,
 	CAGRA_SCRATCH_TIDS,
 	CAGRA_SCRATCH_COPY_TIDS,
-	CAGRA_SCRATCH_SLOTS,
+	CAGRA_SCRATCH_CANDS,
 	CAGRA_SCRATCH_WORK,
 	CAGRA_SCRATCH_SORTED,
 	CAGRA_SCRATCH_COUNTS,

@@ -2,7 +2,7 @@
  * status.cpp — cagra_worker_status() (the view cagra_status) and
  * cagra_worker_cache(): what the worker is doing, read from shared memory.
  */
-#include "worker/worker.h"
+#include "protocol/protocol.h"
 
 extern "C" {
 #include "fmgr.h"

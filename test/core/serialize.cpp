@@ -27,7 +27,7 @@ void check_image(const IndexImage &im, bool from_bytes)
         throw Error(ErrorCode::InvalidParameter, "inconsistent index image: " + what);
     };
     const Graph &g = im.built.graph;
-    if ((uint32_t)im.metric > (uint32_t)Metric::Cosine)
+    if (!metric_is_valid((uint32_t)im.metric))
         fail("unknown metric");
     if (im.dim == 0 || im.dim > kMaxDim)
         fail("dimension " + std::to_string(im.dim) + " out of range");
@@ -129,7 +129,7 @@ IndexImage deserialize(const uint8_t *bytes, size_t size)
         corrupt("bad magic number");
     if (h.version != kSerializedVersion)
         corrupt("format version " + std::to_string(h.version) + ", expected " + std::to_string(kSerializedVersion));
-    if (h.metric > (uint32_t)Metric::Cosine || h.dim == 0 || h.dim > kMaxDim || h.degree == 0 || h.degree > 4096 ||
+    if (!metric_is_valid(h.metric) || h.dim == 0 || h.dim > kMaxDim || h.degree == 0 || h.degree > 4096 ||
         h.has_ids > 1 || h.n >= kInvalidNode || h.entry_count > h.n)
         corrupt("header field out of range");
     /* Sizes in 128-bit arithmetic would be overkill: each factor is bounded

@@ -5,7 +5,7 @@
  */
 #pragma once
 
-#include "worker/worker.h"
+#include "protocol/protocol.h"
 
 typedef enum CagraCallOutcome
 {
@@ -25,7 +25,7 @@ typedef struct CagraCall
 	/* the request (filled by the caller before cagra_call_run) */
 	CagraRequestKind kind;
 	CagraIndexKey key;
-	CagraSearchConfig search;
+	CagraSearchRequest search;
 	uint32		nq;
 	uint64		build_id;
 	/* the answer */

@@ -3,7 +3,7 @@
  * cagra.device, cagra.batch_window, cagra.batch_max, cagra.gpu_memory_limit,
  * cagra.worker_timeout, cagra.gpu_library and cagra.worker_backend.
  */
-#include "worker/worker.h"
+#include "protocol/protocol.h"
 
 extern "C" {
 #include "miscadmin.h"

@@ -8,7 +8,7 @@
  * PG_FINALLY; a slot the worker is still running is marked abandoned and
  * freed by the worker when it finishes.
  */
-#include "worker/ipc.h"
+#include "client/ipc.h"
 
 extern "C" {
 #include "miscadmin.h"
@@ -80,7 +80,7 @@ cagra_forget_mailbox(CagraCall *call)
 bool
 cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
 {
-	memset(call, 0, sizeof(*call));
+	memset((void *) call, 0, sizeof(*call));
 	call->kind = kind;
 	call->size = size;
 	if (cagra_get_mailbox(size))
@@ -135,7 +135,7 @@ cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 	}
 	CagraRequestSlot *s = &sh->slots[idx];
 
-	memset(s, 0, sizeof(*s));
+	memset((void *) s, 0, sizeof(*s));
 	s->kind = call->kind;
 	s->backend_pid = MyProcPid;
 	s->backend_latch = MyLatch;

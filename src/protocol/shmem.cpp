@@ -5,7 +5,7 @@
  * shared_preload_libraries is processed; otherwise cagra_worker_shared stays
  * NULL and every search runs in the backend, on the CPU.
  */
-#include "worker/worker.h"
+#include "protocol/protocol.h"
 
 extern "C" {
 #include "miscadmin.h"
@@ -56,7 +56,7 @@ cagra_shmem_startup(void)
 	{
 		CagraWorkerShared *s = cagra_worker_shared;
 
-		memset(s, 0, cagra_shared_size());
+		memset((void *) s, 0, cagra_shared_size());
 		s->lock = &(GetNamedLWLockTranche("cagra_worker"))->lock;
 		s->state = CAGRA_WS_NOT_STARTED;
 		s->backend = cagra_worker_backend;

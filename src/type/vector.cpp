@@ -7,7 +7,7 @@
  * Every function here is plain C-style code: nothing with a destructor lives
  * in a frame that may ereport(ERROR).
  */
-#include "vector.h"
+#include "type/vector.h"
 
 #include <cerrno>
 #include <cmath>

@@ -7,13 +7,13 @@
  * (search_resolve.cpp).
  */
 #include "am/accessor.h"
-#include "worker/search.h"
-#include "worker/search_batch.h"
+#include "am/search_batch.h"
+#include "am/worker_copy.h"
 
 #include <vector>
 
 #include "core/search.h"
-#include "vector.h"
+#include "type/vector.h"
 
 extern "C" {
 #include "access/heapam.h"
@@ -44,8 +44,7 @@ static void
 cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *query, uint32 k,
 					   uint32 *ids, float *dists, CagraStatus *st) noexcept
 {
-	try
-	{
+	cagra_guard(st, [&] {
 		/* pinned pages and the entry-vector cache, as an index scan has */
 		CagraPageAccessor acc(index, *meta, true, true);
 		cagra::SearchParams params = cagra_search_params();
@@ -57,23 +56,17 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 		auto		live = [&acc](uint32_t id) {
 			CagraPageAccessor::NodeInfo info;
 
-			return acc.node_info(id, &info) && (info.flags & CAGRA_NODE_LIVE) &&
-				!(info.flags & CAGRA_NODE_DELETED);
+			return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
 		};
 		uint32		got = s->next(k, live, out.data());
 
 		for (uint32 i = 0; i < k; i++)
 		{
-			ids[i] = i < got ? out[i].id : CAGRA_INVALID_ID;
+			ids[i] = i < got ? out[i].id : cagra::kInvalidNode;
 			dists[i] = i < got ? out[i].distance : INFINITY;
 		}
 		acc.release_pins();
-		cagra_status_ok(st);
-	}
-	catch (...)
-	{
-		cagra_status_from_current_exception(st);
-	}
+	});
 }
 
 static Relation
@@ -128,83 +121,6 @@ cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayType *arr,
 	return queries;
 }
 
-/* Distances from one query to `count` vectors (INFINITY if the core
- * throws, which it does not for valid dims). */
-static void
-cagra_distances_to(cagra::Metric metric, const float *query, const float *vecs, uint32 count,
-				   uint32 dims, float *out) noexcept
-{
-	try
-	{
-		for (uint32 i = 0; i < count; i++)
-			out[i] = cagra::distance(metric, query, vecs + (Size) i * dims, dims);
-	}
-	catch (...)
-	{
-		for (uint32 i = 0; i < count; i++)
-			out[i] = INFINITY;
-	}
-}
-
-/*
- * Nodes [from, meta->n) were appended after the worker's copy was made: read
- * their vectors once, then merge the exact nearest of them into every
- * query's sorted row (the worker's ids are all below `from`).
- */
-static void
-cagra_merge_tail_batch(Relation index, const CagraMetaData *meta, uint32 from, int nq,
-					   const float *queries, const bool *present, uint32 kk, uint32 *ids, float *dists)
-{
-	uint32		span = meta->n - from;
-	uint32	   *tail_ids = (uint32 *) palloc(sizeof(uint32) * span);
-	float	   *vecs = (float *) palloc_extended((Size) span * meta->dims * sizeof(float), MCXT_ALLOC_HUGE);
-	float	   *d = (float *) palloc(sizeof(float) * span);
-	uint32		voff = cagra_vector_offset(meta->graph_degree);
-	uint32		ntail = 0;
-
-	for (uint32 id = from; id < meta->n; id++)
-	{
-		CagraNodeHeader hdr;
-
-		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
-		if (!(hdr.flags & CAGRA_NODE_LIVE) || (hdr.flags & CAGRA_NODE_DELETED))
-			continue;
-		cagra_read_record_bytes(index, meta, id, voff, meta->dims * sizeof(float),
-								vecs + (Size) ntail * meta->dims);
-		tail_ids[ntail++] = id;
-	}
-	for (int q = 0; q < nq && ntail > 0; q++)
-	{
-		uint32	   *row = ids + (Size) q * kk;
-		float	   *rowd = dists + (Size) q * kk;
-
-		if (!present[q])
-			continue;
-		cagra_distances_to((cagra::Metric) meta->metric, queries + (Size) q * meta->dims, vecs, ntail,
-						   meta->dims, d);
-		for (uint32 t = 0; t < ntail; t++)
-		{
-			uint32		pos = kk - 1;
-
-			if (!(d[t] < rowd[kk - 1]))
-				continue;
-			/* insert into the sorted row, dropping the last */
-			while (pos > 0 && rowd[pos - 1] > d[t])
-			{
-				row[pos] = row[pos - 1];
-				rowd[pos] = rowd[pos - 1];
-				pos--;
-			}
-			row[pos] = tail_ids[t];
-			rowd[pos] = d[t];
-		}
-		CHECK_FOR_INTERRUPTS();
-	}
-	pfree(tail_ids);
-	pfree(vecs);
-	pfree(d);
-}
-
 /* Candidates of every query into c->ids/dists: on the worker when it can,
  * else on the CPU. */
 static void
@@ -213,26 +129,24 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 {
 	if (cagra_worker_wanted("search"))
 	{
-		CagraSearchConfig cfg;
+		CagraSearchRequest req;
 		char		why[256];
 		uint32		copy_n;
 
-		cfg.k = c->kk;
-		cfg.itopk_size = c->kk;
-		cfg.search_width = (uint32) cagra_search_width;
-		cfg.max_iterations = (uint32) cagra_max_iterations;
+		req.k = c->kk;
+		req.params = cagra_search_params();
+		req.params.itopk_size = c->kk;
 
 		uint64	   *copy_tids = (uint64 *) cagra_scratch(CAGRA_SCRATCH_COPY_TIDS,
 															sizeof(uint64) * (Size) c->nq * c->kk);
-		CagraOffload r = cagra_worker_search(index, meta, &cfg, (uint32) c->nq, queries, c->ids,
-											 c->dists, copy_tids, &copy_n, why, sizeof(why));
+		CagraOffload r = cagra_search_through_worker(index, meta, &req, (uint32) c->nq, queries, c->ids,
+													 c->dists, copy_tids, &copy_n, why, sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
 			/* the merge moves candidates: their copy TIDs would not follow */
 			if (copy_n < meta->n)
-				cagra_merge_tail_batch(index, meta, copy_n, c->nq, queries, present, c->kk, c->ids,
-									   c->dists);
+				cagra_merge_tail(index, meta, copy_n, c->nq, queries, present, c->kk, c->ids, c->dists);
 			else
 				c->copy_tids = copy_tids;
 			return;
@@ -325,10 +239,10 @@ cagra_emit_results(ReturnSetInfo *rsinfo, CagraRowFormer *former, const CagraMet
 			continue;
 		for (uint32 i = 0; i < c->kk && emitted < k; i++)
 		{
-			if (c->state[base + i] != CAGRA_SLOT_VISIBLE)
+			if (c->state[base + i] != CAGRA_CAND_VISIBLE)
 				continue;
 			cagra_row_former_put(former, rsinfo->setResult, first + q + 1, &c->tids[base + i],
-								 cagra_operator_value(metric, c->dists[base + i]));
+								 cagra::operator_value(metric, c->dists[base + i]));
 			emitted++;
 		}
 	}
@@ -373,9 +287,9 @@ cagra_search(PG_FUNCTION_ARGS)
 		c.state = (uint8 *) cagra_scratch(CAGRA_SCRATCH_STATE, total);
 		c.tids = (ItemPointerData *) cagra_scratch(CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
 		c.copy_tids = NULL;
-		memset(c.state, CAGRA_SLOT_UNKNOWN, total);
+		memset(c.state, CAGRA_CAND_UNKNOWN, total);
 		for (Size i = 0; i < total; i++)
-			c.ids[i] = CAGRA_INVALID_ID;	/* rows of NULL queries stay empty */
+			c.ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
 
 		cagra_search_candidates(index, &meta, queries, present, &c);
 

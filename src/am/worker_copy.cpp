@@ -1,0 +1,164 @@
+/*
+ * worker_copy.cpp — index copies for the GPU worker read from the index
+ * pages, and the exact search of the nodes a copy lacks (worker_copy.h).
+ */
+#include "am/worker_copy.h"
+
+#include <cmath>
+
+extern "C" {
+#include "miscadmin.h"
+}
+
+/* ---- the copy's nodes, read page group by page group ---- */
+
+typedef struct CagraPageSource
+{
+	Relation	index;
+	const CagraMetaData *meta;
+	char	   *group;			/* one node group: nodes_per_page records */
+} CagraPageSource;
+
+static void
+cagra_fill_from_pages(void *arg, uint32 n, CagraUploadPayload *p)
+{
+	CagraPageSource *src = (CagraPageSource *) arg;
+	const CagraMetaData *meta = src->meta;
+	char	   *vecs = cagra_upload_vectors(p);
+	uint32	   *rows = cagra_upload_rows(p);
+	uint8	   *live = cagra_upload_live(p);
+	uint64	   *tids = cagra_upload_tids(p);
+	uint32		degree = meta->graph_degree;
+	uint32		vbytes = p->format.vector_bytes();
+	uint32		per_group = meta->nodes_per_page;
+
+	for (uint32 i = 0; i < p->count; i++)
+	{
+		uint32		id = p->first + i;
+		uint32		in_group = id % per_group;
+
+		if (i == 0 || in_group == 0)
+			cagra_read_record_bytes(src->index, meta, id - in_group, 0, per_group * meta->record_size,
+									src->group);
+
+		const char *rec = src->group + (uint64) in_group * meta->record_size;
+		CagraNodeHeader hdr;
+		uint32	   *row = rows + (uint64) i * degree;
+
+		memcpy(&hdr, rec, sizeof(hdr));
+		live[i] = cagra_node_is_live(hdr.flags) ? 1 : 0;
+		tids[i] = cagra_pack_tid(&hdr.heap_tid);
+		memcpy(row, rec + CAGRA_ROW_OFFSET, degree * sizeof(uint32));
+		for (uint32 j = 0; j < degree; j++)
+			if (row[j] >= n)
+				row[j] = cagra::kInvalidNode;	/* appended later */
+		memcpy(vecs + (uint64) i * vbytes, rec + cagra_vector_offset(degree), vbytes);
+		if ((i & 4095) == 4095)
+			CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static CagraIndexKey
+cagra_copy_key(Relation index, const CagraMetaData *meta)
+{
+	CagraIndexKey key;
+
+	memset(&key, 0, sizeof(key));
+	key.db = MyDatabaseId;
+	key.index = RelationGetRelid(index);
+	key.relfilenode = index->rd_node.relNode;
+	key.generation = meta->generation;
+	key.n = meta->n;
+	return key;
+}
+
+CagraOffload
+cagra_search_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
+							uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
+							uint32 *copy_n, char *why, size_t whylen)
+{
+	CagraIndexKey key = cagra_copy_key(index, meta);
+	CagraPageSource pages;
+	CagraCopySource source;
+
+	pages.index = index;
+	pages.meta = meta;
+	pages.group = NULL;
+	source.format = cagra_format_of(meta);
+	source.degree = meta->graph_degree;
+	source.entry_count = meta->entry_count;
+	source.entries = meta->entries;
+	source.chunk_nodes = meta->nodes_per_page;
+	source.fill = cagra_fill_from_pages;
+	source.arg = &pages;
+	pages.group = (char *) palloc((Size) meta->nodes_per_page * meta->record_size);
+
+	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, ids, dists, tids, copy_n,
+										 why, whylen);
+
+	pfree(pages.group);
+	return r;
+}
+
+/* ---- nodes the copy lacks ---- */
+
+void
+cagra_merge_tail(Relation index, const CagraMetaData *meta, uint32 from, int nq, const float *queries,
+				 const bool *present, uint32 kk, uint32 *ids, float *dists)
+{
+	cagra::VectorFormat format = cagra_format_of(meta);
+	uint32		span = meta->n - from;
+	uint32	   *tail_ids = (uint32 *) palloc(sizeof(uint32) * Max(span, (uint32) 1));
+	char	   *vecs = (char *) palloc_extended((Size) Max(span, (uint32) 1) * format.vector_bytes(),
+												MCXT_ALLOC_HUGE);
+	float	   *d = (float *) palloc(sizeof(float) * Max(span, (uint32) 1));
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+	uint32		ntail = 0;
+	CagraStatus st;
+
+	for (uint32 id = from; id < meta->n; id++)
+	{
+		CagraNodeHeader hdr;
+
+		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+		if (!cagra_node_is_live(hdr.flags))
+			continue;
+		cagra_read_record_bytes(index, meta, id, voff, format.vector_bytes(),
+								vecs + (Size) ntail * format.vector_bytes());
+		tail_ids[ntail++] = id;
+	}
+	for (int q = 0; q < nq && ntail > 0; q++)
+	{
+		uint32	   *row = ids + (Size) q * kk;
+		float	   *rowd = dists + (Size) q * kk;
+		const float *query = queries + (Size) q * meta->dims;
+
+		if (present && !present[q])
+			continue;
+		if (!cagra_guard(&st, [&] {
+				for (uint32 t = 0; t < ntail; t++)
+					d[t] = format.distance(query, vecs + (Size) t * format.vector_bytes());
+			}))
+			cagra_report_status(&st);
+		for (uint32 t = 0; t < ntail; t++)
+		{
+			uint32		pos = kk - 1;
+
+			if (!(d[t] < rowd[kk - 1]))
+				continue;
+			/* insert into the sorted row, dropping the last */
+			while (pos > 0 && rowd[pos - 1] > d[t])
+			{
+				row[pos] = row[pos - 1];
+				rowd[pos] = rowd[pos - 1];
+				pos--;
+			}
+			row[pos] = tail_ids[t];
+			rowd[pos] = d[t];
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	pfree(tail_ids);
+	pfree(vecs);
+	pfree(d);
+}

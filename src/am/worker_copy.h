@@ -1,0 +1,27 @@
+/*
+ * worker_copy.h — the access method's side of searches through the GPU
+ * worker: the worker's copy of an index is filled from the index pages
+ * here, and what the copy cannot know (nodes appended after it was made)
+ * is searched here, exactly, and merged into its answers.  Scans and
+ * cagra_search call these; the client (src/client) never reads a page.
+ */
+#pragma once
+
+#include "am/cagra_am.h"
+#include "client/client.h"
+
+/* nq prepared queries through the worker (client.h, cagra_worker_search),
+ * the index copy uploaded from the pages of `index` when the worker asks. */
+CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *meta,
+										 const CagraSearchRequest *req, uint32 nq, const float *queries,
+										 uint32 *ids, float *dists, uint64 *tids, uint32 *copy_n,
+										 char *why, size_t whylen);
+
+/*
+ * Nodes [from, meta->n) were appended after the worker's copy was made:
+ * read their vectors once, then merge the exact nearest of them into every
+ * present query's sorted row of kk (ids below `from`; present NULL: all).
+ */
+void		cagra_merge_tail(Relation index, const CagraMetaData *meta, uint32 from, int nq,
+							 const float *queries, const bool *present, uint32 kk, uint32 *ids,
+							 float *dists);

@@ -1,0 +1,97 @@
+/*
+ * client.h — the backend's side of the GPU worker protocol: what the access
+ * method calls to search through the worker and to build a graph on it.
+ * Every function either serves the request through the worker or says it
+ * did not (the caller then runs the CPU path): a failed offload never
+ * raises an error, except where the user demanded the GPU (cagra.device =
+ * gpu, build_device = gpu).  A backend says once, with a NOTICE, that it
+ * fell back to the CPU because the worker failed.
+ *
+ * The client knows node ids, vectors and rows, not index pages: the access
+ * method fills an index copy's upload chunks (CagraCopySource) and turns
+ * the returned ids into heap rows.
+ */
+#pragma once
+
+#include "boundary/boundary.h"
+#include "protocol/protocol.h"
+
+extern "C" {
+#include "utils/palloc.h"
+}
+
+typedef enum CagraOffload
+{
+	CAGRA_OFFLOAD_OK,
+	CAGRA_OFFLOAD_SKIPPED,		/* not offloaded for an ordinary reason (copy loading, no slot) */
+	CAGRA_OFFLOAD_FAILED		/* the worker failed: fall back and tell */
+} CagraOffload;
+
+/* True when this search should go to the worker (cagra.device and worker
+ * state); ERROR when cagra.device = gpu and it cannot. */
+bool		cagra_worker_wanted(const char *what);
+
+/* Count a fallback; the first of the session also gets a NOTICE. */
+void		cagra_worker_note_fallback(const char *what, const char *why);
+
+/* The search did not run on the worker: an ERROR with cagra.device = gpu,
+ * else counted (and, for a failure, the session's first NOTICE). */
+void		cagra_worker_search_fallback(CagraOffload r, const char *why);
+
+/* ---- searches ---- */
+
+/*
+ * Where the nodes of an index copy come from when the worker has none of
+ * this generation: the access method reads them from its pages.
+ */
+typedef struct CagraCopySource
+{
+	cagra::VectorFormat format;
+	uint32		degree;
+	uint32		entry_count;
+	const uint32 *entries;
+	uint32		chunk_nodes;	/* chunks start at multiples of this many nodes */
+	/* Fill nodes [p->first, p->first + p->count) of the n the copy holds:
+	 * vectors, rows (edges to nodes >= n as kInvalidNode), live flags and
+	 * heap TIDs (cagra_pack_tid).  May ereport. */
+	void		(*fill) (void *arg, uint32 n, CagraUploadPayload *p);
+	void	   *arg;
+} CagraCopySource;
+
+/*
+ * nq prepared queries against the copy of `key` (uploaded from `source`
+ * first when the worker asks for it): nq x req->k node ids
+ * (cagra::kInvalidNode padding), distances and, unless tids is NULL, the
+ * heap TIDs the worker's copy has for them (cagra_pack_tid); *copy_n: nodes
+ * the copy holds (nodes from there to key->n are the caller's to search).
+ *
+ * The copy is of the generation the meta page showed after the caller's
+ * snapshot was taken, so under an MVCC snapshot its TIDs may be used
+ * without reading the node headers: a node vacuum removed since then has a
+ * dead tuple, or a line pointer reused by a tuple newer than the snapshot,
+ * which the heap check rejects either way.
+ */
+CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source,
+								 const CagraSearchRequest *req, uint32 nq, const float *queries,
+								 uint32 *ids, float *dists, uint64 *tids, uint32 *copy_n,
+								 char *why, size_t whylen);
+
+/* ---- builds ---- */
+
+/* ERROR unless the GPU worker can build index `index_name` (build_device =
+ * gpu; called before the heap scan). */
+void		cagra_worker_require_gpu_build(const char *index_name);
+
+/*
+ * Build the graph of n prepared vectors on the worker.  On success returns
+ * a BuiltGraph owned by memory context `cxt` (deleted with it) and sets
+ * *on_gpu (false: the worker's CPU engine built it).  NULL: build on the
+ * CPU in the backend (a NOTICE said why, when the worker failed); with
+ * gpu_required a failure is an ERROR instead.  report_phase(phase) is
+ * called as the build on the worker starts its steps.
+ */
+cagra::BuiltGraph *cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
+											const cagra::VectorFormat &format,
+											const cagra::BuildParams &params, bool gpu_required,
+											void (*report_phase) (cagra::BuildPhase phase),
+											MemoryContext cxt, bool *on_gpu);

@@ -1,0 +1,213 @@
+/*
+ * search.cpp — searches through the GPU worker, backend side: the request
+ * round trip, and the upload of an index copy (from the access method's
+ * CagraCopySource) when the worker has none of this generation.  Every
+ * failure becomes "run it on the CPU", announced once per backend with a
+ * NOTICE; where the user demanded the GPU it is an ERROR instead.
+ *
+ * Frames here hold no C++ object: PostgreSQL errors may longjmp through them.
+ */
+#include "client/client.h"
+#include "client/ipc.h"
+
+extern "C" {
+#include "miscadmin.h"
+}
+
+/* ---- fallbacks ---- */
+
+static bool cagra_fallback_noticed = false;
+
+void
+cagra_worker_note_fallback(const char *what, const char *why)
+{
+	if (cagra_worker_shared)
+		pg_atomic_fetch_add_u64(&cagra_worker_shared->fallbacks, 1);
+	if (cagra_fallback_noticed)
+		return;
+	cagra_fallback_noticed = true;
+	ereport(NOTICE,
+			(errmsg("cagra %s runs on the CPU: %s", what, why),
+			 errdetail("Further fallbacks of this session are counted in cagra_status, not reported.")));
+}
+
+bool
+cagra_worker_wanted(const char *what)
+{
+	if (cagra_device == CAGRA_SEARCH_CPU)
+		return false;
+	if (cagra_worker_running(NULL))
+		return true;
+	if (cagra_device == CAGRA_SEARCH_GPU)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cagra.device is gpu but the cagra GPU worker is not running, so this %s cannot run on the GPU", what),
+				 cagra_worker_shared ?
+				 errhint("SELECT * FROM cagra_status says why; or SET cagra.device = auto.") :
+				 errhint("Add cagra to shared_preload_libraries and restart, or SET cagra.device = auto.")));
+	return false;
+}
+
+/* A failed offload: ERROR with cagra.device = gpu, else a (first) NOTICE. */
+static void
+cagra_search_failed(const char *why)
+{
+	if (cagra_device == CAGRA_SEARCH_GPU)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cagra search could not run on the GPU worker: %s", why),
+				 errhint("SET cagra.device = auto to search on the CPU when the worker fails.")));
+	cagra_worker_note_fallback("search", why);
+}
+
+void
+cagra_worker_search_fallback(CagraOffload r, const char *why)
+{
+	if (r == CAGRA_OFFLOAD_FAILED || cagra_device == CAGRA_SEARCH_GPU)
+		cagra_search_failed(why);
+	else
+		pg_atomic_fetch_add_u64(&cagra_worker_shared->fallbacks, 1);
+}
+
+/* ---- uploading an index copy ---- */
+
+/* Stream nodes 0..key->n-1 to the worker in chunks; false with `why` set. */
+static bool
+cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *why, size_t whylen)
+{
+	Size		node_bytes = cagra_upload_node_bytes(src->format, src->degree);
+	Size		header = cagra_upload_payload_size(0, src->format, src->degree);
+	uint64		per_chunk = (CAGRA_CHUNK_BYTES - header) / node_bytes;
+
+	per_chunk = Max(per_chunk - per_chunk % src->chunk_nodes, (uint64) src->chunk_nodes);
+	for (uint64 first = 0; first < key->n; first += per_chunk)
+	{
+		uint32		count = (uint32) Min(per_chunk, key->n - first);
+		CagraCall	call;
+
+		if (!cagra_call_init(&call, CAGRA_REQ_UPLOAD, cagra_upload_payload_size(count, src->format, src->degree)))
+		{
+			strlcpy(why, "no dynamic shared memory segment for the index copy", whylen);
+			return false;
+		}
+		CagraUploadPayload *p = (CagraUploadPayload *) call.payload;
+
+		p->format = src->format;
+		p->degree = src->degree;
+		p->entry_count = Min(src->entry_count, (uint32) CAGRA_MAX_ENTRY_NODES);
+		memcpy(p->entries, src->entries, p->entry_count * sizeof(uint32));
+		p->first = (uint32) first;
+		p->count = count;
+		src->fill(src->arg, key->n, p);
+		call.key = *key;
+
+		CagraCallOutcome o = cagra_call_run(&call, cagra_worker_timeout_ms);
+
+		cagra_call_done(&call);
+		if (o != CAGRA_CALL_ANSWERED)
+		{
+			strlcpy(why, cagra_call_outcome_text(o), whylen);
+			return false;
+		}
+		if (call.reply != CAGRA_REPLY_OK)
+		{
+			snprintf(why, whylen, "the index copy was not loaded: %s", call.message);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* ---- searches ---- */
+
+/* One SEARCH request for up to a chunk of queries. */
+static CagraOffload
+cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const CagraSearchRequest *req,
+				   uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
+				   uint32 *copy_n, char *why, size_t whylen)
+{
+	uint32		dim = src->format.dim;
+
+	for (int attempt = 0; attempt < 2; attempt++)
+	{
+		CagraCall	call;
+
+		if (!cagra_call_init(&call, CAGRA_REQ_SEARCH, cagra_search_payload_size(nq, dim, req->k)))
+		{
+			strlcpy(why, "no dynamic shared memory segment for the queries", whylen);
+			return CAGRA_OFFLOAD_FAILED;
+		}
+		CagraSearchPayload *p = (CagraSearchPayload *) call.payload;
+
+		p->nq = nq;
+		p->dim = dim;
+		p->k = req->k;
+		memcpy(cagra_search_queries(p), queries, (Size) nq * dim * sizeof(float));
+		call.key = *key;
+		call.search = *req;
+		call.nq = nq;
+
+		CagraCallOutcome o = cagra_call_run(&call, cagra_worker_timeout_ms);
+
+		if (o == CAGRA_CALL_ANSWERED && call.reply == CAGRA_REPLY_OK)
+		{
+			memcpy(ids, cagra_search_ids(p), (Size) nq * req->k * sizeof(uint32));
+			memcpy(dists, cagra_search_distances(p), (Size) nq * req->k * sizeof(float));
+			if (tids)
+				memcpy(tids, cagra_search_tids(p), (Size) nq * req->k * sizeof(uint64));
+			*copy_n = call.copy_n;
+			cagra_call_done(&call);
+			return CAGRA_OFFLOAD_OK;
+		}
+		cagra_call_done(&call);
+		if (o == CAGRA_CALL_NOT_RUNNING || o == CAGRA_CALL_NO_SLOT)
+		{
+			strlcpy(why, cagra_call_outcome_text(o), whylen);
+			return CAGRA_OFFLOAD_SKIPPED;
+		}
+		if (o != CAGRA_CALL_ANSWERED)
+		{
+			strlcpy(why, cagra_call_outcome_text(o), whylen);
+			return CAGRA_OFFLOAD_FAILED;
+		}
+		if (call.reply == CAGRA_REPLY_LOADING)
+		{
+			strlcpy(why, "another session is loading the index copy", whylen);
+			return CAGRA_OFFLOAD_SKIPPED;
+		}
+		if (call.reply != CAGRA_REPLY_NEED_INDEX || attempt > 0)
+		{
+			strlcpy(why, call.message[0] ? call.message : "the worker refused the search", whylen);
+			return CAGRA_OFFLOAD_FAILED;
+		}
+		if (!cagra_upload_index(key, src, why, whylen))
+			return CAGRA_OFFLOAD_FAILED;
+	}
+	return CAGRA_OFFLOAD_FAILED;	/* not reached */
+}
+
+CagraOffload
+cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
+					uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
+					uint32 *copy_n, char *why, size_t whylen)
+{
+	Size		per_query = (Size) source->format.dim * sizeof(float) + (Size) req->k * 16;
+	uint32		chunk = (uint32) Max((Size) 1, (CAGRA_CHUNK_BYTES - 64) / per_query);
+
+	*copy_n = key->n;
+	for (uint32 first = 0; first < nq; first += chunk)
+	{
+		uint32		count = Min(chunk, nq - first);
+		uint32		got_n;
+		Size		at = (Size) first * req->k;
+		CagraOffload r = cagra_search_chunk(key, source, req, count,
+											queries + (Size) first * source->format.dim,
+											ids + at, dists + at, tids ? tids + at : NULL, &got_n,
+											why, whylen);
+
+		if (r != CAGRA_OFFLOAD_OK)
+			return r;
+		*copy_n = Min(*copy_n, got_n);
+	}
+	return CAGRA_OFFLOAD_OK;
+}

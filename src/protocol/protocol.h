@@ -1,0 +1,339 @@
+/*
+ * protocol.h — what backends and the GPU worker process agree on: the
+ * worker's shared-memory state (request slots, counters, published cache
+ * list), the request kinds and the layouts of their payloads in dynamic
+ * shared memory, and the settings both sides read.  It knows node ids,
+ * vectors (by their VectorFormat), graph rows and heap TIDs, nothing of
+ * index pages: src/client (backend side) and src/worker (the worker
+ * process) include it, and neither includes the other.
+ *
+ * Backends fill a request slot, put the bulk data in a DSM segment of at
+ * most CAGRA_CHUNK_BYTES, and wait on their latch; the worker takes queued
+ * slots, answers in the same segment and sets the backend's latch.
+ * docs/worker.md describes the protocol.
+ */
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "storage/dsm.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/itemptr.h"
+#include "storage/spin.h"
+}
+
+#include "core/build.h"
+#include "core/format.h"
+
+/* Largest DSM segment one request uses: bulk transfers go in chunks. */
+#define CAGRA_CHUNK_BYTES ((Size) 64 * 1024 * 1024)
+
+/* Each backend keeps one segment for its requests (a query, a batch of
+ * cagra_search, build chunks of small tables): this size at first, doubled
+ * as larger requests come, up to the maximum (larger ones get a segment of
+ * their own).  The worker keeps it mapped, so a search costs no segment
+ * creation or mapping on either side. */
+#define CAGRA_MAILBOX_BYTES ((Size) 1024 * 1024)
+#define CAGRA_MAILBOX_MAX_BYTES ((Size) 16 * 1024 * 1024)
+
+#define CAGRA_MAX_DEVICES 16
+/* Entry nodes a request carries (as many as an index keeps). */
+#define CAGRA_MAX_ENTRY_NODES cagra::kMaxStoredEntries
+/* Largest k and itopk_size a worker search takes (the GPU kernel's limit,
+ * checked against gpu/cagra_gpu.h where the worker includes both). */
+#define CAGRA_WORKER_MAX_K 512
+#define CAGRA_MAX_PUBLISHED_CACHE 64
+
+/* Worker states (shown by cagra_worker_status). */
+typedef enum CagraWorkerState
+{
+	CAGRA_WS_NOT_STARTED = 0,	/* registered, not running yet */
+	CAGRA_WS_STARTING,
+	CAGRA_WS_RUNNING,
+	CAGRA_WS_NO_DEVICE,			/* exited 0: no usable device */
+	CAGRA_WS_NO_LIBRARY,		/* exited 0: libcagra_gpu.so missing or unusable */
+	CAGRA_WS_EXITED				/* stopped (terminated or crashed); may restart */
+} CagraWorkerState;
+
+/* Execution backends of the worker (GUC cagra.worker_backend). */
+#define CAGRA_BACKEND_GPU 0
+#define CAGRA_BACKEND_CPU 1
+
+/* cagra.device */
+#define CAGRA_SEARCH_AUTO 0
+#define CAGRA_SEARCH_GPU 1
+#define CAGRA_SEARCH_CPU 2
+
+typedef enum CagraRequestKind
+{
+	CAGRA_REQ_SEARCH = 1,		/* queries against a cached index copy */
+	CAGRA_REQ_UPLOAD,			/* one chunk of an index copy */
+	CAGRA_REQ_BUILD_DATA,		/* one chunk of the vectors of a build */
+	CAGRA_REQ_BUILD_RUN,		/* build the graph of the staged vectors */
+	CAGRA_REQ_BUILD_FETCH		/* one chunk of the built graph's rows */
+} CagraRequestKind;
+
+typedef enum CagraSlotState
+{
+	CAGRA_SLOT_FREE = 0,
+	CAGRA_SLOT_QUEUED,
+	CAGRA_SLOT_RUNNING,
+	CAGRA_SLOT_DONE,
+	CAGRA_SLOT_ABANDONED		/* the backend left while the worker ran it */
+} CagraSlotState;
+
+/* What the worker answers. */
+typedef enum CagraReply
+{
+	CAGRA_REPLY_OK = 0,
+	CAGRA_REPLY_NEED_INDEX,		/* no usable copy: this backend should upload one */
+	CAGRA_REPLY_LOADING,		/* another backend is uploading the copy */
+	CAGRA_REPLY_TOO_LARGE,		/* the copy does not fit cagra.gpu_memory_limit */
+	CAGRA_REPLY_OUT_OF_MEMORY,	/* device (or host) memory exhausted */
+	CAGRA_REPLY_ERROR			/* anything else; message says what */
+} CagraReply;
+
+/* Identifies one version of one index's contents. */
+typedef struct CagraIndexKey
+{
+	Oid			db;
+	Oid			index;
+	Oid			relfilenode;	/* changes on REINDEX, TRUNCATE */
+	uint64		generation;		/* meta page generation */
+	uint32		n;				/* nodes at that generation */
+} CagraIndexKey;
+
+/* What a search asks for: searches of one index with equal requests are
+ * batched into one launch. */
+typedef struct CagraSearchRequest
+{
+	uint32		k;
+	cagra::SearchParams params;
+} CagraSearchRequest;
+
+static inline bool
+cagra_same_search_request(const CagraSearchRequest *a, const CagraSearchRequest *b)
+{
+	return a->k == b->k && a->params == b->params;
+}
+
+typedef struct CagraRequestSlot
+{
+	CagraSlotState state;
+	CagraRequestKind kind;
+	CagraReply	reply;
+	pid_t		backend_pid;
+	Latch	   *backend_latch;
+	uint64		worker_generation;	/* the worker it was queued for */
+	uint64		seq;			/* queue order */
+	TimestampTz queued_at;
+	dsm_handle	handle;
+	bool		mailbox;		/* handle is the backend's reusable segment */
+	CagraIndexKey key;			/* SEARCH, UPLOAD */
+	CagraSearchRequest search;	/* SEARCH */
+	uint32		nq;				/* SEARCH: queries in the payload */
+	uint32		copy_n;			/* SEARCH reply: nodes of the copy searched */
+	uint64		build_id;		/* BUILD_*: the backend's build */
+	char		message[256];
+} CagraRequestSlot;
+
+typedef struct CagraPublishedCopy
+{
+	Oid			db;
+	Oid			index;
+	uint64		generation;
+	uint32		n;
+	int			device;
+	uint64		bytes;
+	uint64		searches;
+	TimestampTz loaded_at;
+} CagraPublishedCopy;
+
+typedef struct CagraWorkerShared
+{
+	LWLock	   *lock;			/* guards everything below except the atomics */
+	CagraWorkerState state;
+	int			backend;		/* CAGRA_BACKEND_* the worker runs */
+	pid_t		pid;			/* 0 when not running */
+	Latch	   *latch;			/* the worker's latch while running */
+	uint64		generation;		/* bumped at every worker start */
+	TimestampTz started_at;
+	uint64		next_seq;
+	char		message[256];	/* why the worker is not running, or library version */
+
+	int			device_count;
+	char		device_names[CAGRA_MAX_DEVICES][128];
+	uint64		device_total[CAGRA_MAX_DEVICES];	/* bytes */
+	uint64		memory_used;	/* bytes held by cached copies */
+	uint64		memory_limit;	/* bytes */
+
+	int			ncopies;
+	CagraPublishedCopy copies[CAGRA_MAX_PUBLISHED_CACHE];
+
+	pg_atomic_uint64 requests;	/* requests served */
+	pg_atomic_uint64 queries;	/* search queries served */
+	pg_atomic_uint64 batches;	/* search launches */
+	pg_atomic_uint64 uploads;	/* index copies loaded */
+	pg_atomic_uint64 builds;	/* graphs built */
+	pg_atomic_uint64 fallbacks; /* backend requests that went to the CPU instead */
+	pg_atomic_uint64 errors;	/* requests answered with an error */
+	pg_atomic_uint64 queue_us;	/* searches' time queued before their batch started */
+	pg_atomic_uint64 search_us; /* batches' time in the engine (overlapping batches add up) */
+
+	int			nslots;
+	CagraRequestSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} CagraWorkerShared;
+
+/* NULL unless cagra is in shared_preload_libraries. */
+extern CagraWorkerShared *cagra_worker_shared;
+
+/* GUCs (guc.cpp) */
+extern int	cagra_device;
+extern int	cagra_batch_window_us;
+extern int	cagra_batch_max;
+extern int	cagra_concurrent_batches;
+extern int	cagra_gpu_memory_limit_mb;
+extern int	cagra_worker_timeout_ms;
+extern char *cagra_gpu_library;
+extern int	cagra_worker_backend;
+
+void		cagra_worker_define_gucs(void);
+
+/* shmem.cpp */
+void		cagra_worker_register(void);
+const char *cagra_worker_state_name(CagraWorkerState state);
+
+/* ---- payloads (DSM) ---- */
+
+/* SEARCH: header, nq x dim prepared queries, then the answers: nq x k ids
+ * (cagra::kInvalidNode padding), nq x k distances and nq x k heap TIDs of the
+ * ids as the copy has them (cagra_pack_tid; 0 for padding). */
+typedef struct CagraSearchPayload
+{
+	uint32		nq;
+	uint32		dim;
+	uint32		k;
+	uint32		pad;
+} CagraSearchPayload;
+
+static inline Size
+cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k)
+{
+	return MAXALIGN(sizeof(CagraSearchPayload)) + (Size) nq * dim * sizeof(float) +
+		(Size) nq * k * (sizeof(uint32) + sizeof(float)) + sizeof(uint64) +
+		(Size) nq * k * sizeof(uint64);
+}
+
+static inline float *
+cagra_search_queries(CagraSearchPayload *p)
+{
+	return (float *) ((char *) p + MAXALIGN(sizeof(CagraSearchPayload)));
+}
+
+static inline uint32 *
+cagra_search_ids(CagraSearchPayload *p)
+{
+	return (uint32 *) (cagra_search_queries(p) + (Size) p->nq * p->dim);
+}
+
+static inline float *
+cagra_search_distances(CagraSearchPayload *p)
+{
+	return (float *) (cagra_search_ids(p) + (Size) p->nq * p->k);
+}
+
+static inline uint64 *
+cagra_search_tids(CagraSearchPayload *p)
+{
+	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_search_distances(p) + (Size) p->nq * p->k);
+}
+
+/* A heap TID as one integer (0: none; block 0 offset 0 is never a tuple). */
+static inline uint64
+cagra_pack_tid(const ItemPointerData *tid)
+{
+	return ((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) | ItemPointerGetOffsetNumberNoCheck(tid);
+}
+
+static inline void
+cagra_unpack_tid(uint64 packed, ItemPointerData *tid)
+{
+	ItemPointerSet(tid, (BlockNumber) (packed >> 16), (OffsetNumber) (packed & 0xFFFF));
+}
+
+/* UPLOAD: header, count vectors (format.vector_bytes() each), count x
+ * degree rows, count live bytes, count heap TIDs (cagra_pack_tid). */
+typedef struct CagraUploadPayload
+{
+	cagra::VectorFormat format;
+	uint32		degree;
+	uint32		entry_count;
+	uint32		entries[CAGRA_MAX_ENTRY_NODES];
+	uint32		first;			/* first node of this chunk */
+	uint32		count;			/* nodes in this chunk */
+} CagraUploadPayload;
+
+static inline Size
+cagra_upload_node_bytes(const cagra::VectorFormat &format, uint32 degree)
+{
+	return (Size) format.vector_bytes() + (Size) degree * sizeof(uint32) + 1 + sizeof(uint64);
+}
+
+/* Bytes of an UPLOAD payload of `count` nodes (alignment included). */
+static inline Size
+cagra_upload_payload_size(uint32 count, const cagra::VectorFormat &format, uint32 degree)
+{
+	return MAXALIGN(sizeof(CagraUploadPayload)) + (Size) count * cagra_upload_node_bytes(format, degree) +
+		2 * sizeof(uint64);
+}
+
+static inline char *
+cagra_upload_vectors(CagraUploadPayload *p)
+{
+	return (char *) p + MAXALIGN(sizeof(CagraUploadPayload));
+}
+
+static inline uint32 *
+cagra_upload_rows(CagraUploadPayload *p)
+{
+	return (uint32 *) TYPEALIGN(sizeof(uint32), cagra_upload_vectors(p) + (Size) p->count * p->format.vector_bytes());
+}
+
+static inline uint8 *
+cagra_upload_live(CagraUploadPayload *p)
+{
+	return (uint8 *) (cagra_upload_rows(p) + (Size) p->count * p->degree);
+}
+
+static inline uint64 *
+cagra_upload_tids(CagraUploadPayload *p)
+{
+	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_upload_live(p) + p->count);
+}
+
+/* BUILD_DATA / BUILD_RUN / BUILD_FETCH share one header.  DATA carries
+ * count prepared float32 vectors of format.dim after it; FETCH receives
+ * count x params.graph_degree rows after it; RUN carries nothing and
+ * receives the entry nodes.  `params` are the index's build parameters,
+ * assembled once by the access method; the worker sets only the thread
+ * count of its own CPU builds. */
+typedef struct CagraBuildPayload
+{
+	uint64		n;				/* vectors in the whole build */
+	cagra::VectorFormat format;
+	cagra::BuildParams params;
+	uint32		first;
+	uint32		count;
+	uint32		entry_count;	/* RUN reply */
+	uint32		entries[CAGRA_MAX_ENTRY_NODES];
+	int32		device;			/* RUN reply: the device that built it */
+} CagraBuildPayload;
+
+static inline void *
+cagra_build_body(CagraBuildPayload *p)
+{
+	return (char *) p + MAXALIGN(sizeof(CagraBuildPayload));
+}
