@@ -356,12 +356,36 @@ cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildSta
 }
 
 static void
-cagra_check_built_graph(Relation index, const CagraBuildState *bs, const cagra::BuiltGraph &built)
+cagra_check_built_graph(const CagraBuildState *bs, const cagra::BuiltGraph &built)
 {
 	if (built.graph.degree != bs->params.graph_degree || built.graph.size() != bs->n)
 		elog(ERROR, "cagra core build returned a graph of %llu x %u for %llu vectors of degree %u",
 			 (unsigned long long) built.graph.size(), built.graph.degree,
 			 (unsigned long long) bs->n, bs->params.graph_degree);
+}
+
+/* The graph of the collected vectors: on the GPU worker when it runs,
+ * otherwise (or when it fails) by the core here; *owner owns a core build. */
+static const cagra::BuiltGraph *
+cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uint32 *built_on)
+{
+	const cagra::BuiltGraph *built = NULL;
+	cagra::VectorFormat format;
+	bool		on_gpu = false;
+
+	cagra_check_build_memory(bs, bs->n);
+	format.dim = bs->dims;
+	format.metric = bs->metric;
+	if (build_device != CAGRA_DEVICE_CPU)
+		built = cagra_worker_build_graph(RelationGetRelationName(bs->index), bs->vectors, bs->n, format,
+										 bs->params, build_device == CAGRA_DEVICE_GPU,
+										 cagra_report_build_phase, bs->cxt, &on_gpu);
+	if (built)
+		*built_on = on_gpu ? CAGRA_DEVICE_GPU : CAGRA_DEVICE_CPU;
+	else
+		built = &cagra_run_core_build(bs, owner)->result;
+	cagra_check_built_graph(bs, *built);
+	return built;
 }
 
 IndexBuildResult *
@@ -397,32 +421,8 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 
 	CagraMetaData meta;
 	CagraOwner *owner = NULL;
-	CagraBuildJob *job = NULL;
-	const cagra::BuiltGraph *built = NULL;
 	uint32		built_on = CAGRA_DEVICE_CPU;
-
-	if (bs->n > 0)
-	{
-		cagra_check_build_memory(bs, bs->n);
-		/* the GPU worker when it runs (NULL: build here, on the CPU) */
-		cagra::VectorFormat format;
-		bool		on_gpu = false;
-
-		format.dim = bs->dims;
-		format.metric = bs->metric;
-		if (build_device != CAGRA_DEVICE_CPU)
-			built = cagra_worker_build_graph(RelationGetRelationName(index), bs->vectors, bs->n, format,
-											 bs->params, build_device == CAGRA_DEVICE_GPU,
-											 cagra_report_build_phase, cxt, &on_gpu);
-		if (built)
-			built_on = on_gpu ? CAGRA_DEVICE_GPU : CAGRA_DEVICE_CPU;
-		if (!built)
-		{
-			job = cagra_run_core_build(bs, &owner);
-			built = &job->result;
-		}
-		cagra_check_built_graph(index, bs, *built);
-	}
+	const cagra::BuiltGraph *built = bs->n > 0 ? cagra_build_graph(bs, build_device, &owner, &built_on) : NULL;
 
 	cagra_fill_meta(&meta, bs->metric, bs->dims, bs->params);
 	meta.n = meta.live = (uint32) bs->n;

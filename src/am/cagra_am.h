@@ -190,6 +190,10 @@ typedef struct CagraBufferHints
 	BlockNumber size;
 } CagraBufferHints;
 
+/* A pin of block `blkno` of `rel` (may ereport), through `hint` when it
+ * still holds the block (NULL: no hint); *hint is updated. */
+Buffer		cagra_pin_hinted(Relation rel, BlockNumber blkno, Buffer *hint);
+
 /* The hint of block `blkno` of `rel` (a relation of at least `nblocks`
  * blocks); NULL when out of memory or beyond.  Valid until the next call
  * with the same hints. */

@@ -107,16 +107,7 @@ cagra_sort_work(const CagraWork *work, uint32 count, uint32 nblocks)
 static Buffer
 cagra_pin_index_block(Relation index, BlockNumber blkno, BlockNumber nblocks)
 {
-	Buffer	   *hint = cagra_buffer_hint(index, blkno, nblocks);
-	Buffer		buf;
-
-	if (hint && *hint != InvalidBuffer &&
-		ReadRecentBuffer(index->rd_node, MAIN_FORKNUM, blkno, *hint))
-		return *hint;
-	buf = ReadBuffer(index, blkno);
-	if (hint)
-		*hint = buf;
-	return buf;
+	return cagra_pin_hinted(index, blkno, cagra_buffer_hint(index, blkno, nblocks));
 }
 
 /* Read the headers of the nodes of `cands` (candidate numbers into c), each
@@ -195,16 +186,7 @@ static CagraBufferHints cagra_heap_hints;
 static Buffer
 cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
 {
-	Buffer	   *hint = cagra_hint_for(&cagra_heap_hints, heap, blkno, nblocks);
-	Buffer		buf;
-
-	if (hint && *hint != InvalidBuffer &&
-		ReadRecentBuffer(heap->rd_node, MAIN_FORKNUM, blkno, *hint))
-		return *hint;
-	buf = ReadBuffer(heap, blkno);
-	if (hint)
-		*hint = buf;
-	return buf;
+	return cagra_pin_hinted(heap, blkno, cagra_hint_for(&cagra_heap_hints, heap, blkno, nblocks));
 }
 
 /* The heap TIDs of `cands`: the worker's copy's where the snapshot is MVCC

@@ -194,17 +194,7 @@ cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hi
 
 	PG_TRY();
 	{
-		/* a buffer that held the block before can be pinned without a
-		 * lookup in the shared buffer mapping table */
-		if (hint && *hint != InvalidBuffer &&
-			ReadRecentBuffer(index->rd_node, MAIN_FORKNUM, blkno, *hint))
-			buf = *hint;
-		else
-		{
-			buf = ReadBuffer(index, blkno);
-			if (hint)
-				*hint = buf;
-		}
+		buf = cagra_pin_hinted(index, blkno, hint);
 		if (mode != BUFFER_LOCK_UNLOCK)
 			LockBuffer(buf, mode);
 	}
@@ -217,6 +207,21 @@ cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Buffer *hi
 	PG_END_TRY();
 	if (edata)
 		throw CagraPgError{edata};
+	return buf;
+}
+
+Buffer
+cagra_pin_hinted(Relation rel, BlockNumber blkno, Buffer *hint)
+{
+	Buffer		buf;
+
+	/* a buffer that held the block before can be pinned without a lookup in
+	 * the shared buffer mapping table */
+	if (hint && *hint != InvalidBuffer && ReadRecentBuffer(rel->rd_node, MAIN_FORKNUM, blkno, *hint))
+		return *hint;
+	buf = ReadBuffer(rel, blkno);
+	if (hint)
+		*hint = buf;
 	return buf;
 }
 

@@ -196,6 +196,21 @@ cagra_exception_reply(std::string *msg) noexcept
 	return CAGRA_REPLY_ERROR;
 }
 
+/* fn() with whatever it throws turned into a reply (and msg). */
+template <class Fn>
+static CagraReply
+cagra_engine_guard(std::string *msg, Fn &&fn) noexcept
+{
+	try
+	{
+		return fn();
+	}
+	catch (...)
+	{
+		return cagra_exception_reply(msg);
+	}
+}
+
 bool
 cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t degree, uint64_t *bytes,
 						std::string *msg) noexcept
@@ -219,8 +234,7 @@ CagraReply
 cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 				  std::string *msg) noexcept
 {
-	try
-	{
+	return cagra_engine_guard(msg, [&]() -> CagraReply {
 		copy.key = staged.key;
 		copy.format = staged.format;
 		copy.degree = staged.degree;
@@ -259,11 +273,7 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			return cagra_gpu_reply(st, msg);
 		copy.bytes = gpu_api->index_device_bytes(copy.gpu);
 		return CAGRA_REPLY_OK;
-	}
-	catch (...)
-	{
-		return cagra_exception_reply(msg);
-	}
+	});
 }
 
 /* ---- searches ---- */
@@ -338,8 +348,7 @@ cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *qu
 					const CagraSearchRequest &req, uint32_t *ids, float *dists,
 					std::string *msg) noexcept
 {
-	try
-	{
+	return cagra_engine_guard(msg, [&]() -> CagraReply {
 		if (gpu_api)
 		{
 			cagra_gpu_search_params p = cagra_gpu_search_params_of(req.params);
@@ -365,11 +374,7 @@ cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *qu
 			cagra_cpu_search_range(copy, queries, (uint32_t) begin, (uint32_t) end, req, ids, dists);
 		});
 		return CAGRA_REPLY_OK;
-	}
-	catch (...)
-	{
-		return cagra_exception_reply(msg);
-	}
+	});
 }
 
 /* ---- builds ---- */
@@ -398,8 +403,7 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 				   const cagra::BuildParams &params, std::vector<uint32_t> *rows,
 				   std::vector<uint32_t> *entries, int *device, std::string *msg) noexcept
 {
-	try
-	{
+	return cagra_engine_guard(msg, [&]() -> CagraReply {
 		if (gpu_api)
 		{
 			cagra_gpu_build_params p = cagra_gpu_build_params_of(params);
@@ -435,9 +439,5 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 		entries->assign(built.entry_nodes.begin(),
 						built.entry_nodes.begin() + std::min<size_t>(built.entry_nodes.size(), CAGRA_MAX_ENTRY_NODES));
 		return CAGRA_REPLY_OK;
-	}
-	catch (...)
-	{
-		return cagra_exception_reply(msg);
-	}
+	});
 }
