@@ -291,6 +291,7 @@ void cagra_gpu_default_build_params(cagra_gpu_build_params *p)
     p->nn_descent_max_iterations = d.nn_descent_max_iterations;
     p->nn_descent_termination = d.nn_descent_termination;
     p->seed = d.seed;
+    p->cancel = nullptr;
 }
 
 void cagra_gpu_default_search_params(cagra_gpu_search_params *p)
@@ -404,8 +405,10 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
                 DeviceBuffer<uint32_t> knn(n * k);
                 build_knn(half, metric, k, *params, knn.get(), stream.s);
                 timer.lap("kNN graph");
+                check_cancel(*params);
                 optimize_graph(knn.get(), n, k, degree, graph.get(), stream.s);
                 timer.lap("pruning, reverse edges, merge");
+                check_cancel(*params);
             }
             entry = central_node(half, stream.s);
             uint64_t links = connect_graph(half, metric, graph.get(), degree, entry, stream.s);

@@ -32,7 +32,7 @@ extern "C" {
 
 /* Bumped whenever a signature or struct below changes; compare
  * cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 2
+#define CAGRA_GPU_API_VERSION 3
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -43,7 +43,8 @@ typedef enum {
     CAGRA_GPU_NO_DEVICE = 1,        /* no usable CUDA device or driver */
     CAGRA_GPU_OUT_OF_MEMORY = 2,    /* the device has too little free memory */
     CAGRA_GPU_INVALID_ARGUMENT = 3, /* a parameter out of range; nothing was done */
-    CAGRA_GPU_DEVICE_ERROR = 4      /* any other CUDA failure */
+    CAGRA_GPU_DEVICE_ERROR = 4,     /* any other CUDA failure */
+    CAGRA_GPU_CANCELLED = 5         /* the caller's cancel flag stopped a build */
 } cagra_gpu_status;
 
 typedef enum {
@@ -72,6 +73,10 @@ typedef struct {
     uint32_t nn_descent_max_iterations; /* >= 1 */
     float nn_descent_termination;       /* stop when updates < this * n * intermediate_degree */
     uint64_t seed;
+    /* NULL, or a flag another thread sets to non-zero to stop the build: it
+     * is read between NN-descent iterations and between the build's steps,
+     * and the build then returns CAGRA_GPU_CANCELLED. */
+    const volatile int *cancel;
 } cagra_gpu_build_params;
 
 typedef struct {

@@ -31,6 +31,13 @@ struct Failure {
 
 [[noreturn]] void fail_cuda(cudaError_t err, const char *what);
 
+/* Stop a build whose caller set its cancel flag (cagra_gpu_build_params). */
+inline void check_cancel(const cagra_gpu_build_params &params)
+{
+    if (params.cancel && *params.cancel)
+        fail(CAGRA_GPU_CANCELLED, "the build was cancelled");
+}
+
 inline void check(cudaError_t err, const char *what)
 {
     if (err != cudaSuccess)

@@ -743,6 +743,7 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
                          changed);
         if ((double)changed <= stop)
             break;
+        check_cancel(params);
     }
     strip_flags_kernel<<<grid_for((uint64_t)n * k, 256), 256, 0, stream>>>(ids.get(),
                                                                           (uint64_t)n * k, knn);

@@ -2,7 +2,8 @@
  * vacuum.cpp — ambulkdelete and amvacuumcleanup.
  *
  * Bulk delete, under the writers' lock: (1) mark every live node whose heap
- * TID the callback reports dead as deleted; (2) if the index has deleted
+ * TID the callback reports dead as deleted, each page's marks and the meta
+ * page's live count in one WAL record; (2) if the index has deleted
  * nodes, rewrite the rows that point at them (core plan_repair); (3) bump
  * the generation in the meta page, before returning, so that no cached copy
  * can hand out a TID the heap is about to release.  Deleted slots are not
@@ -76,8 +77,16 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 		}
 		if (ndead > 0)
 		{
+			/* the flags and the meta page's live count change in one WAL
+			 * record, so a crash mid-pass leaves them consistent (scans
+			 * lock the meta page holding no other page: no deadlock) */
+			Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+
+			LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+
 			GenericXLogState *state = GenericXLogStart(index);
 			Page		copy = GenericXLogRegisterBuffer(state, buf, 0);
+			CagraMetaData *m = cagra_meta_of(GenericXLogRegisterBuffer(state, metabuf, 0));
 
 			for (int i = 0; i < ndead; i++)
 			{
@@ -85,7 +94,9 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 
 				hdr->flags = (hdr->flags & ~CAGRA_NODE_LIVE) | CAGRA_NODE_DELETED;
 			}
+			m->live -= Min(m->live, (uint32) ndead);
 			GenericXLogFinish(state);
+			UnlockReleaseBuffer(metabuf);
 			newly += ndead;
 		}
 		UnlockReleaseBuffer(buf);

@@ -165,12 +165,19 @@ cagra_abandon_slot(CagraCall *call, int idx, uint64 generation)
 	CagraRequestSlot *s = &sh->slots[idx];
 	bool		running;
 
+	Latch	   *worker_latch;
+
 	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
 	running = s->state == CAGRA_SLOT_RUNNING && sh->pid != 0 && sh->generation == generation;
 	s->state = running ? CAGRA_SLOT_ABANDONED : CAGRA_SLOT_FREE;	/* abandoned: the worker frees it */
+	worker_latch = sh->latch;
 	LWLockRelease(sh->lock);
 	if (running)
+	{
 		cagra_forget_mailbox(call);
+		if (worker_latch)
+			SetLatch(worker_latch);	/* a running build stops at once */
+	}
 }
 
 /* One look at the slot: true when the wait is over (outcome set). */

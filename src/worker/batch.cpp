@@ -39,7 +39,8 @@ cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 		a->key.n == b->key.n && cagra_same_search_request(&a->search, &b->search);
 }
 
-/* The oldest queued slot for this worker (lock held), or -1. */
+/* The oldest queued slot for this worker (lock held), or -1.  A BUILD_RUN
+ * waits while the build thread is busy. */
 static int
 cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 {
@@ -50,6 +51,7 @@ cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 		CagraRequestSlot *s = &sh->slots[i];
 
 		if (s->state == CAGRA_SLOT_QUEUED && s->worker_generation == my_generation &&
+			!(s->kind == CAGRA_REQ_BUILD_RUN && cagra_worker_build_busy()) &&
 			(best < 0 || s->seq < sh->slots[best].seq))
 			best = i;
 	}
@@ -205,6 +207,12 @@ cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
 	pg_atomic_fetch_add_u64(&sh->requests, n);
 	for (int i = 0; i < nabandoned; i++)
 		cagra_drop_mailbox(abandoned[i]);
+}
+
+void
+cagra_worker_answer(const int *slots, int n)
+{
+	cagra_answer(cagra_worker_shared, slots, n);
 }
 
 /* Run one batch (on a search thread, or here when there is none): gather
@@ -383,9 +391,11 @@ cagra_finish_searches(CagraWorkerShared *sh)
 }
 
 /* Wait for and answer every running batch. */
-static void
-cagra_drain_searches(CagraWorkerShared *sh)
+void
+cagra_worker_drain_searches(void)
 {
+	CagraWorkerShared *sh = cagra_worker_shared;
+
 	while (cagra_search_pool_in_flight() > 0)
 	{
 		cagra_search_pool_wait();
@@ -485,6 +495,11 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 	else if (s->kind == CAGRA_REQ_UPLOAD)
 		s->reply = cagra_cache_upload(s->key, s->backend_pid, (CagraUploadPayload *) payload,
 									  s->message, sizeof(s->message));
+	else if (s->kind == CAGRA_REQ_BUILD_RUN)
+	{
+		if (cagra_worker_start_build(s, idx, payload, seg))
+			return;				/* answered when the build thread is done */
+	}
 	else
 		s->reply = cagra_worker_run_build_request(s, payload);
 	if (seg)
@@ -548,7 +563,7 @@ cagra_worker_serve_queue(void)
 		else if (cagra_search_pool_in_flight() > 0)
 		{
 			LWLockRelease(sh->lock);
-			cagra_drain_searches(sh);
+			cagra_worker_drain_searches();
 			continue;
 		}
 		else

@@ -74,6 +74,7 @@ cagra_gpu_build_params_of(const cagra::BuildParams &p)
 	g.nn_descent_max_iterations = p.nn_descent_max_iterations;
 	g.nn_descent_termination = p.nn_descent_termination;
 	g.seed = p.seed;
+	g.cancel = nullptr;
 	return g;
 }
 
@@ -400,8 +401,9 @@ cagra_gpu_pick_device(void)
 
 CagraReply
 cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
-				   const cagra::BuildParams &params, std::vector<uint32_t> *rows,
-				   std::vector<uint32_t> *entries, int *device, std::string *msg) noexcept
+				   const cagra::BuildParams &params, CagraBuildControl *control,
+				   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries, int *device,
+				   std::string *msg) noexcept
 {
 	return cagra_engine_guard(msg, [&]() -> CagraReply {
 		if (gpu_api)
@@ -409,6 +411,7 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 			cagra_gpu_build_params p = cagra_gpu_build_params_of(params);
 			uint32_t	count = 0;
 
+			p.cancel = &control->gpu_cancel;
 			*device = cagra_gpu_pick_device();
 			rows->resize(n * params.graph_degree);
 			entries->resize(CAGRA_MAX_ENTRY_NODES);
@@ -433,7 +436,7 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 		{
 			CagraSignalsBlocked blocked;	/* the core's threads inherit it */
 
-			built = cagra::build_graph(data, format.metric, p, nullptr);
+			built = cagra::build_graph(data, format.metric, p, &control->progress);
 		}
 		rows->swap(built.graph.edges);
 		entries->assign(built.entry_nodes.begin(),

@@ -95,9 +95,22 @@ CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, cons
 								const CagraSearchRequest &req, uint32_t *ids, float *dists,
 								std::string *msg) noexcept;
 
+/* How another thread stops a build: the core polls `progress.cancel`, the
+ * GPU library `gpu_cancel`; request() sets both. */
+struct CagraBuildControl
+{
+	cagra::BuildProgress progress;
+	volatile int gpu_cancel = 0;
+
+	void request() { progress.cancel = true; gpu_cancel = 1; }
+	bool requested() const { return progress.cancel.load(); }
+};
+
 /* Build a graph over n prepared float32 vectors of format.dim dimensions
  * (params as the access method assembled them; a CPU build uses every core
- * of the host). */
+ * of the host).  Calls no PostgreSQL function: it runs on the worker's build
+ * thread.  A build stopped through `control` answers CAGRA_REPLY_ERROR. */
 CagraReply	cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
-							   const cagra::BuildParams &params, std::vector<uint32_t> *rows,
-							   std::vector<uint32_t> *entries, int *device, std::string *msg) noexcept;
+							   const cagra::BuildParams &params, CagraBuildControl *control,
+							   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries, int *device,
+							   std::string *msg) noexcept;

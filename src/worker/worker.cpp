@@ -126,17 +126,21 @@ cagra_worker_open_engine(void)
 	return true;
 }
 
-/* Wakes the loop: its latch (new requests), a finished batch, postmaster death. */
+/* Wakes the loop: its latch (new requests, a backend giving up), a finished
+ * batch or build, postmaster death. */
 static WaitEventSet *
 cagra_worker_wait_set(void)
 {
-	int			fd = cagra_worker_search_event_fd();
-	WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 3);
+	int			search_fd = cagra_worker_search_event_fd();
+	int			build_fd = cagra_worker_build_event_fd();
+	WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 4);
 
 	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	if (fd >= 0)
-		AddWaitEventToSet(set, WL_SOCKET_READABLE, fd, NULL, NULL);
+	if (search_fd >= 0)
+		AddWaitEventToSet(set, WL_SOCKET_READABLE, search_fd, NULL, NULL);
+	if (build_fd >= 0)
+		AddWaitEventToSet(set, WL_SOCKET_READABLE, build_fd, NULL, NULL);
 	return set;
 }
 
@@ -177,7 +181,9 @@ cagra_worker_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			cagra_cache_forget_limits();
 		}
-		if (cagra_worker_serve_queue() > 0)
+		bool		built = cagra_worker_poll_build();
+
+		if (cagra_worker_serve_queue() > 0 || built)
 			cagra_cache_publish();
 		else if (!cagra_worker_searches_running())
 			cagra_worker_forget_mailboxes();	/* idle: unmap those of exited backends */

@@ -22,8 +22,29 @@ bool		cagra_worker_searches_running(void);
  * every search thread is busy; returns how many were served. */
 int			cagra_worker_serve_queue(void);
 
-/* One non-search request, executed in place (offload_build.cpp, cache.cpp). */
+/* Mark answered slots DONE (or free abandoned ones) and wake their backends. */
+void		cagra_worker_answer(const int *slots, int n);
+
+/* Wait for and answer every running search batch. */
+void		cagra_worker_drain_searches(void);
+
+/* A BUILD_DATA or BUILD_FETCH request, executed in place (offload_build.cpp). */
 CagraReply	cagra_worker_run_build_request(CagraRequestSlot *slot, void *payload);
+
+/* BUILD_RUN: hand the build to the build thread; true when it runs (the
+ * slot is answered by cagra_worker_poll_build), false with the slot's reply
+ * set.  `seg` (NULL for a mailbox) stays attached until the answer. */
+bool		cagra_worker_start_build(CagraRequestSlot *slot, int idx, void *payload, dsm_segment *seg);
+
+/* Whether the build thread is busy (further BUILD_RUN requests wait). */
+bool		cagra_worker_build_busy(void);
+
+/* A descriptor readable when the build thread has finished (-1: none). */
+int			cagra_worker_build_event_fd(void);
+
+/* Stop the running build if its backend gave up or exited; answer it when
+ * it has finished.  True when a build was answered. */
+bool		cagra_worker_poll_build(void);
 
 /* Unmap the reusable segments of backends that are gone. */
 void		cagra_worker_forget_mailboxes(void);

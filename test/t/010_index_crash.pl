@@ -1,6 +1,7 @@
 # test/t/010_index_crash.pl — a cagra index survives an immediate stop in the
-# middle of concurrent inserts, deletes and vacuums: after crash recovery
-# cagra_index_check is clean, the index answers, and it keeps taking inserts.
+# middle of concurrent inserts, deletes and vacuums, and one in the middle of
+# VACUUM's index pass: after crash recovery cagra_index_check is clean (the
+# live count included), the index answers, and it keeps taking inserts.
 use strict;
 use warnings;
 use IPC::Run;
@@ -78,6 +79,41 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v
 is( $node->safe_psql('postgres',
 		"SELECT live_nodes = (SELECT count(*) FROM items) FROM cagra_index_info('items_v')"),
 	't', 'live count matches the table after vacuum');
+
+# An immediate stop in the middle of VACUUM's index pass (slowed down by
+# the cost delay, which the pass honours page by page): the deletions that
+# reached the WAL and the live count stay consistent.
+$node->safe_psql('postgres', q{
+	CREATE TABLE churn (id int PRIMARY KEY, v vector(8)) WITH (autovacuum_enabled = off);
+	INSERT INTO churn SELECT i, ARRAY[sin(i), cos(i), sin(2 * i), cos(3 * i), sin(5 * i),
+	                                  cos(7 * i), sin(11 * i), cos(13 * i)]::vector
+	  FROM generate_series(1, 20000) i;
+	CREATE INDEX churn_v ON churn USING cagra (v) WITH (graph_degree = 16, intermediate_graph_degree = 32);
+	DELETE FROM churn WHERE id % 2 = 0;
+});
+my ($vout, $verr) = ('', '');
+my $vacuum = IPC::Run::start(
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'SET vacuum_cost_delay = 100',
+	  '-c', 'SET vacuum_cost_limit = 1', '-c', 'VACUUM churn' ],
+	'>', \$vout, '2>', \$verr);
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_progress_vacuum WHERE phase = 'vacuuming indexes'")
+  or die 'vacuum never reached the index pass';
+# long enough into the pass that some pages' deletions are in the WAL
+$node->poll_query_until('postgres', "SELECT live_nodes < 19500 FROM cagra_index_info('churn_v')")
+  or die 'the index pass marked nothing';
+$node->safe_psql('postgres', 'CREATE TABLE wal_flushed ()');    # its commit flushes the WAL so far
+$node->stop('immediate');
+$vacuum->finish;
+$node->start;
+my ($nodes, $live) = split /\|/,
+  $node->safe_psql('postgres', "SELECT nodes, live_nodes FROM cagra_index_info('churn_v')");
+ok($live > 10000 && $live < 20000, "the crash came mid-pass ($live of $nodes nodes live)");
+is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('churn_v') p"),
+	'', 'index check clean (live count included) after a crash during the index pass');
+$node->safe_psql('postgres', 'VACUUM churn');
+is($node->safe_psql('postgres', "SELECT live_nodes FROM cagra_index_info('churn_v')"), '10000',
+	'the next VACUUM completes the pass');
 
 $node->stop;
 done_testing();

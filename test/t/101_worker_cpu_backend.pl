@@ -6,7 +6,7 @@
 # or slow never leaves a session hanging: statement_timeout and cancel
 # work while waiting, cagra.worker_timeout and a terminated worker mean a
 # CPU search with a NOTICE, and the worker comes back; a build cancelled
-# while the worker runs it leaves the worker able to serve the next one.
+# while the worker runs it is stopped there, and the next one is served.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -189,10 +189,9 @@ $node->poll_query_until('postgres', q{
 $node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'builder'");
 $bg->finish;
 like($berr, qr/canceling statement due to user request/, 'CREATE INDEX cancelled while the worker builds');
-$node->poll_query_until('postgres', "SELECT builds = $builds0 + 1 FROM cagra_status")
-  or die 'the worker did not finish the abandoned build';
+# the worker stops the abandoned build (test 106 times it) and serves the next
 $node->safe_psql('postgres', 'CREATE INDEX big_v ON big USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16)');
-is(status('builds'), $builds0 + 2, 'the next build goes through the worker');
+is(status('builds'), $builds0 + 1, 'the cancelled build was stopped, the next one goes through the worker');
 is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('big_v')"), '0', 'and checks clean');
 
 # build_device = gpu needs a GPU engine, not the CPU one
