@@ -450,6 +450,8 @@ int main(int argc, char **argv)
         std::printf("\ncagra: build %.2f s wall, %.2f s CPU (%u threads, graph_degree %u, intermediate %u), "
                     "peak RSS %.0f MiB (data alone %.0f MiB)\n",
                     build_s, build_cpu, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
+        std::printf("navigation probe: %.4f of the plain graph's probes missed; long edges %s\n",
+                    built.probe_miss_rate, built.long_edges ? "added" : "not added");
         cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
         t0 = Clock::now();
         cagra::EntryIndex entry_index = cagra::derive_entry_index(graph, built.entry_nodes);
