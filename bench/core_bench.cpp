@@ -7,13 +7,21 @@
  *
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
  *                       [--width W] [--repeat R] [--iterations N] [--termination T]
- *                       [--no-hnswlib]
+ *                       [--no-hnswlib] [--diagnose] [--quick]
+ *
+ * --diagnose: figures about the graph (docs/core.md, issue 12): recall of the
+ * kNN graph, in-degrees, strongly connected components, entry coverage and
+ * search outcomes; with DIR/base_labels.ivecs and DIR/query_labels.ivecs
+ * (gen.py --labels) also edges that leave their cluster and queries whose
+ * cluster the search reaches.  --quick: a short itopk sweep, no hnswlib.
  */
 #include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,6 +109,8 @@ struct Options {
     uint32_t iterations = 0; /* 0: the library default */
     float termination = -1;  /* < 0: the library default */
     bool hnswlib = true;
+    bool diagnose = false;
+    bool quick = false;
 };
 
 Options parse(int argc, char **argv)
@@ -129,6 +139,10 @@ Options parse(int argc, char **argv)
             o.repeat = std::max(1u, value());
         else if (a == "--no-hnswlib")
             o.hnswlib = false;
+        else if (a == "--diagnose")
+            o.diagnose = true;
+        else if (a == "--quick")
+            o.quick = true, o.hnswlib = false;
         else if (o.dir.empty() && a[0] != '-')
             o.dir = a;
         else
@@ -136,7 +150,8 @@ Options parse(int argc, char **argv)
     }
     if (o.dir.empty())
         throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
-                                 "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib]");
+                                 "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
+                                 "[--diagnose] [--quick]");
     return o;
 }
 
@@ -159,6 +174,244 @@ Qps best_qps(uint64_t nq, uint32_t repeat, Fn &&fn)
         best.cpu = std::max(best.cpu, nq / (cpu_seconds() - c0));
     }
     return best;
+}
+
+/* Strongly connected components (Kosaraju, iterative): count and largest. */
+std::pair<uint64_t, uint64_t> scc_stats(const cagra::Graph &g)
+{
+    const uint64_t n = g.size();
+    const uint32_t deg = g.degree;
+    std::vector<uint32_t> order;
+    order.reserve(n);
+    std::vector<uint8_t> seen(n, 0);
+    std::vector<std::pair<uint32_t, uint32_t>> stack;
+    for (uint64_t s = 0; s < n; s++) {
+        if (seen[s])
+            continue;
+        seen[s] = 1;
+        stack.push_back({(uint32_t)s, 0});
+        while (!stack.empty()) {
+            auto &[v, j] = stack.back();
+            if (j < deg) {
+                uint32_t w = g.row(v)[j++];
+                if (w != cagra::kInvalidNode && !seen[w]) {
+                    seen[w] = 1;
+                    stack.push_back({w, 0});
+                }
+            } else {
+                order.push_back(v);
+                stack.pop_back();
+            }
+        }
+    }
+    /* Reverse graph in CSR form. */
+    std::vector<uint64_t> start(n + 1, 0);
+    for (uint32_t w : g.edges)
+        if (w != cagra::kInvalidNode)
+            start[w + 1]++;
+    for (uint64_t i = 0; i < n; i++)
+        start[i + 1] += start[i];
+    std::vector<uint32_t> rev(start[n]);
+    std::vector<uint64_t> fill(start.begin(), start.end() - 1);
+    for (uint64_t v = 0; v < n; v++)
+        for (uint32_t j = 0; j < deg; j++) {
+            uint32_t w = g.row(v)[j];
+            if (w != cagra::kInvalidNode)
+                rev[fill[w]++] = (uint32_t)v;
+        }
+    std::vector<uint8_t> done(n, 0);
+    uint64_t comps = 0, largest = 0;
+    std::vector<uint32_t> st;
+    for (uint64_t i = n; i-- > 0;) {
+        uint32_t s = order[i];
+        if (done[s])
+            continue;
+        comps++;
+        uint64_t size = 0;
+        done[s] = 1;
+        st.push_back(s);
+        while (!st.empty()) {
+            uint32_t v = st.back();
+            st.pop_back();
+            size++;
+            for (uint64_t e = start[v]; e < start[v + 1]; e++)
+                if (!done[rev[e]]) {
+                    done[rev[e]] = 1;
+                    st.push_back(rev[e]);
+                }
+        }
+        largest = std::max(largest, size);
+    }
+    return {comps, largest};
+}
+
+/* The figures of --diagnose (see the header comment). */
+void diagnose(const std::string &dir, const cagra::DatasetView &view, const cagra::BuildParams &bp,
+              const cagra::BuiltGraph &built, const cagra::EntryIndex &entry_index, const std::vector<float> &queries,
+              uint64_t nq, const std::vector<int32_t> &gt, uint32_t gdim)
+{
+    const uint64_t n = view.n;
+    const uint32_t dim = view.dim;
+    const cagra::Graph &g = built.graph;
+    std::vector<int32_t> label, qlabel;
+    {
+        std::ifstream f1(dir + "/base_labels.ivecs"), f2(dir + "/query_labels.ivecs");
+        if (f1 && f2) {
+            uint32_t d1, d2;
+            uint64_t n1, n2;
+            label = read_vecs<int32_t>(dir + "/base_labels.ivecs", d1, n1);
+            qlabel = read_vecs<int32_t>(dir + "/query_labels.ivecs", d2, n2);
+            if (d1 != 1 || d2 != 1 || n1 != n || n2 != nq)
+                label.clear(), qlabel.clear();
+        }
+    }
+    const bool labelled = !label.empty();
+    std::printf("\n--- diagnosis (%s) ---\n", labelled ? "with cluster labels" : "no labels");
+
+    /* In-degrees. */
+    std::vector<uint32_t> indeg(n, 0);
+    for (uint32_t w : g.edges)
+        if (w != cagra::kInvalidNode)
+            indeg[w]++;
+    std::map<uint32_t, uint64_t> hist;
+    for (uint32_t d : indeg)
+        hist[d == 0 ? 0 : d == 1 ? 1 : d <= 4 ? 4 : d <= 8 ? 8 : d <= 16 ? 16 : d <= 32 ? 32 : d <= 64 ? 64 : 65]++;
+    std::printf("in-degree (final graph): max %u;", *std::max_element(indeg.begin(), indeg.end()));
+    for (auto [b, c] : hist)
+        std::printf(" %s%u: %.4f", b == 65 ? ">" : "<=", b == 65 ? 64 : b, (double)c / n);
+    std::printf("\n");
+    auto [comps, largest] = scc_stats(g);
+    std::printf("strongly connected components: %lu, largest %lu of %lu nodes\n", (unsigned long)comps,
+                (unsigned long)largest, (unsigned long)n);
+
+    if (labelled) {
+        uint64_t clusters = 0;
+        for (int32_t l : label)
+            clusters = std::max<uint64_t>(clusters, (uint64_t)l + 1);
+        uint64_t cross = 0, nodes_cross = 0, total = 0;
+        for (uint64_t v = 0; v < n; v++) {
+            bool any = false;
+            for (uint32_t j = 0; j < g.degree; j++) {
+                uint32_t w = g.row(v)[j];
+                if (w == cagra::kInvalidNode)
+                    continue;
+                total++;
+                if (label[w] != label[v])
+                    cross++, any = true;
+            }
+            nodes_cross += any;
+        }
+        std::printf("final graph: %.5f of edges leave their cluster (%lu edges); %.4f of nodes have one\n",
+                    (double)cross / total, (unsigned long)cross, (double)nodes_cross / n);
+        std::vector<uint8_t> covered(clusters, 0);
+        for (uint32_t e : built.entry_nodes)
+            covered[label[e]] = 1;
+        uint64_t cov = 0, qcov = 0;
+        for (uint8_t c : covered)
+            cov += c;
+        for (uint64_t q = 0; q < nq; q++)
+            qcov += covered[qlabel[q]];
+        std::printf("entries: %zu fixed entries cover %lu of %lu clusters; %.3f of queries have an entry in "
+                    "their cluster\n",
+                    built.entry_nodes.size(), (unsigned long)cov, (unsigned long)clusters, (double)qcov / nq);
+    }
+
+    /* The kNN graph itself (built again, on the caller's order). */
+    {
+        auto t0 = Clock::now();
+        cagra::KnnGraph knn = cagra::nn_descent(view, cagra::Metric::L2, bp);
+        double secs = seconds_since(t0);
+        const uint32_t k = knn.k;
+        const uint64_t samples = std::min<uint64_t>(n, 300);
+        cagra::detail::Rng rng(12345);
+        uint64_t hit = 0, hit10 = 0, cross = 0, cross_exact = 0;
+        std::vector<std::pair<float, uint32_t>> all(n);
+        for (uint64_t s = 0; s < samples; s++) {
+            uint64_t v = rng.below(n);
+            for (uint64_t i = 0; i < n; i++)
+                all[i] = {i == v ? 1e30f : cagra::l2_squared(view.row(v), view.row(i), dim), (uint32_t)i};
+            std::partial_sort(all.begin(), all.begin() + k, all.end());
+            for (uint32_t j = 0; j < k; j++) {
+                uint32_t w = knn.ids[v * k + j];
+                for (uint32_t t = 0; t < k; t++)
+                    if (all[t].second == w) {
+                        hit++;
+                        hit10 += t < 10 && j < 10;
+                        break;
+                    }
+                if (labelled) {
+                    cross += label[w] != label[v];
+                    cross_exact += label[all[j].second] != label[v];
+                }
+            }
+        }
+        std::printf("kNN graph (nn_descent again, %.1f s, k %u): recall@k %.4f, recall@10 of the first 10 %.4f",
+                    secs, k, (double)hit / (samples * k), (double)hit10 / (samples * 10));
+        if (labelled)
+            std::printf("; edges leaving the cluster: %.4f (exact kNN: %.4f)", (double)cross / (samples * k),
+                        (double)cross_exact / (samples * k));
+        std::printf("\n");
+    }
+
+    /* Search outcomes at the default itopk. */
+    cagra::InMemoryGraph graph(g, view, cagra::Metric::L2);
+    const cagra::SearchParams defaults;
+    auto run = [&](const char *what, cagra::SearchParams sp, int mode) {
+        uint64_t hit = 0, reached = 0, dists = 0;
+        cagra::Neighbor out[10];
+        for (uint64_t q = 0; q < nq; q++) {
+            const float *qv = &queries[q * dim];
+            uint32_t got;
+            uint64_t dc;
+            if (mode == 0) {
+                cagra::Searcher<cagra::InMemoryGraph> s(graph, qv, sp, entry_index);
+                got = s.next(10, out);
+                dc = s.distance_count();
+            } else {
+                /* 1: from the true nearest neighbour's node; 2: from the
+                 * first node of the query's cluster (oracle entry). */
+                uint32_t e = (uint32_t)gt[q * gdim];
+                if (mode == 2)
+                    e = (uint32_t)(std::find(label.begin(), label.end(), qlabel[q]) - label.begin());
+                cagra::Searcher<cagra::InMemoryGraph> s(graph, qv, sp, std::vector<uint32_t>{e});
+                got = s.next(10, out);
+                dc = s.distance_count();
+            }
+            dists += dc;
+            bool in_cluster = false;
+            for (uint32_t i = 0; i < got; i++) {
+                for (uint32_t j = 0; j < 10; j++)
+                    if (out[i].id == (uint32_t)gt[q * gdim + j]) {
+                        hit++;
+                        break;
+                    }
+                if (labelled && label[out[i].id] == qlabel[q])
+                    in_cluster = true;
+            }
+            reached += in_cluster;
+        }
+        std::printf("  %-44s recall@10 %.4f", what, (double)hit / (nq * 10.0));
+        if (labelled)
+            std::printf("  cluster reached %.3f", (double)reached / nq);
+        std::printf("  dists/query %.0f\n", (double)dists / nq);
+    };
+    std::printf("search at itopk %u:\n", defaults.itopk_size);
+    run("defaults (entry index, 32 random)", defaults, 0);
+    for (uint32_t r : {0u, 128u, 512u, 1024u}) {
+        cagra::SearchParams sp = defaults;
+        sp.random_entries = r;
+        std::string what = "entry index, " + std::to_string(r) + " random entries";
+        run(what.c_str(), sp, 0);
+    }
+    {
+        cagra::SearchParams sp = defaults;
+        sp.entry_probes = 0;
+        run("all fixed entries, 32 random", sp, 0);
+        sp.random_entries = 0;
+        run("from the true nearest neighbour only", sp, 1);
+        if (labelled)
+            run("from one node of the query's cluster only", sp, 2);
+    }
 }
 
 } // namespace
@@ -197,6 +450,8 @@ int main(int argc, char **argv)
         std::printf("\ncagra: build %.2f s wall, %.2f s CPU (%u threads, graph_degree %u, intermediate %u), "
                     "peak RSS %.0f MiB (data alone %.0f MiB)\n",
                     build_s, build_cpu, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
+        std::printf("navigation probe: %.4f of the plain graph's probes missed; long edges %s\n",
+                    built.probe_miss_rate, built.long_edges ? "added" : "not added");
         cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
         t0 = Clock::now();
         cagra::EntryIndex entry_index = cagra::derive_entry_index(graph, built.entry_nodes);
@@ -239,12 +494,21 @@ int main(int argc, char **argv)
          * list, then the entry index with all and with fewer probes, and
          * without random entries; then the itopk sweep with the defaults. */
         const cagra::SearchParams defaults;
-        run_cagra(10, -1, defaults.random_entries);
-        for (int probes : {0, 4, 2, 1})
-            run_cagra(10, probes, defaults.random_entries);
-        run_cagra(10, 1, 0);
-        for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
-            run_cagra(itopk, (int)defaults.entry_probes, defaults.random_entries);
+        if (o.quick) {
+            for (uint32_t itopk : {16u, 32u, 64u, 128u, 256u})
+                run_cagra(itopk, (int)defaults.entry_probes, defaults.random_entries);
+        } else {
+            run_cagra(10, -1, defaults.random_entries);
+            for (int probes : {0, 4, 2, 1})
+                run_cagra(10, probes, defaults.random_entries);
+            run_cagra(10, 1, 0);
+            for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
+                run_cagra(itopk, (int)defaults.entry_probes, defaults.random_entries);
+        }
+        if (o.diagnose)
+            diagnose(o.dir, view, bp, built, entry_index, queries, nq, gt, gdim);
+        if (o.quick)
+            return 0;
 
 #ifdef CAGRA_BENCH_HNSWLIB
         if (o.hnswlib) {

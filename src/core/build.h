@@ -35,8 +35,13 @@ struct BuiltGraph {
     Graph graph;
     /* Fixed entry points for searches: the node nearest the data's mean,
      * then farthest-point picks, about 2 sqrt(n), at most 384; any prefix
-     * is a well-spread subset. */
+     * is a well-spread subset.  With long edges the picks are made among
+     * long-edge nodes. */
     std::vector<uint32_t> entry_nodes;
+    /* Whether the build added long edges (navigation_miss_rate of the plain
+     * graph above kLongEdgeMissRate), and that miss rate. */
+    bool long_edges = false;
+    double probe_miss_rate = 0;
 };
 
 /* Throws Error(InvalidParameter / InvalidData) with a message a user can act on. */
@@ -61,6 +66,27 @@ Graph optimize_graph(const KnnGraph &knn, uint32_t graph_degree, uint32_t thread
  * that node's last edges into a link to it.  Returns the links added. */
 uint64_t connect_graph(Graph &graph, const DatasetView &data, Metric metric, const std::vector<uint32_t> &entry_nodes,
                        BuildProgress *progress = nullptr);
+
+/* Navigation probe: the fraction of `probes` seeded nodes that a default
+ * search (SearchParams{}, from the entry index of entry_nodes) for the
+ * node's own vector does not return first.  Near 0 on data whose entries
+ * reach every region; high where the graph's edges are all local and the
+ * entries do not cover the clusters (issue 12). */
+double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric metric,
+                            const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed,
+                            uint32_t threads);
+
+/* Above this miss rate build_graph adds long edges. */
+constexpr double kLongEdgeMissRate = 0.01;
+
+/* Long edges (docs/core.md): nested random samples of the nodes (1/8, 1/64,
+ * ... of them, up to 4 levels), the CAGRA graph of each sample built from
+ * 3 * intermediate_degree candidates, spliced into the last 7/8 of each
+ * sampled node's row.  Returns the nodes of the smallest level that has at
+ * least 1,024 (or the first level): the pool for the fixed entries.  Empty
+ * (and the graph untouched) when n is too small for a sample. */
+std::vector<uint32_t> add_long_edges(Graph &graph, const DatasetView &data, Metric metric,
+                                     const BuildParams &params, BuildProgress *progress = nullptr);
 
 /* Exact kNN by brute force (tests and ground truth). */
 KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads);
