@@ -40,4 +40,14 @@ SET work_mem = '64kB';
 SELECT count(*) FROM cagra_search('sm_v', ARRAY(SELECT v FROM sm_q WHERE q <= 20 AND v IS NOT NULL), 512);
 RESET work_mem;
 
+-- The scratch arrays the backend keeps between calls (in TopMemoryContext)
+-- follow the part size, not the array: after 10,000 queries with the
+-- default work_mem (4MB), a few MB, where one batch of all the queries
+-- would have kept some 45 MB.
+SELECT count(*) FROM cagra_search('sm_v',
+  (SELECT array_agg((SELECT array_agg(cos(q * j) * 10)::vector FROM generate_series(1, 8) j))
+     FROM generate_series(1, 10000) q), 10);
+SELECT sum(total_bytes) < 8 * 1024 * 1024 AS kept_memory_bounded
+  FROM pg_backend_memory_contexts WHERE name = 'TopMemoryContext';
+
 DROP TABLE sm, sm_q, sm_default, sm_small;
