@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     build-essential cmake git         # compilers, CMake/CTest
-    postgresql-15                     # server, psql, pg_ctl, initdb
+    postgresql-15                     # server, psql, pg_ctl, initdb (its postgresql-client-15: pg_isolation_regress, pgbench)
     postgresql-server-dev-15          # PGXS, server headers, pg_regress, TAP modules
     libgtest-dev                      # GoogleTest for the core tests
     libipc-run-perl                   # IPC::Run, needed by PostgreSQL::Test::Cluster

@@ -6,12 +6,15 @@
 #      GPU tests skip themselves without a device)
 #   2. extension: PGXS build and install (make && make install)
 #   3. pg_regress: every sql/*.sql on a temporary instance
-#   4. TAP: test/t/*.pl with PostgreSQL::Test::Cluster
+#   4. isolation: every test/isolation/specs/*.spec with PostgreSQL's
+#      isolation tester (pg_isolation_regress), on a temporary instance
+#   5. TAP: test/t/*.pl with PostgreSQL::Test::Cluster
 #
 # Servers refuse to run as root, so as root the SQL layers run as the
 # unprivileged user $CAGRA_TEST_USER (default cagra_test, created if missing)
 # in a scratch directory.  Failure details are copied back into the checkout:
-# regression.diffs and results/ (pg_regress), tmp_check/log/ (TAP).
+# regression.diffs and results/ (pg_regress), results/isolation/ (isolation:
+# its regression.diffs and results), tmp_check/log/ (TAP).
 # TAP tests run from a copy of test/ and get CAGRA_SRC, the root of that copy
 # (with build/gpu/libcagra_gpu.so when it was built).
 # Exit status is non-zero when any layer fails.
@@ -29,6 +32,7 @@ TEST_USER=${CAGRA_TEST_USER:-cagra_test}
 BINDIR=$("$PG_CONFIG" --bindir) || { echo "pg_config not found" >&2; exit 2; }
 PGXS_SRC=$(dirname "$("$PG_CONFIG" --pgxs)")/..
 PG_REGRESS=$PGXS_SRC/test/regress/pg_regress
+PG_ISOLATION_REGRESS=$PGXS_SRC/test/isolation/pg_isolation_regress
 
 declare -a SUMMARY=()
 FAILED=0 N_PASS=0 N_FAIL=0 N_SKIP=0
@@ -132,7 +136,45 @@ else
     fi
 fi
 
-# --- 4. TAP ------------------------------------------------------------------------
+# --- 4. isolation ------------------------------------------------------------------
+banner "isolation"
+ISO_TESTS=$(for f in test/isolation/specs/*.spec; do [ -e "$f" ] && basename "$f" .spec; done)
+if [ "$EXT_OK" != 1 ]; then
+    record isolation FAIL "not run: the extension did not build"
+elif [ -z "$ISO_TESTS" ]; then
+    record isolation SKIP "no test/isolation/specs/*.spec"
+elif [ ! -x "$PG_ISOLATION_REGRESS" ]; then
+    record isolation FAIL "no pg_isolation_regress at $PG_ISOLATION_REGRESS"
+else
+    IDIR=$SCRATCH/isolation
+    mkdir -p "$IDIR"
+    cp -r test/isolation/specs test/isolation/expected "$IDIR"/
+    cp test/regress.conf "$IDIR"/
+    [ "$(id -u)" = 0 ] && chown -R "$TEST_USER" "$IDIR"
+    rm -rf results/isolation
+    # shellcheck disable=SC2086
+    if (cd "$IDIR" && as_test_user "$PG_ISOLATION_REGRESS" \
+            --temp-instance="$IDIR/tmp_check" \
+            --temp-config="$IDIR/regress.conf" \
+            --inputdir="$IDIR" --outputdir="$IDIR" \
+            --bindir="$BINDIR" \
+            --dbname=isolation_regression \
+            --load-extension=cagra \
+            --encoding=UTF8 --no-locale \
+            $ISO_TESTS) 2>&1 | tee "$SCRATCH/isolation.log"
+       [ "${PIPESTATUS[0]}" = 0 ]; then
+        record isolation PASS "$(grep -E 'tests passed' "$SCRATCH/isolation.log" | sed 's/^ *//; s/ *$//')"
+    else
+        mkdir -p results/isolation
+        cp -r "$IDIR/results" results/isolation/ 2>/dev/null
+        cp "$IDIR/regression.diffs" "$IDIR/regression.out" results/isolation/ 2>/dev/null
+        [ -f results/isolation/regression.diffs ] && { banner "results/isolation/regression.diffs"; cat results/isolation/regression.diffs; }
+        [ -d "$IDIR/tmp_check/log" ] && tail -30 "$IDIR"/tmp_check/log/postmaster.log
+        record isolation FAIL "see results/isolation/regression.diffs"
+    fi
+fi
+
+# --- 5. TAP ------------------------------------------------------------------------
 banner "TAP"
 TAP_TESTS=$(ls test/t/*.pl 2>/dev/null)
 if [ "$EXT_OK" != 1 ]; then

@@ -40,6 +40,17 @@ CREATE FUNCTION cagra_worker_cache(
     RETURNS SETOF record
     AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE;
 
+-- Monitoring, as PostgreSQL's own statistics views: for pg_monitor (and
+-- superusers), not PUBLIC; the function and the view over it alike.
+-- cagra_worker_cache() shows other databases' copies only to roles with the
+-- privileges of pg_read_all_stats (pg_monitor has them), whoever else is
+-- granted it.
+REVOKE ALL ON FUNCTION cagra_worker_status() FROM PUBLIC;
+REVOKE ALL ON FUNCTION cagra_worker_cache() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION cagra_worker_status() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION cagra_worker_cache() TO pg_monitor;
+GRANT SELECT ON cagra_status TO pg_monitor;
+
 -- The k nearest visible rows of each query (query numbers count from 1 in
 -- array order), on the GPU worker when it runs, else on the CPU.
 CREATE FUNCTION cagra_search(index regclass, queries vector[], k integer,

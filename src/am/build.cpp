@@ -44,7 +44,7 @@ typedef struct CagraBuildState
 	ItemPointerData *tids;
 	uint64		n;
 	uint64		capacity;
-	uint64		skipped_zero;	/* zero vectors under cosine, not indexed */
+	uint64		skipped_zero;	/* zero or non-finite-norm vectors under cosine, not indexed */
 	double		mem_limit;		/* bytes */
 	double		estimated_rows; /* the table's reltuples, for the memory hint */
 	MemoryContext cxt;
@@ -103,7 +103,7 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 		bs->dims = v->dim;
 	cagra_check_dims(index, bs->dims, v->dim);
 
-	if (bs->metric == cagra::Metric::Cosine && cagra_is_zero_vector(v->x, v->dim))
+	if (cagra_vector_unindexable(bs->metric, v->x, v->dim))
 	{
 		bs->skipped_zero++;
 		MemoryContextSwitchTo(old);
@@ -442,8 +442,10 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 
 	if (bs->skipped_zero > 0)
 		ereport(NOTICE,
-				(errmsg("%llu zero vectors were not indexed: their cosine distance is undefined",
-						(unsigned long long) bs->skipped_zero)));
+				(errmsg_plural("%llu vector was not indexed: its cosine distance is undefined (a zero vector, or a squared norm beyond the float range)",
+							   "%llu vectors were not indexed: their cosine distance is undefined (zero vectors, or a squared norm beyond the float range)",
+							   (unsigned long) bs->skipped_zero,
+							   (unsigned long long) bs->skipped_zero)));
 
 	MemoryContextSwitchTo(old);
 

@@ -125,8 +125,32 @@ uint32		cagra_page_lower(const CagraMetaData *meta, uint32 page_in_group);
 /* Meta page helpers */
 void		cagra_init_meta_page(Page page, const CagraMetaData *meta);
 CagraMetaData *cagra_meta_of(Page page);
-void		cagra_read_meta(Relation index, CagraMetaData *out);	/* checks magic */
+void		cagra_read_meta(Relation index, CagraMetaData *out);	/* checks it */
+
+/*
+ * The one validation of a meta page: magic, version, metric, dimensions,
+ * degree, layout, entry nodes, and the blocks its node count needs against
+ * `nblocks`.  Each problem goes to `report` (with `arg`); `fatal` ones make
+ * the pages unreadable by this meta page (reads would go astray), the rest
+ * (a live count greater than the node count) do not.  Returns false after a
+ * fatal problem.  cagra_check_meta raises ERRCODE_INDEX_CORRUPTED on the
+ * first fatal problem; cagra_index_check lists them all.
+ */
+typedef void (*CagraMetaProblemFn) (void *arg, bool fatal, const char *problem);
+bool		cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks,
+								CagraMetaProblemFn report, void *arg);
 void		cagra_check_meta(Relation index, const CagraMetaData *meta);
+
+/*
+ * Open `relid` for a SQL function (cagra_search, cagra_index_info,
+ * cagra_index_check) with AccessShareLock: a clear error unless it exists,
+ * is a cagra index of one relation (not a partitioned one) and has been
+ * built (its meta page written); with `need_valid`, also unless it is valid
+ * (indisvalid: not left behind by an interrupted CREATE INDEX CONCURRENTLY).
+ * With `heap_out`, its table is opened too (AccessShareLock, locked before
+ * the index as PostgreSQL's commands do) and returned there.
+ */
+Relation	cagra_open_sql_index(Oid relid, bool need_valid, Relation *heap_out);
 
 /* Initialise an empty node page (all slots zero). */
 void		cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno);
@@ -139,6 +163,15 @@ void		cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 
 /* ERROR unless a vector of `actual` dimensions fits an index of `expected`. */
 void		cagra_check_dims(Relation index, uint32 expected, int actual);
 bool		cagra_is_zero_vector(const float *x, int dims);
+
+/*
+ * Whether a vector is left out of an index of `metric` (builds and inserts
+ * both ask): under cosine, a zero vector or one whose squared norm (summed
+ * in float, as the <=> operator does) is not finite; its cosine distance is
+ * undefined (the operator gives NaN).  Every vector is indexed under the
+ * other metrics.
+ */
+bool		cagra_vector_unindexable(cagra::Metric metric, const float *x, int dims);
 /* The vector as the index stores it (core prepare_vector: normalised under cosine). */
 void		cagra_prepare(cagra::Metric metric, const float *in, float *out, uint32 dims);
 

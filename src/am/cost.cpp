@@ -2,7 +2,11 @@
  * cost.cpp — amcostestimate for cagra.
  *
  * The index only answers ORDER BY <distance operator>: a path without an
- * ordering operator gets a disabled cost so the planner never picks it.
+ * ordering operator (a plain or index-only scan of a partial index, which
+ * the planner considers for a query like count(*) ... WHERE <predicate>)
+ * gets an infinite cost, as in pgvector's hnswcostestimate, so that it never
+ * wins, not even against paths that enable_seqscan = off disables (those
+ * cost disable_cost, which a disabled cost here would tie with).
  * With one, the work is the graph search, done before the first row:
  * about itopk_size node expansions of graph_degree distances each, reading
  * that share of the index pages (hot graph pages, counted as sequential and
@@ -17,6 +21,7 @@ extern "C" {
 #include "access/genam.h"
 #include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
+#include "utils/float.h"
 #include "utils/spccache.h"
 }
 
@@ -32,8 +37,8 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	*indexCorrelation = 0.0;
 	if (path->indexorderbys == NIL)
 	{
-		*indexStartupCost = disable_cost;
-		*indexTotalCost = disable_cost;
+		*indexStartupCost = get_float8_infinity();
+		*indexTotalCost = get_float8_infinity();
 		*indexPages = info->pages;
 		return;
 	}

@@ -329,6 +329,9 @@ cagra_handler(PG_FUNCTION_ARGS)
 	am->aminsert = cagra_insert;
 	am->ambulkdelete = cagra_bulkdelete;
 	am->amvacuumcleanup = cagra_vacuumcleanup;
+	/* returns no column (vectors are stored prepared: normalised under
+	 * cosine); an index-only scan that needs none (count(*)) has no ORDER
+	 * BY, and cagra_costestimate prices it out */
 	am->amcanreturn = NULL;
 	am->amcostestimate = cagra_costestimate;
 	am->amoptions = cagra_options;

@@ -12,11 +12,16 @@
 extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/xlog.h"
+#include "catalog/index.h"
 #include "catalog/pg_class.h"
 #include "commands/defrem.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
@@ -24,16 +29,69 @@ PG_FUNCTION_INFO_V1(cagra_index_info);
 PG_FUNCTION_INFO_V1(cagra_index_check);
 }
 
-/* Open `relid`, which must be a cagra index. */
-static Relation
-cagra_open_index(Oid relid)
+/*
+ * The one way the SQL functions open a cagra index (cagra_am.h).  The table
+ * is locked first when it can be found, as PostgreSQL's own commands do, so
+ * that a DROP INDEX (which locks the table, then the index) cannot deadlock
+ * with us; *heap_out gets it (NULL: not wanted).
+ */
+Relation
+cagra_open_sql_index(Oid relid, bool need_valid, Relation *heap_out)
 {
-	Relation	index = index_open(relid, AccessShareLock);
+	Oid			heapoid = IndexGetRelation(relid, true);
+	Relation	heap = NULL;
+	Relation	index;
 
+	if (heap_out && OidIsValid(heapoid))
+		heap = table_open(heapoid, AccessShareLock);
+	index = try_relation_open(relid, AccessShareLock);
+	if (index == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("relation with OID %u does not exist", relid)));
+	if (index->rd_rel->relkind == RELKIND_PARTITIONED_INDEX)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is a partitioned index", RelationGetRelationName(index)),
+				 errdetail("A partitioned index has no pages: each partition has an index of its own."),
+				 errhint("Pass the index of one partition.")));
+	if (index->rd_rel->relkind != RELKIND_INDEX)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not an index", RelationGetRelationName(index))));
 	if (index->rd_rel->relam != get_index_am_oid("cagra", false))
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not a cagra index", RelationGetRelationName(index))));
+	if (RELATION_IS_OTHER_TEMP(index))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot access temporary indexes of other sessions")));
+	if (!RelationIsPermanent(index) && RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot access unlogged index \"%s\" during recovery",
+						RelationGetRelationName(index))));
+	/* the table may have changed between the look-up and the lock */
+	if (heap && index->rd_index->indrelid != heapoid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("index \"%s\" changed while it was opened", RelationGetRelationName(index)),
+				 errhint("Try again.")));
+	if (RelationGetNumberOfBlocks(index) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cagra index \"%s\" has never been built", RelationGetRelationName(index)),
+				 errdetail("Its build did not finish (an interrupted or failed CREATE INDEX CONCURRENTLY leaves such an index behind)."),
+				 errhint("REINDEX the index, or drop it and create it again.")));
+	if (need_valid && !index->rd_index->indisvalid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cagra index \"%s\" is not valid", RelationGetRelationName(index)),
+				 errdetail("An interrupted or failed CREATE INDEX CONCURRENTLY or REINDEX CONCURRENTLY left it behind: it may lack rows."),
+				 errhint("REINDEX the index, or drop it and create it again.")));
+	if (heap_out)
+		*heap_out = heap ? heap : table_open(index->rd_index->indrelid, AccessShareLock);
 	return index;
 }
 
@@ -42,7 +100,7 @@ cagra_index_info(PG_FUNCTION_ARGS)
 {
 	Oid			relid = PG_GETARG_OID(0);
 	TupleDesc	tupdesc;
-	Relation	index = cagra_open_index(relid);
+	Relation	index = cagra_open_sql_index(relid, false, NULL);
 	CagraMetaData meta;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -78,12 +136,15 @@ cagra_index_info(PG_FUNCTION_ARGS)
 
 typedef struct CagraCheck
 {
-	Tuplestorestate *store;
-	TupleDesc	desc;
+	List	   *lines;			/* the first CAGRA_CHECK_MAX_PROBLEMS problems */
 	uint64		problems;
 } CagraCheck;
 
 #define CAGRA_CHECK_MAX_PROBLEMS 1000
+
+/* On a standby, how many times the check runs again when replay changed the
+ * index under it. */
+#define CAGRA_CHECK_RECOVERY_ATTEMPTS 10
 
 static void
 cagra_problem(CagraCheck *c, const char *fmt,...) pg_attribute_printf(2, 3);
@@ -100,70 +161,13 @@ cagra_problem(CagraCheck *c, const char *fmt,...)
 	va_start(args, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, args);
 	va_end(args);
-
-	Datum		value = CStringGetTextDatum(buf);
-	bool		isnull = false;
-
-	tuplestore_putvalues(c->store, c->desc, &value, &isnull);
+	c->lines = lappend(c->lines, pstrdup(buf));
 }
 
-static bool
-cagra_check_meta_fields(CagraCheck *c, const CagraMetaData *meta, BlockNumber nblocks)
+static void
+cagra_meta_problem_line(void *arg, bool fatal, const char *problem)
 {
-	if (meta->magic != CAGRA_MAGIC)
-	{
-		cagra_problem(c, "meta page: bad magic number %08x", meta->magic);
-		return false;
-	}
-	if (meta->version != CAGRA_FORMAT_VERSION)
-	{
-		cagra_problem(c, "meta page: format version %u, expected %d", meta->version, CAGRA_FORMAT_VERSION);
-		return false;
-	}
-	if (!cagra::metric_is_valid(meta->metric))
-		cagra_problem(c, "meta page: unknown metric %u", meta->metric);
-	if (meta->graph_degree < CAGRA_MIN_DEGREE || meta->graph_degree > CAGRA_MAX_DEGREE)
-	{
-		cagra_problem(c, "meta page: graph_degree %u out of range", meta->graph_degree);
-		return false;
-	}
-	if (meta->dims > cagra::kMaxDim)
-	{
-		cagra_problem(c, "meta page: %u dimensions, more than %u", meta->dims, cagra::kMaxDim);
-		return false;
-	}
-	if (meta->dims == 0)
-	{
-		if (meta->n != 0)
-			cagra_problem(c, "meta page: %u nodes but no dimensions", meta->n);
-		return false;
-	}
-
-	CagraMetaData expect = *meta;
-
-	cagra_compute_layout(&expect);
-	if (expect.record_size != meta->record_size || expect.nodes_per_page != meta->nodes_per_page ||
-		expect.pages_per_node != meta->pages_per_node)
-	{
-		cagra_problem(c, "meta page: layout %u bytes, %u nodes per page, %u pages per node does not match %u dimensions and degree %u",
-					  meta->record_size, meta->nodes_per_page, meta->pages_per_node, meta->dims,
-					  meta->graph_degree);
-		return false;
-	}
-	if (meta->live > meta->n)
-		cagra_problem(c, "meta page: live count %u is greater than node count %u", meta->live, meta->n);
-	if (meta->entry_count > CAGRA_MAX_ENTRY_NODES)
-		cagra_problem(c, "meta page: %u entry nodes, at most %d", meta->entry_count, CAGRA_MAX_ENTRY_NODES);
-	for (uint32 i = 0; i < Min(meta->entry_count, (uint32) CAGRA_MAX_ENTRY_NODES); i++)
-		if (meta->entries[i] >= meta->n)
-			cagra_problem(c, "meta page: entry node %u out of range (%u nodes)", meta->entries[i], meta->n);
-	if (cagra_blocks_for(meta, meta->n) > nblocks)
-	{
-		cagra_problem(c, "index has %u blocks, %u nodes need %u", nblocks, meta->n,
-					  cagra_blocks_for(meta, meta->n));
-		return false;
-	}
-	return true;
+	cagra_problem((CagraCheck *) arg, "%s", problem);
 }
 
 static int
@@ -228,12 +232,14 @@ cagra_check_vector(CagraCheck *c, const CagraMetaData *meta, uint32 id, const fl
 		cagra_problem(c, "node %u: vector norm %g, expected 1 under cosine", id, sqrt(norm));
 }
 
+/* Every node, against the meta page; live nodes' heap TIDs against the
+ * table's `heap_blocks`. */
 static void
-cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta)
+cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta, BlockNumber heap_blocks)
 {
-	char	   *rec = (char *) palloc(meta->record_size);
+	char	   *rec = (char *) palloc(Max(meta->record_size, 1));
 	uint32	   *sorted = (uint32 *) palloc(meta->graph_degree * sizeof(uint32));
-	float	   *vec = (float *) palloc(meta->dims * sizeof(float));
+	float	   *vec = (float *) palloc(Max(meta->dims, 1) * sizeof(float));
 	uint32		live = 0;
 
 	for (uint32 id = 0; id < meta->n; id++)
@@ -253,6 +259,10 @@ cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta)
 			live++;
 			if (!ItemPointerIsValid(&hdr.heap_tid))
 				cagra_problem(c, "node %u: invalid heap TID", id);
+			else if (ItemPointerGetBlockNumberNoCheck(&hdr.heap_tid) >= heap_blocks)
+				cagra_problem(c, "node %u: heap TID (%u,%u) beyond the table's %u blocks", id,
+							  ItemPointerGetBlockNumberNoCheck(&hdr.heap_tid),
+							  ItemPointerGetOffsetNumberNoCheck(&hdr.heap_tid), heap_blocks);
 		}
 		cagra_check_row(c, meta, id, is_live, (const uint32 *) (rec + CAGRA_ROW_OFFSET), sorted);
 		cagra_format_of(meta).load(rec + cagra_vector_offset(meta->graph_degree), vec);
@@ -266,31 +276,95 @@ cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta)
 	pfree(vec);
 }
 
+/* The meta page as it is, unchecked (the check reports what is wrong). */
+static void
+cagra_read_raw_meta(Relation index, CagraMetaData *meta)
+{
+	Buffer		buf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	memcpy(meta, cagra_meta_of(BufferGetPage(buf)), sizeof(*meta));
+	UnlockReleaseBuffer(buf);
+}
+
+/* One pass of the check into c; the meta page's generation when it began. */
+static uint64
+cagra_check_pass(CagraCheck *c, Relation index, Relation heap)
+{
+	CagraMetaData meta;
+
+	c->lines = NIL;
+	c->problems = 0;
+	cagra_read_raw_meta(index, &meta);
+
+	/* the table only grows while we hold our lock on it, and rows reach the
+	 * table before the index: counted after the meta page, its blocks hold
+	 * every row of the nodes the meta page counts */
+	BlockNumber heap_blocks = RelationGetNumberOfBlocks(heap);
+
+	if (cagra_validate_meta(&meta, RelationGetNumberOfBlocks(index), cagra_meta_problem_line, c))
+		cagra_check_nodes(c, index, &meta, heap_blocks);
+	return meta.generation;
+}
+
+/*
+ * On a primary, writers wait while the check runs (the writers' lock), so
+ * it sees one consistent graph.  A standby's replay takes no such lock: an
+ * insert or a vacuum replayed while the check reads would show as edges out
+ * of range or a wrong live count.  Every change that makes those bumps the
+ * meta page's generation (insert.cpp, vacuum.cpp) after the pages that
+ * carry it, so a pass that began and ended at one generation read no such
+ * change; during recovery the check runs again until a pass does, and
+ * gives up with an error (never with false problems) when replay keeps
+ * changing the index.
+ */
 Datum
 cagra_index_check(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			relid = PG_GETARG_OID(0);
-	Relation	index = cagra_open_index(relid);
+	Relation	heap;
+	Relation	index = cagra_open_sql_index(relid, false, &heap);
 	CagraCheck	c;
-	CagraMetaData meta;
+	int			attempts = 0;
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
-	c.store = rsinfo->setResult;
-	c.desc = rsinfo->setDesc;
-	c.problems = 0;
 
-	/* writers wait while the check runs, so it sees one consistent graph */
 	cagra_lock_writers(index, ShareLock);
+	for (;;)
+	{
+		uint64		before = cagra_check_pass(&c, index, heap);
+		CagraMetaData after;
 
-	Buffer		buf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+		attempts++;
+		if (!RecoveryInProgress())
+			break;
+		cagra_read_raw_meta(index, &after);
+		if (after.generation == before)
+			break;
+		list_free_deep(c.lines);
+		if (attempts >= CAGRA_CHECK_RECOVERY_ATTEMPTS)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("could not check index \"%s\": recovery changed it during each of %d attempts",
+							RelationGetRelationName(index), attempts),
+					 errdetail("On a standby, the check cannot hold off the replay of changes to the index."),
+					 errhint("Run the check again when replay is idle, or on the primary.")));
+		/* let replay move on a little before the next pass */
+		pg_usleep(10000L * attempts);
+		CHECK_FOR_INTERRUPTS();
+	}
+	cagra_unlock_writers(index, ShareLock);
 
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	memcpy(&meta, cagra_meta_of(BufferGetPage(buf)), sizeof(meta));
-	UnlockReleaseBuffer(buf);
+	ListCell   *lc;
+	bool		isnull = false;
 
-	if (cagra_check_meta_fields(&c, &meta, RelationGetNumberOfBlocks(index)))
-		cagra_check_nodes(&c, index, &meta);
+	foreach(lc, c.lines)
+	{
+		Datum		value = CStringGetTextDatum((char *) lfirst(lc));
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);
+	}
 	if (c.problems > CAGRA_CHECK_MAX_PROBLEMS)
 	{
 		char		more[64];
@@ -298,12 +372,11 @@ cagra_index_check(PG_FUNCTION_ARGS)
 		snprintf(more, sizeof(more), "... and %llu more problems",
 				 (unsigned long long) (c.problems - CAGRA_CHECK_MAX_PROBLEMS));
 		Datum		value = CStringGetTextDatum(more);
-		bool		isnull = false;
 
-		tuplestore_putvalues(c.store, c.desc, &value, &isnull);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);
 	}
 
-	cagra_unlock_writers(index, ShareLock);
 	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
 	return (Datum) 0;
 }

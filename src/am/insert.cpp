@@ -130,7 +130,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 
 	cagra::Metric metric = (cagra::Metric) meta.metric;
 
-	if (metric == cagra::Metric::Cosine && cagra_is_zero_vector(v->x, v->dim))
+	if (cagra_vector_unindexable(metric, v->x, v->dim))
 	{
 		/* not indexed, as in a build: its cosine distance is undefined */
 		cagra_unlock_writers(index, ExclusiveLock);

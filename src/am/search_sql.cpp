@@ -5,6 +5,12 @@
  * snapshot only, k per query at most, in distance order.
  * The candidates of the whole batch are settled together
  * (search_resolve.cpp).
+ *
+ * The queries are taken in parts whose scratch memory fits work_mem (one
+ * query at least), so a call's memory does not grow with the array; each
+ * part is one batch.  The caller needs SELECT on the columns the index
+ * reads, and row-level security must not apply to it: the function returns
+ * rows without the policies' filter (docs/reference.md).
  */
 #include "am/accessor.h"
 #include "am/search_batch.h"
@@ -25,6 +31,8 @@ extern "C" {
 #include "access/visibilitymap.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "nodes/bitmapset.h"
+#include "optimizer/optimizer.h"
 #include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -33,7 +41,10 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/relcache.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "storage/predicate.h"
 
 PG_FUNCTION_INFO_V1(cagra_search);
 }
@@ -69,54 +80,109 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 	});
 }
 
-static Relation
-cagra_open_search_index(Oid indexoid)
+/*
+ * What cagra_search asks of the caller, beyond what opening the index
+ * checks: SELECT on the table or on every column the index reads (its key,
+ * the columns of its expressions and predicate), as the equivalent
+ * SELECT ... ORDER BY would need; and no row-level security on the table
+ * for this user, since the function returns rows without applying the
+ * policies.  Owners and roles with BYPASSRLS (RLS_NONE_ENV) search.
+ */
+static void
+cagra_check_search_privileges(Relation index, Relation heap)
 {
-	Relation	index = index_open(indexoid, AccessShareLock);
+	Oid			relid = RelationGetRelid(heap);
+	Oid			userid = GetUserId();
 
-	if (index->rd_indam->ambuild != cagra_build)
+	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
+	{
+		Bitmapset  *cols = NULL;
+		List	   *exprs = RelationGetIndexExpressions(index);
+		List	   *pred = RelationGetIndexPredicate(index);
+		int			col = -1;
+
+		for (int i = 0; i < index->rd_index->indnatts; i++)
+			if (index->rd_index->indkey.values[i] != 0)
+				cols = bms_add_member(cols, index->rd_index->indkey.values[i] -
+									  FirstLowInvalidHeapAttributeNumber);
+		pull_varattnos((Node *) exprs, 1, &cols);
+		pull_varattnos((Node *) pred, 1, &cols);
+		/* no column at all: the table's message, as a query would give */
+		if (bms_is_empty(cols) ||
+			pg_attribute_aclcheck_all(relid, userid, ACL_SELECT, ACLMASK_ANY) != ACLCHECK_OK)
+			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, RelationGetRelationName(heap));
+		while ((col = bms_next_member(cols, col)) >= 0)
+		{
+			AttrNumber	attno = (AttrNumber) (col + FirstLowInvalidHeapAttributeNumber);
+
+			if (pg_attribute_aclcheck(relid, attno, userid, ACL_SELECT) != ACLCHECK_OK)
+				aclcheck_error_col(ACLCHECK_NO_PRIV, OBJECT_COLUMN, RelationGetRelationName(heap),
+								   get_attname(relid, attno, false));
+		}
+	}
+	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
 		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a cagra index", RelationGetRelationName(index))));
-	return index;
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cagra_search cannot search table \"%s\": row-level security applies to it",
+						RelationGetRelationName(heap)),
+				 errdetail("cagra_search does not apply row-level security policies."),
+				 errhint("Use SELECT ... ORDER BY column <-> query LIMIT k, which applies them.")));
 }
 
-/* Prepared queries (nq x dims); NULL elements leave *present false. */
+/*
+ * Bytes of memory one query of a part needs: its vector (detoasted and
+ * prepared), its candidates (ids, distances, states, TIDs, the worker's
+ * TIDs) and the resolution's work records (search_resolve.cpp: the list,
+ * the work records and their sorted copy, the counting sort's counts).
+ */
+static Size
+cagra_search_query_bytes(const CagraMetaData *meta, uint32 kk)
+{
+	return (Size) meta->dims * 2 * sizeof(float) + 64 +
+		(Size) kk * (sizeof(uint32) + sizeof(float) + 1 + sizeof(ItemPointerData) + sizeof(uint64) +
+					 sizeof(uint32) + 2 * 12 + 4 * sizeof(uint32));
+}
+
+/* Queries per part: as many as fit work_mem, one at least. */
+static int
+cagra_search_part_size(const CagraMetaData *meta, uint32 kk, int nitems)
+{
+	Size		fit = ((Size) work_mem * 1024) / cagra_search_query_bytes(meta, kk);
+
+	/* candidates are numbered in 32 bits */
+	fit = Min(fit, (Size) PG_UINT32_MAX / kk);
+	return (int) Max((Size) 1, Min(fit, (Size) nitems));
+}
+
+/* The next nq queries of the array, prepared (nq x dims); NULL elements
+ * leave *present false. */
 static float *
-cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayType *arr, int *nq_out,
+cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayIterator it, int nq,
 					  bool **present_out)
 {
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			nq;
-
-	get_typlenbyvalalign(ARR_ELEMTYPE(arr), &typlen, &typbyval, &typalign);
-	deconstruct_array(arr, ARR_ELEMTYPE(arr), typlen, typbyval, typalign, &elems, &nulls, &nq);
-
 	float	   *queries = (float *) cagra_scratch(CAGRA_SCRATCH_QUERIES,
 												   (Size) nq * meta->dims * sizeof(float));
 	bool	   *present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
 
 	for (int q = 0; q < nq; q++)
 	{
-		if (nulls[q])
+		Datum		elem;
+		bool		isnull;
+
+		if (!array_iterate(it, &elem, &isnull))
+			elog(ERROR, "cagra_search: the queries array ended early");
+		if (isnull)
 		{
 			/* searched with the batch (the worker takes every row), never emitted */
 			memset(queries + (Size) q * meta->dims, 0, meta->dims * sizeof(float));
 			continue;
 		}
-		Vector	   *v = DatumGetVector(elems[q]);
+		Vector	   *v = DatumGetVector(elem);
 
 		cagra_check_dims(index, meta->dims, v->dim);
 		cagra_prepare((cagra::Metric) meta->metric, v->x, queries + (Size) q * meta->dims, meta->dims);
 		present[q] = true;
 	}
-	pfree(elems);
-	pfree(nulls);
-	*nq_out = nq;
 	*present_out = present;
 	return queries;
 }
@@ -262,58 +328,68 @@ cagra_search(PG_FUNCTION_ARGS)
 				 errmsg("k must be between 1 and %d, not %d", CAGRA_WORKER_MAX_K, k)));
 	InitMaterializedSRF(fcinfo, 0);
 
-	Relation	index = cagra_open_search_index(indexoid);
-	Relation	heap = table_open(index->rd_index->indrelid, AccessShareLock);
-	AclResult	acl = pg_class_aclcheck(RelationGetRelid(heap), GetUserId(), ACL_SELECT);
+	Relation	heap;
+	Relation	index = cagra_open_sql_index(indexoid, true, &heap);
+	Snapshot	snapshot = GetActiveSnapshot();
 
-	if (acl != ACLCHECK_OK)
-		aclcheck_error(acl, OBJECT_TABLE, RelationGetRelationName(heap));
+	cagra_check_search_privileges(index, heap);
+
+	/*
+	 * As index_beginscan does for access methods without predicate locks
+	 * of their own (ampredlocks = false): a serializable transaction's read
+	 * covers the whole index, and any insert into it conflicts.  The heap
+	 * tuples are read through the table AM's index fetch under serializable
+	 * isolation (search_resolve.cpp), which takes their tuple locks.
+	 */
+	PredicateLockRelation(index, snapshot);
 
 	CagraMetaData meta;
+	int			nitems = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 
 	cagra_read_meta(index, &meta);
-	if (meta.n > 0 && meta.live > 0 && ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)) > 0)
+	if (meta.n > 0 && meta.live > 0 && nitems > 0)
 	{
-		CagraCandidates c;
-		bool	   *present;
-		float	   *queries = cagra_collect_queries(index, &meta, arr, &c.nq, &present);
-		Size		total;
-
 		/* more candidates than k: some may be invisible to this snapshot */
-		c.kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));
-		total = (Size) c.nq * c.kk;
-		c.ids = (uint32 *) cagra_scratch(CAGRA_SCRATCH_IDS, total * sizeof(uint32));
-		c.dists = (float *) cagra_scratch(CAGRA_SCRATCH_DISTS, total * sizeof(float));
-		c.state = (uint8 *) cagra_scratch(CAGRA_SCRATCH_STATE, total);
-		c.tids = (ItemPointerData *) cagra_scratch(CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
-		c.copy_tids = NULL;
-		memset(c.state, CAGRA_CAND_UNKNOWN, total);
-		for (Size i = 0; i < total; i++)
-			c.ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
-
-		cagra_search_candidates(index, &meta, queries, present, &c);
-
-		/* slots are numbered in 32 bits: huge batches settle in parts */
-		int			part = (int) Min((Size) c.nq, (Size) PG_UINT32_MAX / c.kk);
+		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));
+		int			part = cagra_search_part_size(&meta, kk, nitems);
+		ArrayIterator it = array_create_iterator(arr, 0, NULL);
+		MemoryContext partcxt = AllocSetContextCreate(CurrentMemoryContext, "cagra_search part",
+													  ALLOCSET_DEFAULT_SIZES);
+		MemoryContext old;
 		CagraRowFormer former;
 
 		cagra_row_former_init(&former, rsinfo->setDesc);
-
-		for (int first = 0; first < c.nq; first += part)
+		for (int first = 0; first < nitems; first += part)
 		{
-			CagraCandidates p = c;
-			Size		base = (Size) first * c.kk;
+			CagraCandidates c;
+			bool	   *present;
+			float	   *queries;
+			Size		total;
 
-			p.nq = Min(part, c.nq - first);
-			p.ids += base;
-			p.dists += base;
-			p.state += base;
-			p.tids += base;
-			if (p.copy_tids)
-				p.copy_tids += base;
-			cagra_resolve(index, &meta, heap, GetActiveSnapshot(), present + first, (uint32) k, &p);
-			cagra_emit_results(rsinfo, &former, &meta, present + first, first, (uint32) k, &p);
+			old = MemoryContextSwitchTo(partcxt);
+			c.nq = Min(part, nitems - first);
+			c.kk = kk;
+			queries = cagra_collect_queries(index, &meta, it, c.nq, &present);
+			total = (Size) c.nq * c.kk;
+			c.ids = (uint32 *) cagra_scratch(CAGRA_SCRATCH_IDS, total * sizeof(uint32));
+			c.dists = (float *) cagra_scratch(CAGRA_SCRATCH_DISTS, total * sizeof(float));
+			c.state = (uint8 *) cagra_scratch(CAGRA_SCRATCH_STATE, total);
+			c.tids = (ItemPointerData *) cagra_scratch(CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
+			c.copy_tids = NULL;
+			memset(c.state, CAGRA_CAND_UNKNOWN, total);
+			for (Size i = 0; i < total; i++)
+				c.ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
+
+			cagra_search_candidates(index, &meta, queries, present, &c);
+			cagra_resolve(index, &meta, heap, snapshot, present, (uint32) k, &c);
+			/* the rows are copied into the tuplestore, which lives outside partcxt */
+			cagra_emit_results(rsinfo, &former, &meta, present, first, (uint32) k, &c);
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(partcxt);
+			CHECK_FOR_INTERRUPTS();
 		}
+		array_free_iterator(it);
+		MemoryContextDelete(partcxt);
 		ExecDropSingleTupleTableSlot(former.slot);
 	}
 	table_close(heap, AccessShareLock);

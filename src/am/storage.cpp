@@ -7,6 +7,8 @@
 
 #include "core/distance.h"
 
+#include <cmath>
+#include <cstdarg>
 #include <cstring>
 
 extern "C" {
@@ -77,20 +79,144 @@ cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno)
 	((PageHeader) page)->pd_lower = cagra_page_lower(meta, (blkno - 1) % meta->pages_per_node);
 }
 
-void
-cagra_check_meta(Relation index, const CagraMetaData *meta)
+/* A problem for the report, formatted. */
+static void
+cagra_meta_problem(CagraMetaProblemFn report, void *arg, bool fatal, const char *fmt,...)
+pg_attribute_printf(4, 5);
+
+static void
+cagra_meta_problem(CagraMetaProblemFn report, void *arg, bool fatal, const char *fmt,...)
+{
+	char		buf[512];
+	va_list		args;
+
+	va_start(args, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, args);
+	va_end(args);
+	report(arg, fatal, buf);
+}
+
+bool
+cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaProblemFn report,
+					void *arg)
 {
 	if (meta->magic != CAGRA_MAGIC)
+	{
+		cagra_meta_problem(report, arg, true, "meta page: bad magic number %08x", meta->magic);
+		return false;
+	}
+	if (meta->version != CAGRA_FORMAT_VERSION)
+	{
+		cagra_meta_problem(report, arg, true, "meta page: format version %u, expected %d",
+						   meta->version, CAGRA_FORMAT_VERSION);
+		return false;
+	}
+	if (!cagra::metric_is_valid(meta->metric))
+	{
+		cagra_meta_problem(report, arg, true, "meta page: unknown metric %u", meta->metric);
+		return false;
+	}
+	if (meta->graph_degree < CAGRA_MIN_DEGREE || meta->graph_degree > CAGRA_MAX_DEGREE)
+	{
+		cagra_meta_problem(report, arg, true, "meta page: graph_degree %u out of range", meta->graph_degree);
+		return false;
+	}
+	if (meta->dims > cagra::kMaxDim)
+	{
+		cagra_meta_problem(report, arg, true, "meta page: %u dimensions, more than %u", meta->dims,
+						   cagra::kMaxDim);
+		return false;
+	}
+	if (meta->dims == 0 && meta->n != 0)
+	{
+		cagra_meta_problem(report, arg, true, "meta page: %u nodes but no dimensions", meta->n);
+		return false;
+	}
+	if (meta->dims != 0)
+	{
+		CagraMetaData expect = *meta;
+
+		cagra_compute_layout(&expect);
+		if (expect.record_size != meta->record_size || expect.nodes_per_page != meta->nodes_per_page ||
+			expect.pages_per_node != meta->pages_per_node)
+		{
+			cagra_meta_problem(report, arg, true,
+							   "meta page: layout %u bytes, %u nodes per page, %u pages per node does not match %u dimensions and degree %u",
+							   meta->record_size, meta->nodes_per_page, meta->pages_per_node, meta->dims,
+							   meta->graph_degree);
+			return false;
+		}
+	}
+	if (meta->entry_count > CAGRA_MAX_ENTRY_NODES)
+	{
+		cagra_meta_problem(report, arg, true, "meta page: %u entry nodes, at most %d", meta->entry_count,
+						   CAGRA_MAX_ENTRY_NODES);
+		return false;
+	}
+
+	bool		ok = true;
+
+	for (uint32 i = 0; i < meta->entry_count; i++)
+		if (meta->entries[i] >= meta->n)
+		{
+			cagra_meta_problem(report, arg, true, "meta page: entry node %u out of range (%u nodes)",
+							   meta->entries[i], meta->n);
+			ok = false;
+		}
+	if (!ok)
+		return false;
+	if (cagra_blocks_for(meta, meta->n) > nblocks)
+	{
+		cagra_meta_problem(report, arg, true, "index has %u blocks, %u nodes need %u", nblocks, meta->n,
+						   cagra_blocks_for(meta, meta->n));
+		return false;
+	}
+	if (meta->live > meta->n)
+		cagra_meta_problem(report, arg, false, "meta page: live count %u is greater than node count %u",
+						   meta->live, meta->n);
+	return true;
+}
+
+typedef struct CagraMetaError
+{
+	Relation	index;
+	const CagraMetaData *meta;
+} CagraMetaError;
+
+static void
+cagra_meta_error(void *arg, bool fatal, const char *problem)
+{
+	CagraMetaError *e = (CagraMetaError *) arg;
+
+	if (!fatal)
+		return;
+	if (e->meta->magic != CAGRA_MAGIC)
 		ereport(ERROR,
 				(errcode(ERRCODE_INDEX_CORRUPTED),
 				 errmsg("index \"%s\" is not a cagra index (bad magic number)",
-						RelationGetRelationName(index))));
-	if (meta->version != CAGRA_FORMAT_VERSION)
+						RelationGetRelationName(e->index)),
+				 errhint("REINDEX the index.")));
+	if (e->meta->version != CAGRA_FORMAT_VERSION)
 		ereport(ERROR,
 				(errcode(ERRCODE_INDEX_CORRUPTED),
 				 errmsg("index \"%s\" has format version %u, this build reads version %d",
-						RelationGetRelationName(index), meta->version, CAGRA_FORMAT_VERSION),
+						RelationGetRelationName(e->index), e->meta->version, CAGRA_FORMAT_VERSION),
 				 errhint("REINDEX the index.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INDEX_CORRUPTED),
+			 errmsg("cagra index \"%s\" is corrupted: %s", RelationGetRelationName(e->index), problem),
+			 errhint("REINDEX the index.")));
+}
+
+void
+cagra_check_meta(Relation index, const CagraMetaData *meta)
+{
+	CagraMetaError e = {index, meta};
+
+	/* the node count only grows (deleted slots are not reused, the index
+	 * never shrinks), so blocks counted after the meta page was read hold
+	 * at least its nodes */
+	cagra_validate_meta(meta, RelationGetNumberOfBlocks(index), cagra_meta_error, &e);
 }
 
 void
@@ -158,6 +284,14 @@ cagra_is_zero_vector(const float *x, int dims)
 		if (x[i] != 0.0f)
 			return false;
 	return true;
+}
+
+bool
+cagra_vector_unindexable(cagra::Metric metric, const float *x, int dims)
+{
+	if (metric != cagra::Metric::Cosine)
+		return false;
+	return cagra_is_zero_vector(x, dims) || !std::isfinite(cagra::inner_product(x, x, (uint32) dims));
 }
 
 void

@@ -1,12 +1,20 @@
 /*
  * status.cpp — cagra_worker_status() (the view cagra_status) and
  * cagra_worker_cache(): what the worker is doing, read from shared memory.
+ *
+ * Who may see it follows pg_stat_activity's rules (docs/reference.md):
+ * EXECUTE is granted to pg_monitor, not PUBLIC (sql/install/worker.sql),
+ * and the cache's rows of other databases are shown only to roles with the
+ * privileges of pg_read_all_stats, whoever else is granted the function.
  */
 #include "protocol/protocol.h"
 
 extern "C" {
+#include "catalog/pg_authid.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -102,11 +110,15 @@ cagra_worker_cache(PG_FUNCTION_ARGS)
 	memcpy(copies, sh->copies, sizeof(CagraPublishedCopy) * n);
 	LWLockRelease(sh->lock);
 
+	bool		all_databases = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+
 	for (int i = 0; i < n; i++)
 	{
 		Datum		values[8];
 		bool		nulls[8] = {false};
 
+		if (!all_databases && copies[i].db != MyDatabaseId)
+			continue;
 		values[0] = ObjectIdGetDatum(copies[i].db);
 		values[1] = ObjectIdGetDatum(copies[i].index);
 		values[2] = Int64GetDatum((int64) copies[i].generation);

@@ -1,0 +1,53 @@
+-- cagra_search takes its queries in parts whose scratch memory fits
+-- work_mem (one query at least), so its memory does not grow with the
+-- array.  The rows are the same whatever the part size.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS cagra;
+RESET client_min_messages;
+
+CREATE TABLE sm (id int PRIMARY KEY, v vector(8));
+INSERT INTO sm SELECT i, (SELECT array_agg(sin(i * j) * 10)::vector FROM generate_series(1, 8) j)
+  FROM generate_series(1, 2000) i;
+CREATE INDEX sm_v ON sm USING cagra (v) WITH (graph_degree = 16, intermediate_graph_degree = 32);
+-- 1500 queries (some NULL: they keep their numbers and give no rows)
+CREATE TABLE sm_q AS
+SELECT q, CASE WHEN q % 97 = 0 THEN NULL ELSE
+          (SELECT array_agg(cos(q * j) * 10)::vector FROM generate_series(1, 8) j) END AS v
+  FROM generate_series(1, 1500) q;
+
+CREATE TABLE sm_default AS
+SELECT s.n, s.query, s.ctid AS tid, s.distance
+  FROM cagra_search('sm_v', (SELECT array_agg(v ORDER BY q) FROM sm_q), 10)
+       WITH ORDINALITY AS s(query, ctid, distance, n);
+SELECT count(*) AS rows, count(DISTINCT query) AS queries FROM sm_default;
+
+-- 64kB: parts of a few queries each; the same rows in the same order
+-- (n: their position in the output)
+SET work_mem = '64kB';
+CREATE TABLE sm_small AS
+SELECT s.n, s.query, s.ctid AS tid, s.distance
+  FROM cagra_search('sm_v', (SELECT array_agg(v ORDER BY q) FROM sm_q), 10)
+       WITH ORDINALITY AS s(query, ctid, distance, n);
+RESET work_mem;
+SELECT count(*) AS rows FROM sm_small;
+SELECT count(*) AS differences FROM
+  ((SELECT * FROM sm_default EXCEPT ALL SELECT * FROM sm_small)
+   UNION ALL
+   (SELECT * FROM sm_small EXCEPT ALL SELECT * FROM sm_default)) d;
+
+-- k = 512 with the smallest work_mem: still one query per part at least
+SET work_mem = '64kB';
+SELECT count(*) FROM cagra_search('sm_v', ARRAY(SELECT v FROM sm_q WHERE q <= 20 AND v IS NOT NULL), 512);
+RESET work_mem;
+
+-- The scratch arrays the backend keeps between calls (in TopMemoryContext)
+-- follow the part size, not the array: after 10,000 queries with the
+-- default work_mem (4MB), a few MB, where one batch of all the queries
+-- would have kept some 45 MB.
+SELECT count(*) FROM cagra_search('sm_v',
+  (SELECT array_agg((SELECT array_agg(cos(q * j) * 10)::vector FROM generate_series(1, 8) j))
+     FROM generate_series(1, 10000) q), 10);
+SELECT sum(total_bytes) < 8 * 1024 * 1024 AS kept_memory_bounded
+  FROM pg_backend_memory_contexts WHERE name = 'TopMemoryContext';
+
+DROP TABLE sm, sm_q, sm_default, sm_small;

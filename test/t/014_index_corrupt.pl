@@ -1,0 +1,118 @@
+# test/t/014_index_corrupt.pl — a corrupted meta page (or node header) of a
+# cagra index gives a clear error (ERRCODE_INDEX_CORRUPTED, XX002, with a
+# REINDEX hint) from every reader, never a crash; cagra_index_check lists
+# the problem as a row.  The server is stopped, bytes of the index file are
+# patched, and it is started again.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('corrupt');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION cagra;
+	CREATE TABLE t (id int PRIMARY KEY, v vector(4));
+	INSERT INTO t SELECT i, ARRAY[i, i % 7, i % 5, 1]::vector FROM generate_series(1, 300) i;
+	CREATE INDEX t_v ON t USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16);
+	CHECKPOINT;
+});
+my $file = $node->data_dir . '/' . $node->safe_psql('postgres', "SELECT pg_relation_filepath('t_v')");
+my ($nodes, $pages) = split /\|/, $node->safe_psql('postgres', "SELECT nodes, pages FROM cagra_index_info('t_v')");
+is($nodes, '300', 'index built');
+
+# The meta page: the page header (24 bytes), then CagraMetaData.
+my %field = (
+	dims => 24 + 8,
+	graph_degree => 24 + 16,
+	record_size => 24 + 28,
+	n => 24 + 40,
+	entry_count => 24 + 56,
+	entry0 => 24 + 60);
+
+sub read_bytes
+{
+	my ($off, $len) = @_;
+	open(my $fh, '<:raw', $file) or die "open $file: $!";
+	seek($fh, $off, 0);
+	read($fh, my $buf, $len);
+	close($fh);
+	return $buf;
+}
+
+sub write_bytes
+{
+	my ($off, $bytes) = @_;
+	open(my $fh, '+<:raw', $file) or die "open $file: $!";
+	seek($fh, $off, 0);
+	print $fh $bytes;
+	close($fh);
+}
+
+my $original = read_bytes(0, 2 * 8192);
+
+# Patch while the server is down, then start it again.
+sub corrupt
+{
+	my ($off, $bytes) = @_;
+	$node->stop;
+	write_bytes(0, $original);
+	write_bytes($off, $bytes);
+	$node->start;
+}
+
+sub err_of
+{
+	my ($sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return $err;
+}
+
+my $record_size = unpack('V', read_bytes($field{record_size}, 4));
+my @cases = (
+	[ 'entry count', $field{entry_count}, pack('V', 1000000), qr/1000000 entry nodes, at most/ ],
+	[ 'entry node beyond the nodes', $field{entry0}, pack('V', 5000), qr/entry node 5000 out of range \(300 nodes\)/ ],
+	[ 'dimensions', $field{dims}, pack('V', 100000), qr/100000 dimensions, more than/ ],
+	[ 'graph degree', $field{graph_degree}, pack('V', 0), qr/graph_degree 0 out of range/ ],
+	[ 'record size', $field{record_size}, pack('V', $record_size + 4), qr/does not match 4 dimensions and degree 8/ ],
+	[ 'node count beyond the blocks', $field{n}, pack('V', 300000), qr/index has $pages blocks, 300000 nodes need/ ]);
+
+for my $c (@cases)
+{
+	my ($what, $off, $bytes, $problem) = @$c;
+
+	corrupt($off, $bytes);
+	my $scan = err_of("SET enable_seqscan = off; SELECT id FROM t ORDER BY v <-> '[1,1,1,1]' LIMIT 3");
+	like($scan, qr/ERROR:  XX002: cagra index "t_v" is corrupted: .*$problem/, "$what: index scan error");
+	like($scan, qr/HINT:  REINDEX the index/, "$what: hint");
+	like(err_of("SELECT * FROM cagra_search('t_v', ARRAY['[1,1,1,1]']::vector[], 3)"),
+		qr/XX002: cagra index "t_v" is corrupted: .*$problem/, "$what: cagra_search error");
+	like(err_of("INSERT INTO t VALUES (1000, '[1,2,3,4]')"),
+		qr/XX002: cagra index "t_v" is corrupted/, "$what: insert error");
+	like(err_of("SELECT * FROM cagra_index_info('t_v')"),
+		qr/XX002: cagra index "t_v" is corrupted/, "$what: cagra_index_info error");
+	like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
+		$problem, "$what: cagra_index_check lists it");
+	is($node->safe_psql('postgres', 'SELECT 1'), '1', "$what: the server runs");
+}
+
+# A live node's heap TID beyond the table's blocks: node 0's header is at
+# the start of block 1 (after the page header), ItemPointerData first.
+my $heap_blocks = $node->safe_psql('postgres', "SELECT pg_relation_size('t') / 8192");
+corrupt(8192 + 24, pack('vv', 0, 50000));
+like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
+	qr/node 0: heap TID \(50000,\d+\) beyond the table's $heap_blocks blocks/,
+	'cagra_index_check flags a heap TID beyond the table');
+
+# Restored, the index is clean again.
+$node->stop;
+write_bytes(0, $original);
+$node->start;
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('t_v')"), '0', 'restored index is clean');
+is($node->safe_psql('postgres', "SET enable_seqscan = off; SELECT id FROM t ORDER BY v <-> '[10,3,0,1]' LIMIT 1"),
+	'10', 'and searches');
+
+$node->stop;
+done_testing();
