@@ -43,7 +43,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0)
+{
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 /* CPU seconds of this process: on a shared machine the wall clock also
  * counts time spent waiting for a core. */
@@ -345,8 +348,8 @@ void diagnose(const std::string &dir, const cagra::DatasetView &view, const cagr
                 }
             }
         }
-        std::printf("kNN graph (nn_descent again, %.1f s, k %u): recall@k %.4f, recall@10 of the first 10 %.4f",
-                    secs, k, (double)hit / (samples * k), (double)hit10 / (samples * 10));
+        std::printf("kNN graph (nn_descent again, %.1f s, k %u): recall@k %.4f, recall@10 of the first 10 %.4f", secs,
+                    k, (double)hit / (samples * k), (double)hit10 / (samples * 10));
         if (labelled)
             std::printf("; edges leaving the cluster: %.4f (exact kNN: %.4f)", (double)cross / (samples * k),
                         (double)cross_exact / (samples * k));
@@ -450,8 +453,8 @@ int main(int argc, char **argv)
         std::printf("\ncagra: build %.2f s wall, %.2f s CPU (%u threads, graph_degree %u, intermediate %u), "
                     "peak RSS %.0f MiB (data alone %.0f MiB)\n",
                     build_s, build_cpu, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
-        std::printf("navigation probe: %.4f of the plain graph's probes missed; long edges %s\n",
-                    built.probe_miss_rate, built.long_edges ? "added" : "not added");
+        std::printf("navigation probe: %.4f of the plain graph's probes missed; long edges %s\n", built.probe_miss_rate,
+                    built.long_edges ? "added" : "not added");
         cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
         t0 = Clock::now();
         cagra::EntryIndex entry_index = cagra::derive_entry_index(graph, built.entry_nodes);

@@ -43,17 +43,17 @@ void die(const std::string &msg)
     std::exit(1);
 }
 
-#define CUDA_OK(x)                                                                            \
-    do {                                                                                      \
-        cudaError_t e_ = (x);                                                                 \
-        if (e_ != cudaSuccess)                                                                \
-            die(std::string(#x) + ": " + cudaGetErrorString(e_));                            \
+#define CUDA_OK(x)                                                                                                     \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess)                                                                                         \
+            die(std::string(#x) + ": " + cudaGetErrorString(e_));                                                      \
     } while (0)
 
-#define GPU_OK(x)                                                                             \
-    do {                                                                                      \
-        if ((x) != CAGRA_GPU_OK)                                                              \
-            die(std::string(#x) + ": " + cagra_gpu_last_error());                            \
+#define GPU_OK(x)                                                                                                      \
+    do {                                                                                                               \
+        if ((x) != CAGRA_GPU_OK)                                                                                       \
+            die(std::string(#x) + ": " + cagra_gpu_last_error());                                                      \
     } while (0)
 
 template <class T>
@@ -81,8 +81,8 @@ std::vector<T> read_vecs(const std::string &path, uint32_t &dim, uint64_t &rows)
     return out;
 }
 
-double recall_at(const std::vector<uint32_t> &ids, uint32_t k, const std::vector<int32_t> &gt,
-                 uint32_t gt_dim, uint32_t nq)
+double recall_at(const std::vector<uint32_t> &ids, uint32_t k, const std::vector<int32_t> &gt, uint32_t gt_dim,
+                 uint32_t nq)
 {
     uint64_t hit = 0;
     for (uint32_t q = 0; q < nq; q++) {
@@ -109,9 +109,8 @@ __global__ void norms_kernel(const float *b, uint64_t n, uint32_t dim, float *ou
 }
 
 /* dots: nq rows of `cols` (query-major); best: nq x kTop (dist, id), running */
-__global__ void topk_kernel(const float *dots, uint32_t nq, uint32_t cols, uint64_t col0,
-                            const float *norms, bool inner_product, float *best_d,
-                            uint32_t *best_i)
+__global__ void topk_kernel(const float *dots, uint32_t nq, uint32_t cols, uint64_t col0, const float *norms,
+                            bool inner_product, float *best_d, uint32_t *best_i)
 {
     uint32_t q = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
     if (q >= nq)
@@ -169,8 +168,8 @@ struct BruteForce {
     std::vector<uint32_t> ids;
 };
 
-BruteForce brute_force(const float *dbase, uint64_t n, uint32_t dim,
-                       const std::vector<float> &queries, uint32_t nq, bool inner_product)
+BruteForce brute_force(const float *dbase, uint64_t n, uint32_t dim, const std::vector<float> &queries, uint32_t nq,
+                       bool inner_product)
 {
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
@@ -195,11 +194,10 @@ BruteForce brute_force(const float *dbase, uint64_t n, uint32_t dim,
             uint32_t cols = (uint32_t)std::min<uint64_t>(chunk, n - c0);
             const float one = 1.0f, zero = 0.0f;
             /* column-major: dots (cols x nq) = B_chunk^T(cols x dim) * Q(dim x nq) */
-            if (cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, cols, nq, dim, &one, dbase + c0 * dim,
-                            dim, dq, dim, &zero, dots, cols) != CUBLAS_STATUS_SUCCESS)
+            if (cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, cols, nq, dim, &one, dbase + c0 * dim, dim, dq, dim, &zero,
+                            dots, cols) != CUBLAS_STATUS_SUCCESS)
                 die("cublasSgemm");
-            topk_kernel<<<(nq * 32 + 255) / 256, 256>>>(dots, nq, cols, c0, norms, inner_product,
-                                                         bd, bi);
+            topk_kernel<<<(nq * 32 + 255) / 256, 256>>>(dots, nq, cols, c0, norms, inner_product, bd, bi);
         }
         CUDA_OK(cudaDeviceSynchronize());
         out.ids.resize((uint64_t)nq * kTop);
@@ -222,9 +220,8 @@ struct Row {
 
 /* Runs the 1000 queries (tiled up to the batch size) in batches; recall
  * over the first nq results, throughput over every query sent. */
-Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq,
-                uint32_t dim, const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk,
-                uint32_t batch)
+Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq, uint32_t dim,
+                const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk, uint32_t batch)
 {
     cagra_gpu_search_params sp;
     cagra_gpu_default_search_params(&sp);
@@ -236,15 +233,15 @@ Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t
         std::memcpy(&q[(uint64_t)i * dim], &queries[(uint64_t)(i % nq) * dim], 4ull * dim);
     std::vector<uint32_t> ids((uint64_t)total * k);
     std::vector<float> dist((uint64_t)total * k);
-    GPU_OK(cagra_gpu_search(ix, q.data(), std::min(batch, total), k, &sp, nullptr, ids.data(),
-                            dist.data())); /* warm-up */
+    GPU_OK(
+        cagra_gpu_search(ix, q.data(), std::min(batch, total), k, &sp, nullptr, ids.data(), dist.data())); /* warm-up */
     std::vector<double> lat;
     auto t0 = Clock::now();
     for (uint32_t s = 0; s < total; s += batch) {
         uint32_t b = std::min(batch, total - s);
         auto t1 = Clock::now();
-        GPU_OK(cagra_gpu_search(ix, &q[(uint64_t)s * dim], b, k, &sp, nullptr,
-                                &ids[(uint64_t)s * k], &dist[(uint64_t)s * k]));
+        GPU_OK(cagra_gpu_search(ix, &q[(uint64_t)s * dim], b, k, &sp, nullptr, &ids[(uint64_t)s * k],
+                                &dist[(uint64_t)s * k]));
         lat.push_back(seconds_since(t1));
     }
     double secs = seconds_since(t0);
@@ -260,9 +257,9 @@ Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t
 
 /* `threads` threads, each with its own search context, each sending the
  * queries (tiled to `per_thread` queries) in batches of `batch`. */
-Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq,
-                     uint32_t dim, const std::vector<int32_t> &gt, uint32_t gt_dim,
-                     uint32_t itopk, uint32_t batch, uint32_t threads, uint32_t per_thread)
+Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq, uint32_t dim,
+                     const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk, uint32_t batch, uint32_t threads,
+                     uint32_t per_thread)
 {
     cagra_gpu_search_params sp;
     cagra_gpu_default_search_params(&sp);
@@ -279,8 +276,8 @@ Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uin
         std::vector<float> dist((uint64_t)batch * k);
         for (uint32_t s = 0; s < per_thread; s += batch) {
             uint32_t b = std::min(batch, per_thread - s);
-            GPU_OK(cagra_gpu_search_in(ctx[t], ix, &q[(uint64_t)s * dim], b, k, &sp, nullptr,
-                                       &ids[t][(uint64_t)s * k], dist.data()));
+            GPU_OK(cagra_gpu_search_in(ctx[t], ix, &q[(uint64_t)s * dim], b, k, &sp, nullptr, &ids[t][(uint64_t)s * k],
+                                       dist.data()));
         }
     };
     work(0); /* warm-up: every context's buffers grow once */
@@ -346,9 +343,8 @@ int main(int argc, char **argv)
     std::snprintf(line, sizeof line,
                   "device: %s, %d SMs, %.1f GiB; data: %s, n=%llu dim=%u queries=%u, metric %s; "
                   "library %s\n\n",
-                  info.name, info.multiprocessors, info.total_memory / 1073741824.0, dir.c_str(),
-                  (unsigned long long)n, dim, nq, metric == CAGRA_GPU_L2 ? "L2" : "inner product",
-                  cagra_gpu_version());
+                  info.name, info.multiprocessors, info.total_memory / 1073741824.0, dir.c_str(), (unsigned long long)n,
+                  dim, nq, metric == CAGRA_GPU_L2 ? "L2" : "inner product", cagra_gpu_version());
     emit(line);
 
     /* GPU build (after a small warm-up build that creates the context) */
@@ -358,12 +354,10 @@ int main(int argc, char **argv)
     uint32_t entry_count = 0;
     {
         std::vector<uint32_t> g(4000 * bp.graph_degree);
-        GPU_OK(cagra_gpu_build(0, base.data(), 4000, dim, metric, &bp, g.data(), nullptr, 0,
-                               nullptr));
+        GPU_OK(cagra_gpu_build(0, base.data(), 4000, dim, metric, &bp, g.data(), nullptr, 0, nullptr));
     }
     auto t0 = Clock::now();
-    GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(),
-                           entries.data(), 1024, &entry_count));
+    GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(), entries.data(), 1024, &entry_count));
     double gpu_build = seconds_since(t0);
     entries.resize(entry_count);
     std::snprintf(line, sizeof line,
@@ -375,14 +369,12 @@ int main(int argc, char **argv)
         /* for ncu --profile-from-start off: one batch-10,000 search at itopk 64,
          * then the build again, and nothing else */
         cagra_gpu_index *ix = nullptr;
-        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(),
-                                    bp.graph_degree, metric, entries.data(), entry_count,
-                                    &ix));
+        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(), bp.graph_degree, metric,
+                                    entries.data(), entry_count, &ix));
         CUDA_OK(cudaProfilerStart());
         Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, 64, 10000);
         std::printf("profiled search: recall %.4f, %.0f q/s\n", r.recall, r.qps);
-        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(),
-                               entries.data(), 1024, &entry_count));
+        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(), entries.data(), 1024, &entry_count));
         CUDA_OK(cudaProfilerStop());
         cagra_gpu_index_free(ix);
         return 0;
@@ -416,9 +408,8 @@ int main(int argc, char **argv)
         }
         cagra_gpu_index *ix = nullptr;
         GPU_OK(cagra_gpu_index_load(0, fp16 ? (const void *)base16.data() : base.data(),
-                                    fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim,
-                                    g.data(), degree, metric, ent.data(),
-                                    (uint32_t)ent.size(), &ix));
+                                    fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim, g.data(), degree, metric,
+                                    ent.data(), (uint32_t)ent.size(), &ix));
         std::snprintf(line, sizeof line,
                       "%s\n\n| itopk | batch | recall@10 | queries/s | median batch latency |\n"
                       "|---:|---:|---:|---:|---:|\n",
@@ -427,8 +418,8 @@ int main(int argc, char **argv)
         for (uint32_t batch : {10000u, 100u, 1u})
             for (uint32_t itopk : {16u, 32u, 64u, 128u, 256u}) {
                 Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, itopk, batch);
-                std::snprintf(line, sizeof line, "| %u | %u | %.4f | %.0f | %.3f ms |\n", r.itopk,
-                              r.batch, r.recall, r.qps, r.latency_ms);
+                std::snprintf(line, sizeof line, "| %u | %u | %.4f | %.0f | %.3f ms |\n", r.itopk, r.batch, r.recall,
+                              r.qps, r.latency_ms);
                 emit(line);
             }
         if (!fp16) {
@@ -436,20 +427,19 @@ int main(int argc, char **argv)
                  "|---:|---:|---:|---:|---:|\n");
             for (uint32_t batch : {16u, 64u})
                 for (uint32_t threads : {1u, 4u, 8u}) {
-                    Row r = concurrent_point(ix, queries, nq, dim, gt, gt_dim, 32, batch, threads,
-                                             batch * 200);
-                    std::snprintf(line, sizeof line, "| 32 | %u | %u | %.4f | %.0f |\n", batch,
-                                  threads, r.recall, r.qps);
+                    Row r = concurrent_point(ix, queries, nq, dim, gt, gt_dim, 32, batch, threads, batch * 200);
+                    std::snprintf(line, sizeof line, "| 32 | %u | %u | %.4f | %.0f |\n", batch, threads, r.recall,
+                                  r.qps);
                     emit(line);
                 }
         }
         emit("\n");
         cagra_gpu_index_free(ix);
     };
-    run_sweep("GPU search of the GPU-built graph (fp32 vectors, search_width 1)", graph,
-              bp.graph_degree, entries, false);
-    run_sweep("GPU search of the GPU-built graph (fp16 vectors, search_width 1)", graph,
-              bp.graph_degree, entries, true);
+    run_sweep("GPU search of the GPU-built graph (fp32 vectors, search_width 1)", graph, bp.graph_degree, entries,
+              false);
+    run_sweep("GPU search of the GPU-built graph (fp16 vectors, search_width 1)", graph, bp.graph_degree, entries,
+              true);
 
     /* last, so a slow CPU build cannot cost the GPU figures */
     cagra::BuiltGraph cpu;
@@ -458,17 +448,15 @@ int main(int argc, char **argv)
         cp.threads = cpu_threads;
         t0 = Clock::now();
         cpu = cagra::build_graph(cagra::DatasetView{base.data(), n, dim},
-                                 metric == CAGRA_GPU_L2 ? cagra::Metric::L2
-                                                        : cagra::Metric::InnerProduct,
-                                 cp);
-        std::snprintf(line, sizeof line, "| CPU build (core build_graph, %u threads) | %.2f s |\n",
-                      cpu_threads, seconds_since(t0));
+                                 metric == CAGRA_GPU_L2 ? cagra::Metric::L2 : cagra::Metric::InnerProduct, cp);
+        std::snprintf(line, sizeof line, "| CPU build (core build_graph, %u threads) | %.2f s |\n", cpu_threads,
+                      seconds_since(t0));
         emit(line);
     }
 
     if (cpu_threads)
-        run_sweep("GPU search of the CPU-built graph (fp32 vectors)", cpu.graph.edges,
-                  cpu.graph.degree, cpu.entry_nodes, false);
+        run_sweep("GPU search of the CPU-built graph (fp32 vectors)", cpu.graph.edges, cpu.graph.degree,
+                  cpu.entry_nodes, false);
 
     if (!out_path.empty()) {
         FILE *f = std::fopen(out_path.c_str(), "w");

@@ -70,7 +70,10 @@ cagra_gpu_status guarded(F &&body)
     }
 }
 
-void invalid(const std::string &message) { fail(CAGRA_GPU_INVALID_ARGUMENT, message); }
+void invalid(const std::string &message)
+{
+    fail(CAGRA_GPU_INVALID_ARGUMENT, message);
+}
 
 void check_metric(cagra_gpu_metric metric)
 {
@@ -83,11 +86,9 @@ void check_shape(uint64_t n, uint32_t dim)
     if (n == 0)
         invalid("the data has no rows");
     if (n > kMaxNodes)
-        invalid("too many rows: " + std::to_string(n) + " (at most " + std::to_string(kMaxNodes) +
-                ")");
+        invalid("too many rows: " + std::to_string(n) + " (at most " + std::to_string(kMaxNodes) + ")");
     if (dim == 0 || dim > kMaxDim)
-        invalid("dimension " + std::to_string(dim) + " is out of range 1.." +
-                std::to_string(kMaxDim));
+        invalid("dimension " + std::to_string(dim) + " is out of range 1.." + std::to_string(kMaxDim));
 }
 
 void check_build_params(const cagra_gpu_build_params *p)
@@ -97,11 +98,9 @@ void check_build_params(const cagra_gpu_build_params *p)
     if (p->graph_degree < 2 || p->graph_degree > kMaxIntermediateDegree)
         invalid("graph_degree " + std::to_string(p->graph_degree) + " is out of range 2.." +
                 std::to_string(kMaxIntermediateDegree));
-    if (p->intermediate_degree < p->graph_degree ||
-        p->intermediate_degree > kMaxIntermediateDegree)
-        invalid("intermediate_degree " + std::to_string(p->intermediate_degree) +
-                " must lie between graph_degree (" + std::to_string(p->graph_degree) + ") and " +
-                std::to_string(kMaxIntermediateDegree));
+    if (p->intermediate_degree < p->graph_degree || p->intermediate_degree > kMaxIntermediateDegree)
+        invalid("intermediate_degree " + std::to_string(p->intermediate_degree) + " must lie between graph_degree (" +
+                std::to_string(p->graph_degree) + ") and " + std::to_string(kMaxIntermediateDegree));
     if (p->nn_descent_max_iterations < 1)
         invalid("nn_descent_max_iterations must be at least 1");
     if (!(p->nn_descent_termination >= 0.0f && p->nn_descent_termination < 1.0f))
@@ -124,9 +123,9 @@ uint64_t build_bytes(uint64_t n, uint32_t dim, uint32_t k, uint32_t degree)
     uint64_t half = n * dim16 * 2 + n * 4;
     uint64_t upload = n * (uint64_t)dim * 4;
     uint64_t knn = n * k * 4;
-    uint64_t phase = std::max({upload, knn + (n > kExactKnnLimit ? knn_phase_bytes(n, k) : 0),
-                               optimize_phase_bytes(n, k, degree),
-                               n * degree * 4 + connect_phase_bytes(n, (uint32_t)dim16)});
+    uint64_t phase =
+        std::max({upload, knn + (n > kExactKnnLimit ? knn_phase_bytes(n, k) : 0), optimize_phase_bytes(n, k, degree),
+                  n * degree * 4 + connect_phase_bytes(n, (uint32_t)dim16)});
     return half + phase;
 }
 
@@ -171,8 +170,7 @@ struct PhaseTimer {
             return;
         cudaStreamSynchronize(stream);
         auto now = std::chrono::steady_clock::now();
-        std::fprintf(stderr, "cagra_gpu: %s %.3f s\n", phase,
-                     std::chrono::duration<double>(now - t).count());
+        std::fprintf(stderr, "cagra_gpu: %s %.3f s\n", phase, std::chrono::duration<double>(now - t).count());
         t = now;
     }
 };
@@ -202,9 +200,8 @@ void require_free_memory(uint64_t need, const char *what)
     size_t free_b = 0, total_b = 0;
     check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
     if (need + kHeadroom > free_b)
-        fail(CAGRA_GPU_OUT_OF_MEMORY, std::string(what) + " needs " + mib(need) +
-                                          " of device memory, but only " + mib(free_b) +
-                                          " of " + mib(total_b) + " are free");
+        fail(CAGRA_GPU_OUT_OF_MEMORY, std::string(what) + " needs " + mib(need) + " of device memory, but only " +
+                                          mib(free_b) + " of " + mib(total_b) + " are free");
 }
 
 void use_device(int device)
@@ -213,13 +210,11 @@ void use_device(int device)
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
         cudaGetLastError();
-        fail(CAGRA_GPU_NO_DEVICE, std::string("no CUDA device: ") +
-                                      (err != cudaSuccess ? cudaGetErrorString(err)
-                                                          : "none found"));
+        fail(CAGRA_GPU_NO_DEVICE,
+             std::string("no CUDA device: ") + (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
     }
     if (device < 0 || device >= count)
-        invalid("device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
-                " present)");
+        invalid("device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " present)");
     check(cudaSetDevice(device), "cudaSetDevice");
 }
 
@@ -274,11 +269,20 @@ void ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
 
 extern "C" {
 
-const char *cagra_gpu_version(void) { return CAGRA_GPU_VERSION_STRING; }
+const char *cagra_gpu_version(void)
+{
+    return CAGRA_GPU_VERSION_STRING;
+}
 
-int cagra_gpu_api_version(void) { return CAGRA_GPU_API_VERSION; }
+int cagra_gpu_api_version(void)
+{
+    return CAGRA_GPU_API_VERSION;
+}
 
-const char *cagra_gpu_last_error(void) { return last_error.c_str(); }
+const char *cagra_gpu_last_error(void)
+{
+    return last_error.c_str();
+}
 
 /* The defaults are the core's (src/core/types.h): one default per parameter. */
 void cagra_gpu_default_build_params(cagra_gpu_build_params *p)
@@ -317,8 +321,7 @@ cagra_gpu_status cagra_gpu_device_count(int *count)
         cudaError_t err = cudaGetDeviceCount(&c);
         if (err != cudaSuccess) {
             cudaGetLastError();
-            fail(CAGRA_GPU_NO_DEVICE,
-                 std::string("no usable CUDA device: ") + cudaGetErrorString(err));
+            fail(CAGRA_GPU_NO_DEVICE, std::string("no usable CUDA device: ") + cudaGetErrorString(err));
         }
         if (c == 0)
             fail(CAGRA_GPU_NO_DEVICE, "no CUDA device found");
@@ -346,8 +349,7 @@ cagra_gpu_status cagra_gpu_get_device_info(int device, cagra_gpu_device_info *in
     });
 }
 
-cagra_gpu_status cagra_gpu_build_memory(uint64_t n, uint32_t dim,
-                                        const cagra_gpu_build_params *params, uint64_t *bytes)
+cagra_gpu_status cagra_gpu_build_memory(uint64_t n, uint32_t dim, const cagra_gpu_build_params *params, uint64_t *bytes)
 {
     return guarded([&] {
         if (!bytes)
@@ -358,8 +360,8 @@ cagra_gpu_status cagra_gpu_build_memory(uint64_t n, uint32_t dim,
     });
 }
 
-cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degree,
-                                        cagra_gpu_dtype dtype, uint64_t *bytes)
+cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degree, cagra_gpu_dtype dtype,
+                                        uint64_t *bytes)
 {
     return guarded([&] {
         if (!bytes)
@@ -371,9 +373,8 @@ cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degre
     });
 }
 
-cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint32_t dim,
-                                 cagra_gpu_metric metric, const cagra_gpu_build_params *params,
-                                 uint32_t *graph_out, uint32_t *entries_out,
+cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint32_t dim, cagra_gpu_metric metric,
+                                 const cagra_gpu_build_params *params, uint32_t *graph_out, uint32_t *entries_out,
                                  uint32_t entry_capacity, uint32_t *entry_count)
 {
     if (entry_count)
@@ -382,8 +383,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
         if (!data || !graph_out)
             invalid("data and graph_out must not be NULL");
         if (entry_capacity && !entries_out)
-            invalid("entries_out is NULL but entry_capacity is " +
-                    std::to_string(entry_capacity));
+            invalid("entries_out is NULL but entry_capacity is " + std::to_string(entry_capacity));
         check_shape(n, dim);
         check_metric(metric);
         check_build_params(params);
@@ -413,19 +413,17 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
             entry = central_node(half, stream.s);
             uint64_t links = connect_graph(half, metric, graph.get(), degree, entry, stream.s);
             if (verbose())
-                std::fprintf(stderr, "cagra_gpu: %llu links to connect the graph\n",
-                             (unsigned long long)links);
+                std::fprintf(stderr, "cagra_gpu: %llu links to connect the graph\n", (unsigned long long)links);
             timer.lap("entry node and connection");
         }
-        check(cudaMemcpyAsync(graph_out, graph.get(), graph.bytes(), cudaMemcpyDeviceToHost,
-                              stream.s),
+        check(cudaMemcpyAsync(graph_out, graph.get(), graph.bytes(), cudaMemcpyDeviceToHost, stream.s),
               "copying the graph to the host");
         check(cudaStreamSynchronize(stream.s), "the build");
         timer.lap("graph download");
         if (entry_capacity) {
-            const std::vector<uint32_t> e = farthest_entry_nodes(
-                half, metric, entry, params->seed,
-                (uint32_t)std::min<uint64_t>(entry_node_count(n), entry_capacity), stream.s);
+            const std::vector<uint32_t> e =
+                farthest_entry_nodes(half, metric, entry, params->seed,
+                                     (uint32_t)std::min<uint64_t>(entry_node_count(n), entry_capacity), stream.s);
             timer.lap("entry nodes");
             std::copy(e.begin(), e.end(), entries_out);
             if (entry_count)
@@ -434,9 +432,8 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
     });
 }
 
-cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n, uint32_t dim,
-                                     cagra_gpu_metric metric, const cagra_gpu_build_params *params,
-                                     uint32_t *knn_out)
+cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n, uint32_t dim, cagra_gpu_metric metric,
+                                     const cagra_gpu_build_params *params, uint32_t *knn_out)
 {
     return guarded([&] {
         if (!data || !knn_out)
@@ -460,11 +457,9 @@ cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n, 
     });
 }
 
-cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu_dtype dtype,
-                                      uint64_t n, uint32_t dim, const uint32_t *graph,
-                                      uint32_t degree, cagra_gpu_metric metric,
-                                      const uint32_t *entries, uint32_t entry_count,
-                                      cagra_gpu_index **index)
+cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu_dtype dtype, uint64_t n, uint32_t dim,
+                                      const uint32_t *graph, uint32_t degree, cagra_gpu_metric metric,
+                                      const uint32_t *entries, uint32_t entry_count, cagra_gpu_index **index)
 {
     if (index)
         *index = nullptr;
@@ -476,23 +471,19 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
         check_shape(n, dim);
         check_metric(metric);
         if (degree == 0 || degree > kMaxCandidates)
-            invalid("degree " + std::to_string(degree) + " is out of range 1.." +
-                    std::to_string(kMaxCandidates));
+            invalid("degree " + std::to_string(degree) + " is out of range 1.." + std::to_string(kMaxCandidates));
         if (entry_count > kMaxEntryNodes || (entry_count && !entries))
-            invalid("entry_count must be at most " + std::to_string(kMaxEntryNodes) +
-                    " with a non-NULL entries array");
+            invalid("entry_count must be at most " + std::to_string(kMaxEntryNodes) + " with a non-NULL entries array");
         use_device(device);
         require_free_memory(index_bytes(n, dim, degree, dtype), "this index");
         /* a bad id would send the kernel outside the vectors: check them all */
         for (uint64_t i = 0; i < n * degree; i++)
             if (graph[i] >= n && graph[i] != kInvalid)
-                invalid("graph edge " + std::to_string(i) + " points at node " +
-                        std::to_string(graph[i]) + ", beyond the " + std::to_string(n) +
-                        " nodes");
+                invalid("graph edge " + std::to_string(i) + " points at node " + std::to_string(graph[i]) +
+                        ", beyond the " + std::to_string(n) + " nodes");
         for (uint32_t i = 0; i < entry_count; i++)
             if (entries[i] >= n)
-                invalid("entry node " + std::to_string(entries[i]) + " is beyond the " +
-                        std::to_string(n) + " nodes");
+                invalid("entry node " + std::to_string(entries[i]) + " is beyond the " + std::to_string(n) + " nodes");
 
         auto *ix = new cagra_gpu_index;
         try {
@@ -511,15 +502,13 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
             ix->entries.allocate(std::max<uint32_t>(entry_count, 1));
             cudaStream_t s = ix->search.stream.s;
             check(cudaMemsetAsync(ix->vectors.get(), 0, ix->vectors.bytes(), s), "cudaMemset");
-            check(cudaMemcpy2DAsync(ix->vectors.get(), ix->stride * elt, vectors, dim * elt,
-                                    dim * elt, n, cudaMemcpyHostToDevice, s),
+            check(cudaMemcpy2DAsync(ix->vectors.get(), ix->stride * elt, vectors, dim * elt, dim * elt, n,
+                                    cudaMemcpyHostToDevice, s),
                   "copying the vectors to the device");
-            check(cudaMemcpyAsync(ix->graph.get(), graph, n * degree * 4, cudaMemcpyHostToDevice,
-                                  s),
+            check(cudaMemcpyAsync(ix->graph.get(), graph, n * degree * 4, cudaMemcpyHostToDevice, s),
                   "copying the graph to the device");
             if (entry_count)
-                check(cudaMemcpyAsync(ix->entries.get(), entries, entry_count * 4,
-                                      cudaMemcpyHostToDevice, s),
+                check(cudaMemcpyAsync(ix->entries.get(), entries, entry_count * 4, cudaMemcpyHostToDevice, s),
                       "copying the entry nodes to the device");
             check(cudaStreamSynchronize(s), "loading the index");
         } catch (...) {
@@ -560,9 +549,9 @@ void cagra_gpu_search_context_free(cagra_gpu_search_context *c)
     delete c;
 }
 
-cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uint32_t nq,
-                                  uint32_t k, const cagra_gpu_search_params *p,
-                                  const uint64_t *filter, uint32_t *ids_out, float *distances_out)
+cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uint32_t nq, uint32_t k,
+                                  const cagra_gpu_search_params *p, const uint64_t *filter, uint32_t *ids_out,
+                                  float *distances_out)
 {
     if (!ix) {
         last_error = "index must not be NULL";
@@ -571,31 +560,28 @@ cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uin
     return cagra_gpu_search_in(&ix->search, ix, queries, nq, k, p, filter, ids_out, distances_out);
 }
 
-cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix,
-                                     const float *queries, uint32_t nq, uint32_t k,
-                                     const cagra_gpu_search_params *p, const uint64_t *filter,
+cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix, const float *queries,
+                                     uint32_t nq, uint32_t k, const cagra_gpu_search_params *p, const uint64_t *filter,
                                      uint32_t *ids_out, float *distances_out)
 {
     return guarded([&] {
         if (!ctx || !ix || !p)
             invalid("context, index and params must not be NULL");
         if (ctx->device != ix->device)
-            invalid("the search context is on device " + std::to_string(ctx->device) +
-                    ", the index on device " + std::to_string(ix->device));
+            invalid("the search context is on device " + std::to_string(ctx->device) + ", the index on device " +
+                    std::to_string(ix->device));
         if (nq == 0)
             return;
         if (!queries || !ids_out || !distances_out)
             invalid("queries, ids_out and distances_out must not be NULL");
         if (k == 0 || k > CAGRA_GPU_MAX_K)
-            invalid("k " + std::to_string(k) + " is out of range 1.." +
-                    std::to_string(CAGRA_GPU_MAX_K));
+            invalid("k " + std::to_string(k) + " is out of range 1.." + std::to_string(CAGRA_GPU_MAX_K));
         if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
-            invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" +
-                    std::to_string(k) + ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
+            invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) +
+                    ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
         if (p->search_width == 0 || (uint64_t)p->search_width * ix->degree > kMaxCandidates)
             invalid("search_width " + std::to_string(p->search_width) +
-                    " must be at least 1 and search_width * degree at most " +
-                    std::to_string(kMaxCandidates));
+                    " must be at least 1 and search_width * degree at most " + std::to_string(kMaxCandidates));
         if (p->random_entries > kMaxRandomEntries)
             invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
         if (p->random_entries == 0 && ix->entry_count == 0)
@@ -615,17 +601,15 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         a.k = k;
         a.random_entries = p->random_entries;
         a.seed = p->seed;
-        a.max_iterations = search_max_iterations(p->itopk_size, p->search_width,
-                                                 p->max_iterations);
+        a.max_iterations = search_max_iterations(p->itopk_size, p->search_width, p->max_iterations);
         plan_search(a, p->search_width, ix->degree, p->itopk_size);
         int max_smem = 0;
-        check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                     ix->device),
+        check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
               "cudaDeviceGetAttribute");
         if (a.smem_bytes + 64 > (size_t)max_smem)
             invalid("this search needs " + std::to_string(a.smem_bytes) +
-                    " bytes of shared memory per query, more than the device's " +
-                    std::to_string(max_smem) + ": lower itopk_size or search_width");
+                    " bytes of shared memory per query, more than the device's " + std::to_string(max_smem) +
+                    ": lower itopk_size or search_width");
 
         const uint64_t fwords = filter ? div_up(ix->n, 64) : 0;
         ensure(ctx->queries, (uint64_t)nq * ix->stride, "this search batch");
@@ -639,8 +623,8 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         cudaStream_t s = ctx->stream.s;
         if (ix->stride != ix->dim)
             check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
-        check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, queries, ix->dim * 4, ix->dim * 4, nq,
-                                cudaMemcpyHostToDevice, s),
+        check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, queries, ix->dim * 4, ix->dim * 4, nq, cudaMemcpyHostToDevice,
+                                s),
               "copying the queries to the device");
         if (filter)
             check(cudaMemcpyAsync(dfilter.get(), filter, fwords * 8, cudaMemcpyHostToDevice, s),
@@ -652,8 +636,7 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);
         check(cudaMemcpyAsync(ids_out, dids.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
               "copying the results to the host");
-        check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4,
-                              cudaMemcpyDeviceToHost, s),
+        check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
               "copying the results to the host");
         if (ctx->blocking_wait) {
             check(cudaEventRecord(ctx->done, s), "cudaEventRecord");

@@ -109,11 +109,10 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_get_device_info(int device, cagra_gp
 
 /* Device bytes a build or a loaded index needs (estimates from the same
  * formulas the calls check against free memory before allocating). */
-CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build_memory(uint64_t n, uint32_t dim,
-                                                          const cagra_gpu_build_params *params,
-                                                          uint64_t *bytes);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build_memory(uint64_t n, uint32_t dim, const cagra_gpu_build_params *params,
+                                                         uint64_t *bytes);
 CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degree,
-                                                          cagra_gpu_dtype dtype, uint64_t *bytes);
+                                                         cagra_gpu_dtype dtype, uint64_t *bytes);
 
 /*
  * Build a CAGRA graph on `device` from n x dim float32 host vectors.
@@ -121,29 +120,24 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t di
  * entries_out: caller buffer of entry_capacity uint32 (may be 0/NULL);
  * *entry_count receives how many entry nodes were written.
  */
-CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n,
-                                                  uint32_t dim, cagra_gpu_metric metric,
-                                                  const cagra_gpu_build_params *params,
-                                                  uint32_t *graph_out, uint32_t *entries_out,
-                                                  uint32_t entry_capacity, uint32_t *entry_count);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint32_t dim,
+                                                  cagra_gpu_metric metric, const cagra_gpu_build_params *params,
+                                                  uint32_t *graph_out, uint32_t *entries_out, uint32_t entry_capacity,
+                                                  uint32_t *entry_count);
 
 /* Only the first step of a build: the kNN graph by NN-descent (exact up to
  * 1024 nodes), n x intermediate_degree ids into knn_out, nearest first,
  * CAGRA_GPU_INVALID_NODE padding when n - 1 < intermediate_degree. */
-CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n,
-                                                      uint32_t dim, cagra_gpu_metric metric,
-                                                      const cagra_gpu_build_params *params,
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n, uint32_t dim,
+                                                      cagra_gpu_metric metric, const cagra_gpu_build_params *params,
                                                       uint32_t *knn_out);
 
 /* Copy vectors (n x dim, dtype) and the graph to the device.  The host
  * buffers may be freed after the call. */
-CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors,
-                                                       cagra_gpu_dtype dtype, uint64_t n,
-                                                       uint32_t dim, const uint32_t *graph,
-                                                       uint32_t degree, cagra_gpu_metric metric,
-                                                       const uint32_t *entries,
-                                                       uint32_t entry_count,
-                                                       cagra_gpu_index **index);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu_dtype dtype,
+                                                       uint64_t n, uint32_t dim, const uint32_t *graph, uint32_t degree,
+                                                       cagra_gpu_metric metric, const uint32_t *entries,
+                                                       uint32_t entry_count, cagra_gpu_index **index);
 
 /*
  * Search nq prepared float32 queries (nq x dim, host) for their k nearest
@@ -153,11 +147,9 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_load(int device, const void *v
  * exact float32 distance; rows with fewer than k results are padded with
  * CAGRA_GPU_INVALID_NODE and +infinity.
  */
-CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search(cagra_gpu_index *index, const float *queries,
-                                                   uint32_t nq, uint32_t k,
-                                                   const cagra_gpu_search_params *params,
-                                                   const uint64_t *filter, uint32_t *ids_out,
-                                                   float *distances_out);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search(cagra_gpu_index *index, const float *queries, uint32_t nq,
+                                                   uint32_t k, const cagra_gpu_search_params *params,
+                                                   const uint64_t *filter, uint32_t *ids_out, float *distances_out);
 
 /*
  * A search context: a CUDA stream and the scratch buffers of one search at a
@@ -167,17 +159,14 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search(cagra_gpu_index *index, const
  * uses a context.  Searches through a created context wait for the device
  * without spinning, so threads that wait leave the host's cores to others.
  */
-CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_context_create(int device,
-                                                                  cagra_gpu_search_context **context);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_context_create(int device, cagra_gpu_search_context **context);
 CAGRA_GPU_EXPORT void cagra_gpu_search_context_free(cagra_gpu_search_context *context);
 
 /* cagra_gpu_search through `context`, which must be on the index's device. */
-CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *context,
-                                                      cagra_gpu_index *index, const float *queries,
-                                                      uint32_t nq, uint32_t k,
-                                                      const cagra_gpu_search_params *params,
-                                                      const uint64_t *filter, uint32_t *ids_out,
-                                                      float *distances_out);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *context, cagra_gpu_index *index,
+                                                      const float *queries, uint32_t nq, uint32_t k,
+                                                      const cagra_gpu_search_params *params, const uint64_t *filter,
+                                                      uint32_t *ids_out, float *distances_out);
 
 /* Device bytes the index holds, and its shape. */
 CAGRA_GPU_EXPORT uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *index);

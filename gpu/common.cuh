@@ -45,10 +45,19 @@ inline void check(cudaError_t err, const char *what)
 }
 
 /* After a launch: a launch error now, an execution error at the next sync. */
-inline void check_launch(const char *kernel) { check(cudaGetLastError(), kernel); }
+inline void check_launch(const char *kernel)
+{
+    check(cudaGetLastError(), kernel);
+}
 
-inline uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-inline uint64_t round_up(uint64_t a, uint64_t b) { return div_up(a, b) * b; }
+inline uint64_t div_up(uint64_t a, uint64_t b)
+{
+    return (a + b - 1) / b;
+}
+inline uint64_t round_up(uint64_t a, uint64_t b)
+{
+    return div_up(a, b) * b;
+}
 
 __host__ __device__ inline uint32_t pow2_at_least(uint32_t x)
 {

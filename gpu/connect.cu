@@ -29,9 +29,8 @@ constexpr uint32_t kNear = 8;
 constexpr int kPasses = 4;
 constexpr int kRounds = 64;
 
-__global__ void bfs_step_kernel(const uint32_t *graph, uint32_t degree, const uint32_t *frontier,
-                                uint32_t count, uint32_t *reached, uint32_t *next,
-                                uint32_t *next_count)
+__global__ void bfs_step_kernel(const uint32_t *graph, uint32_t degree, const uint32_t *frontier, uint32_t count,
+                                uint32_t *reached, uint32_t *next, uint32_t *next_count)
 {
     uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
     if (t >= (uint64_t)count * degree)
@@ -42,8 +41,8 @@ __global__ void bfs_step_kernel(const uint32_t *graph, uint32_t degree, const ui
         next[atomicAdd(next_count, 1u)] = w;
 }
 
-__global__ void collect_unreached_kernel(const uint32_t *reached, uint32_t n, uint32_t *list,
-                                         uint32_t cap, uint32_t *count)
+__global__ void collect_unreached_kernel(const uint32_t *reached, uint32_t n, uint32_t *list, uint32_t cap,
+                                         uint32_t *count)
 {
     uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u < n && !reached[u]) {
@@ -64,8 +63,7 @@ __global__ void reached_bits_kernel(const uint32_t *reached, uint32_t n, uint64_
     bits[w] = word;
 }
 
-__global__ void gather_queries_kernel(const __half *v, uint32_t dim16, const uint32_t *list,
-                                      uint32_t count, float *q)
+__global__ void gather_queries_kernel(const __half *v, uint32_t dim16, const uint32_t *list, uint32_t count, float *q)
 {
     uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
     if (t >= (uint64_t)count * dim16)
@@ -74,10 +72,9 @@ __global__ void gather_queries_kernel(const __half *v, uint32_t dim16, const uin
     q[t] = __half2float(v[(uint64_t)list[i] * dim16 + c]);
 }
 
-__global__ void link_kernel(uint32_t *graph, uint32_t degree, const uint32_t *list,
-                            uint32_t count, const uint32_t *near, uint32_t *links,
-                            uint32_t *reached, uint32_t *frontier, uint32_t *frontier_count,
-                            unsigned long long *added)
+__global__ void link_kernel(uint32_t *graph, uint32_t degree, const uint32_t *list, uint32_t count,
+                            const uint32_t *near, uint32_t *links, uint32_t *reached, uint32_t *frontier,
+                            uint32_t *frontier_count, unsigned long long *added)
 {
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count)
@@ -110,27 +107,23 @@ uint32_t read_counter(const uint32_t *d, cudaStream_t stream)
 
 uint64_t connect_phase_bytes(uint64_t n, uint32_t dim16)
 {
-    return n * 4 * 4 + div_up(n, 64) * 8 + (uint64_t)kRoundNodes * (dim16 * 4 + kNear * 8 + 4) +
-           4096;
+    return n * 4 * 4 + div_up(n, 64) * 8 + (uint64_t)kRoundNodes * (dim16 * 4 + kNear * 8 + 4) + 4096;
 }
 
-uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph,
-                       uint32_t degree, uint32_t entry, cudaStream_t stream)
+uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,
+                       uint32_t entry, cudaStream_t stream)
 {
     const uint32_t n = (uint32_t)data.n;
     if (n <= degree)
         return 0; /* rows hold every other node already */
     DeviceBuffer<uint32_t> reached(n), links(n), frontier(n), next(n), counters(2);
-    DeviceBuffer<uint32_t> list(kRoundNodes), near((uint64_t)kRoundNodes * kNear),
-        entry_dev(1);
-    DeviceBuffer<float> queries((uint64_t)kRoundNodes * data.dim16), near_dist(
-                                                                        (uint64_t)kRoundNodes * kNear);
+    DeviceBuffer<uint32_t> list(kRoundNodes), near((uint64_t)kRoundNodes * kNear), entry_dev(1);
+    DeviceBuffer<float> queries((uint64_t)kRoundNodes * data.dim16), near_dist((uint64_t)kRoundNodes * kNear);
     DeviceBuffer<uint64_t> bits(div_up(n, 64));
     DeviceBuffer<unsigned long long> added(1);
     check(cudaMemsetAsync(links.get(), 0, links.bytes(), stream), "cudaMemset");
     check(cudaMemsetAsync(added.get(), 0, 8, stream), "cudaMemset");
-    check(cudaMemcpyAsync(entry_dev.get(), &entry, 4, cudaMemcpyHostToDevice, stream),
-          "cudaMemcpy");
+    check(cudaMemcpyAsync(entry_dev.get(), &entry, 4, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
 
     /* breadth-first search from the nodes already in `frontier` */
     auto spread = [&](uint32_t count) {
@@ -138,8 +131,8 @@ uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_
         while (count) {
             check(cudaMemsetAsync(counters.get(), 0, 4, stream), "cudaMemset");
             uint64_t threads = (uint64_t)count * degree;
-            bfs_step_kernel<<<(unsigned)div_up(threads, 256), 256, 0, stream>>>(
-                graph, degree, cur, count, reached.get(), nxt, counters.get());
+            bfs_step_kernel<<<(unsigned)div_up(threads, 256), 256, 0, stream>>>(graph, degree, cur, count,
+                                                                                reached.get(), nxt, counters.get());
             check_launch("bfs_step_kernel");
             count = read_counter(counters.get(), stream);
             std::swap(cur, nxt);
@@ -169,36 +162,31 @@ uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_
     for (int pass = 0; pass < kPasses; pass++) {
         check(cudaMemsetAsync(reached.get(), 0, reached.bytes(), stream), "cudaMemset");
         const uint32_t one = 1;
-        check(cudaMemcpyAsync(reached.get() + entry, &one, 4, cudaMemcpyHostToDevice, stream),
-              "cudaMemcpy");
-        check(cudaMemcpyAsync(frontier.get(), &entry, 4, cudaMemcpyHostToDevice, stream),
-              "cudaMemcpy");
+        check(cudaMemcpyAsync(reached.get() + entry, &one, 4, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
+        check(cudaMemcpyAsync(frontier.get(), &entry, 4, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
         spread(1);
         bool linked = false;
         for (int round = 0; round < kRounds; round++) {
             check(cudaMemsetAsync(counters.get(), 0, 8, stream), "cudaMemset");
-            collect_unreached_kernel<<<(unsigned)div_up(n, 256), 256, 0, stream>>>(
-                reached.get(), n, list.get(), kRoundNodes, counters.get());
+            collect_unreached_kernel<<<(unsigned)div_up(n, 256), 256, 0, stream>>>(reached.get(), n, list.get(),
+                                                                                   kRoundNodes, counters.get());
             check_launch("collect_unreached_kernel");
             const uint32_t unreached = read_counter(counters.get(), stream);
             if (verbose())
-                std::fprintf(stderr, "cagra_gpu: connect pass %d round %d: %u unreached\n", pass,
-                             round, unreached);
+                std::fprintf(stderr, "cagra_gpu: connect pass %d round %d: %u unreached\n", pass, round, unreached);
             if (unreached == 0)
                 break;
             linked = true;
             const uint32_t count = std::min(unreached, kRoundNodes);
-            reached_bits_kernel<<<(unsigned)div_up(div_up(n, 64), 256), 256, 0, stream>>>(
-                reached.get(), n, bits.get());
+            reached_bits_kernel<<<(unsigned)div_up(div_up(n, 64), 256), 256, 0, stream>>>(reached.get(), n, bits.get());
             check_launch("reached_bits_kernel");
-            gather_queries_kernel<<<(unsigned)div_up((uint64_t)count * data.dim16, 256), 256, 0,
-                                    stream>>>(data.vectors.get(), data.dim16, list.get(), count,
-                                              queries.get());
+            gather_queries_kernel<<<(unsigned)div_up((uint64_t)count * data.dim16, 256), 256, 0, stream>>>(
+                data.vectors.get(), data.dim16, list.get(), count, queries.get());
             check_launch("gather_queries_kernel");
             run_search(a, true, count, stream);
-            link_kernel<<<(unsigned)div_up(count, 256), 256, 0, stream>>>(
-                graph, degree, list.get(), count, near.get(), links.get(), reached.get(),
-                frontier.get(), counters.get() + 1, added.get());
+            link_kernel<<<(unsigned)div_up(count, 256), 256, 0, stream>>>(graph, degree, list.get(), count, near.get(),
+                                                                          links.get(), reached.get(), frontier.get(),
+                                                                          counters.get() + 1, added.get());
             check_launch("link_kernel");
             spread(read_counter(counters.get() + 1, stream));
         }
@@ -208,8 +196,7 @@ uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_
             break;
     }
     unsigned long long links_added = 0;
-    check(cudaMemcpyAsync(&links_added, added.get(), 8, cudaMemcpyDeviceToHost, stream),
-          "cudaMemcpy");
+    check(cudaMemcpyAsync(&links_added, added.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
     check(cudaStreamSynchronize(stream), "connecting the graph");
     return links_added;
 }

@@ -35,21 +35,19 @@ struct HalfDataset {
 };
 
 /* Uploads n x dim float32 host rows and converts them (peak: the fp32 copy too). */
-void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out,
-                       cudaStream_t stream);
+void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out, cudaStream_t stream);
 
 /* kNN graph, n x k ids, nearest first, no self edge; kInvalid pads when n - 1 < k. */
-void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
-               const cagra_gpu_build_params &params, uint32_t *knn, cudaStream_t stream);
+void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, const cagra_gpu_build_params &params,
+               uint32_t *knn, cudaStream_t stream);
 
 /* Rank-based pruning, reverse edges and merge: knn (n x k) -> graph (n x degree). */
-void optimize_graph(const uint32_t *knn, uint64_t n, uint32_t k, uint32_t degree,
-                    uint32_t *graph, cudaStream_t stream);
+void optimize_graph(const uint32_t *knn, uint64_t n, uint32_t k, uint32_t degree, uint32_t *graph, cudaStream_t stream);
 
 /* Links every node into the part reachable from `entry` (device graph,
  * edited in place); returns the links added. */
-uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph,
-                       uint32_t degree, uint32_t entry, cudaStream_t stream);
+uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,
+                       uint32_t entry, cudaStream_t stream);
 uint64_t connect_phase_bytes(uint64_t n, uint32_t dim16);
 
 /* The node nearest to the mean of the data (a fixed entry node). */
@@ -60,9 +58,8 @@ bool verbose();
 
 /* Fixed entry nodes after `first`: farthest-point picks over a seeded
  * sample of 8192 nodes, `want` in all (fewer when the sample runs out). */
-std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric,
-                                           uint32_t first, uint64_t seed, uint32_t want,
-                                           cudaStream_t stream);
+std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric, uint32_t first,
+                                           uint64_t seed, uint32_t want, cudaStream_t stream);
 
 /* Device bytes of each phase; the build needs the largest sum alive at once. */
 uint64_t knn_phase_bytes(uint64_t n, uint32_t k);

@@ -45,8 +45,8 @@ constexpr int kJoinThreads = 256;
 /* Proposals each join member makes (its closest partners in the join). */
 constexpr int kProposals = 3;
 
-__device__ inline float metric_distance(cagra_gpu_metric metric, float norm_a, float norm_b,
-                                        float dot, float inv_scale2)
+__device__ inline float metric_distance(cagra_gpu_metric metric, float norm_a, float norm_b, float dot,
+                                        float inv_scale2)
 {
     switch (metric) {
     case CAGRA_GPU_L2:
@@ -59,8 +59,7 @@ __device__ inline float metric_distance(cagra_gpu_metric metric, float norm_a, f
 }
 
 /* Dot product of two fp16 rows, by one warp, 16-byte loads. */
-__device__ inline float warp_dot_half(const __half *a, const __half *b, uint32_t dim16,
-                                      uint32_t lane)
+__device__ inline float warp_dot_half(const __half *a, const __half *b, uint32_t dim16, uint32_t lane)
 {
     float acc = 0.0f;
     const uint4 *va = reinterpret_cast<const uint4 *>(a);
@@ -97,8 +96,7 @@ __global__ void max_abs_kernel(const float *x, uint64_t count, unsigned int *out
         atomicMax(out, m);
 }
 
-__global__ void to_half_kernel(const float *x, uint64_t n, uint32_t dim, uint32_t dim16,
-                               float scale, __half *out)
+__global__ void to_half_kernel(const float *x, uint64_t n, uint32_t dim, uint32_t dim16, float scale, __half *out)
 {
     uint64_t total = n * dim16;
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < total;
@@ -122,9 +120,8 @@ __global__ void norms_kernel(const __half *v, uint64_t n, uint32_t dim16, float 
 }
 
 /* Exact kNN for small n: one CTA per node sorts all n distances. */
-__global__ void exact_knn_kernel(const __half *v, const float *norms, uint32_t n,
-                                 uint32_t dim16, cagra_gpu_metric metric, float inv_scale2,
-                                 uint32_t k, uint32_t *knn)
+__global__ void exact_knn_kernel(const __half *v, const float *norms, uint32_t n, uint32_t dim16,
+                                 cagra_gpu_metric metric, float inv_scale2, uint32_t k, uint32_t *knn)
 {
     extern __shared__ uint64_t keys[];
     uint32_t u = blockIdx.x;
@@ -147,10 +144,9 @@ __global__ void exact_knn_kernel(const __half *v, const float *norms, uint32_t n
 }
 
 /* Random start: k distinct neighbours u+1+((r + j*stride) mod (n-1)), then sorted. */
-__global__ void init_lists_kernel(const __half *v, const float *norms, uint32_t n,
-                                  uint32_t dim16, cagra_gpu_metric metric, float inv_scale2,
-                                  uint32_t k, uint32_t kp, uint64_t stride, uint64_t seed,
-                                  uint32_t *ids, float *dists)
+__global__ void init_lists_kernel(const __half *v, const float *norms, uint32_t n, uint32_t dim16,
+                                  cagra_gpu_metric metric, float inv_scale2, uint32_t k, uint32_t kp, uint64_t stride,
+                                  uint64_t seed, uint32_t *ids, float *dists)
 {
     extern __shared__ uint64_t smem[];
     uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32;
@@ -166,10 +162,7 @@ __global__ void init_lists_kernel(const __half *v, const float *norms, uint32_t 
         uint32_t id = (uint32_t)((u + 1 + (r + j * stride) % (n - 1)) % n);
         float dot = warp_dot_half(v + (uint64_t)u * dim16, v + (uint64_t)id * dim16, dim16, lane);
         if (lane == 0)
-            keys[j] = ((uint64_t)ordered_key(metric_distance(metric, norms[u], norms[id], dot,
-                                                             inv_scale2))
-                       << 32) |
-                      id;
+            keys[j] = ((uint64_t)ordered_key(metric_distance(metric, norms[u], norms[id], dot, inv_scale2)) << 32) | id;
     }
     __syncwarp();
     warp_sort(keys, kp, lane);
@@ -180,10 +173,9 @@ __global__ void init_lists_kernel(const __half *v, const float *norms, uint32_t 
 }
 
 /* Per node: the first kSample new and old entries, and the reverse lists. */
-__global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *new_fwd,
-                              uint32_t *new_cnt, uint32_t *old_fwd, uint32_t *old_cnt,
-                              uint32_t *new_rev, uint32_t *new_rev_cnt, uint32_t *old_rev,
-                              uint32_t *old_rev_cnt)
+__global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *new_fwd, uint32_t *new_cnt,
+                              uint32_t *old_fwd, uint32_t *old_cnt, uint32_t *new_rev, uint32_t *new_rev_cnt,
+                              uint32_t *old_rev, uint32_t *old_rev_cnt)
 {
     uint32_t lane = threadIdx.x & 31;
     uint32_t u = (uint32_t)((blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32);
@@ -191,8 +183,7 @@ __global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *n
         return;
     uint32_t taken_new = 0, taken_old = 0;
     uint32_t lt = (1u << lane) - 1;
-    for (uint32_t base = 0; base < k && (taken_new < kSample || taken_old < kSample);
-         base += 32) {
+    for (uint32_t base = 0; base < k && (taken_new < kSample || taken_old < kSample); base += 32) {
         uint32_t j = base + lane;
         uint32_t id = j < k ? ids[(uint64_t)u * k + j] : kListEmpty;
         bool valid = (id & ~kNewFlag) != kListEmpty;
@@ -318,13 +309,12 @@ __global__ void __launch_bounds__(kJoinThreads) local_join_kernel(JoinArgs a)
     __syncthreads(); /* the gram overlays the tile */
 #pragma unroll
     for (int t = 0; t < 4; t++)
-        wmma::store_matrix_sync(&sh.gram[row_tile * 16][(col_tile0 + t) * 16], acc[t],
-                                kGramStride, wmma::mem_row_major);
+        wmma::store_matrix_sync(&sh.gram[row_tile * 16][(col_tile0 + t) * 16], acc[t], kGramStride,
+                                wmma::mem_row_major);
     __syncthreads();
     for (uint32_t e = tid; e < kJoinNew * kJoinMembers; e += kJoinThreads) {
         uint32_t i = e / kJoinMembers, j = e % kJoinMembers;
-        sh.gram[i][j] =
-            metric_distance(a.metric, sh.norms[i], sh.norms[j], sh.gram[i][j], a.inv_scale2);
+        sh.gram[i][j] = metric_distance(a.metric, sh.norms[i], sh.norms[j], sh.gram[i][j], a.inv_scale2);
     }
     __syncthreads();
 
@@ -375,9 +365,7 @@ __global__ void __launch_bounds__(kJoinThreads) local_join_kernel(JoinArgs a)
             if (lane == owner) {
                 uint32_t cid = pid[br];
                 unsigned long long key = ((unsigned long long)ordered_key(best) << 32) | cid;
-                atomicMin(&a.slots[(uint64_t)mid * kCandidateSlots +
-                                   (hash32(cid) & (kCandidateSlots - 1))],
-                          key);
+                atomicMin(&a.slots[(uint64_t)mid * kCandidateSlots + (hash32(cid) & (kCandidateSlots - 1))], key);
 #pragma unroll
                 for (int r = 0; r < 4; r++)
                     if (r == br)
@@ -441,8 +429,7 @@ __global__ void merge_kernel(uint32_t n, uint32_t k, uint32_t kp, uint32_t *ids,
 
 __global__ void strip_flags_kernel(const uint32_t *ids, uint64_t count, uint32_t *out)
 {
-    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count;
-         i += (uint64_t)gridDim.x * blockDim.x)
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count; i += (uint64_t)gridDim.x * blockDim.x)
         out[i] = ids[i] & ~kNewFlag;
 }
 
@@ -458,8 +445,8 @@ __global__ void centroid_kernel(const __half *v, uint64_t n, uint32_t dim16, flo
     }
 }
 
-__global__ void nearest_to_kernel(const __half *v, uint64_t n, uint32_t dim16, const float *sum,
-                                  float inv_n, unsigned long long *best)
+__global__ void nearest_to_kernel(const __half *v, uint64_t n, uint32_t dim16, const float *sum, float inv_n,
+                                  unsigned long long *best)
 {
     uint64_t u = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
     uint32_t lane = threadIdx.x & 31;
@@ -481,9 +468,9 @@ __global__ void nearest_to_kernel(const __half *v, uint64_t n, uint32_t dim16, c
 constexpr uint32_t kEntryThreads = 1024;
 
 __global__ void __launch_bounds__(kEntryThreads)
-    farthest_points_kernel(const __half *v, uint32_t dim16, cagra_gpu_metric metric,
-                           const uint32_t *sample, uint32_t sample_count, uint32_t first,
-                           uint32_t want, uint32_t *entries, uint32_t *entry_count)
+    farthest_points_kernel(const __half *v, uint32_t dim16, cagra_gpu_metric metric, const uint32_t *sample,
+                           uint32_t sample_count, uint32_t first, uint32_t want, uint32_t *entries,
+                           uint32_t *entry_count)
 {
     extern __shared__ float nearest[]; /* sample_count */
     __shared__ float best_d[32];
@@ -598,15 +585,13 @@ uint64_t knn_phase_bytes(uint64_t n, uint32_t k)
     return n * k * 8 + n * kCandidateSlots * 8 + n * kSample * 4 * 4 + n * 4 * 4 + 4096;
 }
 
-void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out,
-                       cudaStream_t stream)
+void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out, cudaStream_t stream)
 {
     out.n = n;
     out.dim = dim;
     out.dim16 = (uint32_t)round_up(dim, 16);
     DeviceBuffer<float> raw(n * dim);
-    check(cudaMemcpyAsync(raw.get(), host, n * dim * sizeof(float), cudaMemcpyHostToDevice,
-                          stream),
+    check(cudaMemcpyAsync(raw.get(), host, n * dim * sizeof(float), cudaMemcpyHostToDevice, stream),
           "copying the build data to the device");
     DeviceBuffer<unsigned int> maxabs(1);
     check(cudaMemsetAsync(maxabs.get(), 0, 4, stream), "cudaMemset");
@@ -628,11 +613,10 @@ void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset 
     out.inv_scale2 = 1.0f / (scale * scale);
     out.vectors.allocate(n * out.dim16);
     out.norms.allocate(n);
-    to_half_kernel<<<grid_for(n * out.dim16, 256), 256, 0, stream>>>(raw.get(), n, dim, out.dim16,
-                                                                     scale, out.vectors.get());
+    to_half_kernel<<<grid_for(n * out.dim16, 256), 256, 0, stream>>>(raw.get(), n, dim, out.dim16, scale,
+                                                                     out.vectors.get());
     check_launch("to_half_kernel");
-    norms_kernel<<<grid_for(n * 32, 256), 256, 0, stream>>>(out.vectors.get(), n, out.dim16,
-                                                            out.norms.get());
+    norms_kernel<<<grid_for(n * 32, 256), 256, 0, stream>>>(out.vectors.get(), n, out.dim16, out.norms.get());
     check_launch("norms_kernel");
     check(cudaStreamSynchronize(stream), "converting the build data to fp16");
 }
@@ -643,11 +627,11 @@ uint32_t central_node(const HalfDataset &data, cudaStream_t stream)
     DeviceBuffer<unsigned long long> best(1);
     check(cudaMemsetAsync(sum.get(), 0, data.dim16 * 4, stream), "cudaMemset");
     check(cudaMemsetAsync(best.get(), 0xFF, 8, stream), "cudaMemset");
-    centroid_kernel<<<(unsigned)div_up(data.n, 256), 128, 0, stream>>>(data.vectors.get(), data.n,
-                                                                       data.dim16, sum.get());
+    centroid_kernel<<<(unsigned)div_up(data.n, 256), 128, 0, stream>>>(data.vectors.get(), data.n, data.dim16,
+                                                                       sum.get());
     check_launch("centroid_kernel");
-    nearest_to_kernel<<<grid_for(data.n * 32, 256), 256, 0, stream>>>(
-        data.vectors.get(), data.n, data.dim16, sum.get(), 1.0f / (float)data.n, best.get());
+    nearest_to_kernel<<<grid_for(data.n * 32, 256), 256, 0, stream>>>(data.vectors.get(), data.n, data.dim16, sum.get(),
+                                                                      1.0f / (float)data.n, best.get());
     check_launch("nearest_to_kernel");
     unsigned long long key = 0;
     check(cudaMemcpyAsync(&key, best.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
@@ -655,43 +639,39 @@ uint32_t central_node(const HalfDataset &data, cudaStream_t stream)
     return (uint32_t)key;
 }
 
-std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric,
-                                           uint32_t first, uint64_t seed, uint32_t want,
-                                           cudaStream_t stream)
+std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric, uint32_t first,
+                                           uint64_t seed, uint32_t want, cudaStream_t stream)
 {
     constexpr uint64_t kSampleSize = 8192;
     if (want <= 1)
         return {first};
     std::vector<uint32_t> sample;
     for (uint64_t i = 0; i < std::min(kSampleSize, data.n); i++)
-        sample.push_back(data.n <= kSampleSize
-                             ? (uint32_t)i
-                             : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % data.n));
+        sample.push_back(data.n <= kSampleSize ? (uint32_t)i
+                                               : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % data.n));
     DeviceBuffer<uint32_t> dsample(sample.size()), dentries(want + 1), dcount(1);
-    check(cudaMemcpyAsync(dsample.get(), sample.data(), sample.size() * 4, cudaMemcpyHostToDevice,
-                          stream),
+    check(cudaMemcpyAsync(dsample.get(), sample.data(), sample.size() * 4, cudaMemcpyHostToDevice, stream),
           "cudaMemcpy");
     farthest_points_kernel<<<1, kEntryThreads, sample.size() * sizeof(float), stream>>>(
-        data.vectors.get(), data.dim16, metric, dsample.get(), (uint32_t)sample.size(), first,
-        want, dentries.get(), dcount.get());
+        data.vectors.get(), data.dim16, metric, dsample.get(), (uint32_t)sample.size(), first, want, dentries.get(),
+        dcount.get());
     check_launch("farthest_points_kernel");
     uint32_t count = 0;
     check(cudaMemcpyAsync(&count, dcount.get(), 4, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
     check(cudaStreamSynchronize(stream), "choosing entry nodes");
     std::vector<uint32_t> out(count);
-    check(cudaMemcpy(out.data(), dentries.get(), count * 4, cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
+    check(cudaMemcpy(out.data(), dentries.get(), count * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
     return out;
 }
 
-void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
-               const cagra_gpu_build_params &params, uint32_t *knn, cudaStream_t stream)
+void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, const cagra_gpu_build_params &params,
+               uint32_t *knn, cudaStream_t stream)
 {
     const uint32_t n = (uint32_t)data.n;
     if (data.n <= kExactKnnLimit) {
         uint32_t p = pow2_at_least(n);
-        exact_knn_kernel<<<n, 256, p * sizeof(uint64_t), stream>>>(
-            data.vectors.get(), data.norms.get(), n, data.dim16, metric, data.inv_scale2, k, knn);
+        exact_knn_kernel<<<n, 256, p * sizeof(uint64_t), stream>>>(data.vectors.get(), data.norms.get(), n, data.dim16,
+                                                                   metric, data.inv_scale2, k, knn);
         check_launch("exact_knn_kernel");
         check(cudaStreamSynchronize(stream), "exact kNN");
         return;
@@ -712,22 +692,35 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
     const uint32_t warps_per_block = 4;
     const unsigned list_blocks = (unsigned)div_up(n, warps_per_block);
     init_lists_kernel<<<list_blocks, 32 * warps_per_block, warps_per_block * kp * 8, stream>>>(
-        data.vectors.get(), data.norms.get(), n, data.dim16, metric, data.inv_scale2, k, kp,
-        coprime_stride(n - 1), params.seed, ids.get(), dists.get());
+        data.vectors.get(), data.norms.get(), n, data.dim16, metric, data.inv_scale2, k, kp, coprime_stride(n - 1),
+        params.seed, ids.get(), dists.get());
     check_launch("init_lists_kernel");
     check(cudaMemsetAsync(slots.get(), 0xFF, slots.bytes(), stream), "cudaMemset");
 
-    JoinArgs ja{data.vectors.get(), data.norms.get(), n, data.dim16, k, metric, data.inv_scale2,
-                dists.get(), new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev,
-                old_rev_cnt, slots.get()};
+    JoinArgs ja{data.vectors.get(),
+                data.norms.get(),
+                n,
+                data.dim16,
+                k,
+                metric,
+                data.inv_scale2,
+                dists.get(),
+                new_fwd,
+                new_cnt,
+                old_fwd,
+                old_cnt,
+                new_rev,
+                new_rev_cnt,
+                old_rev,
+                old_rev_cnt,
+                slots.get()};
     const uint32_t kpm = pow2_at_least(k + kCandidateSlots);
     const double stop = (double)params.nn_descent_termination * n * k;
     for (uint32_t it = 0; it < params.nn_descent_max_iterations; it++) {
         check(cudaMemsetAsync(counts.get(), 0, counts.bytes(), stream), "cudaMemset");
         check(cudaMemsetAsync(updates.get(), 0, 8, stream), "cudaMemset");
         sample_kernel<<<(unsigned)div_up((uint64_t)n * 32, 256), 256, 0, stream>>>(
-            n, k, ids.get(), new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev,
-            old_rev_cnt);
+            n, k, ids.get(), new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev, old_rev_cnt);
         check_launch("sample_kernel");
         local_join_kernel<<<n, kJoinThreads, 0, stream>>>(ja);
         check_launch("local_join_kernel");
@@ -735,18 +728,15 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k,
             n, k, kpm, ids.get(), dists.get(), slots.get(), updates.get());
         check_launch("merge_kernel");
         unsigned long long changed = 0;
-        check(cudaMemcpyAsync(&changed, updates.get(), 8, cudaMemcpyDeviceToHost, stream),
-              "cudaMemcpy");
+        check(cudaMemcpyAsync(&changed, updates.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
         check(cudaStreamSynchronize(stream), "NN-descent iteration");
         if (verbose())
-            std::fprintf(stderr, "cagra_gpu: nn-descent iteration %u: %llu updates\n", it + 1,
-                         changed);
+            std::fprintf(stderr, "cagra_gpu: nn-descent iteration %u: %llu updates\n", it + 1, changed);
         if ((double)changed <= stop)
             break;
         check_cancel(params);
     }
-    strip_flags_kernel<<<grid_for((uint64_t)n * k, 256), 256, 0, stream>>>(ids.get(),
-                                                                          (uint64_t)n * k, knn);
+    strip_flags_kernel<<<grid_for((uint64_t)n * k, 256), 256, 0, stream>>>(ids.get(), (uint64_t)n * k, knn);
     check_launch("strip_flags_kernel");
     check(cudaStreamSynchronize(stream), "NN-descent");
 }

@@ -17,11 +17,11 @@ namespace {
 
 constexpr uint32_t kPruneThreads = 64;
 
-__global__ void prune_kernel(const uint32_t *knn, uint32_t n, uint32_t k, uint32_t kp,
-                             uint32_t degree, uint32_t *pruned)
+__global__ void prune_kernel(const uint32_t *knn, uint32_t n, uint32_t k, uint32_t kp, uint32_t degree,
+                             uint32_t *pruned)
 {
     extern __shared__ uint64_t smem[];
-    uint64_t *by_id = smem;                              /* (id << 32 | rank), sorted */
+    uint64_t *by_id = smem;                                  /* (id << 32 | rank), sorted */
     uint32_t *row = reinterpret_cast<uint32_t *>(smem + kp); /* A's list */
     uint32_t *detours = row + k;
     const uint32_t a = blockIdx.x;
@@ -78,8 +78,8 @@ __global__ void prune_kernel(const uint32_t *knn, uint32_t n, uint32_t k, uint32
     }
 }
 
-__global__ void reverse_kernel(const uint32_t *pruned, uint32_t n, uint32_t degree,
-                               uint32_t rank, uint32_t *rev, uint32_t *rev_cnt)
+__global__ void reverse_kernel(const uint32_t *pruned, uint32_t n, uint32_t degree, uint32_t rank, uint32_t *rev,
+                               uint32_t *rev_cnt)
 {
     uint32_t a = blockIdx.x * blockDim.x + threadIdx.x;
     if (a >= n)
@@ -100,9 +100,8 @@ __device__ inline bool row_contains(const uint32_t *row, uint32_t count, uint32_
     return false;
 }
 
-__global__ void merge_rows_kernel(const uint32_t *pruned, const uint32_t *rev,
-                                  const uint32_t *rev_cnt, uint32_t n, uint32_t degree,
-                                  uint32_t *graph)
+__global__ void merge_rows_kernel(const uint32_t *pruned, const uint32_t *rev, const uint32_t *rev_cnt, uint32_t n,
+                                  uint32_t degree, uint32_t *graph)
 {
     uint32_t a = blockIdx.x * blockDim.x + threadIdx.x;
     if (a >= n)
@@ -134,8 +133,8 @@ uint64_t optimize_phase_bytes(uint64_t n, uint32_t k, uint32_t degree)
     return n * k * 4 + n * degree * 4 * 3 + n * 4 + 4096;
 }
 
-void optimize_graph(const uint32_t *knn, uint64_t n64, uint32_t k, uint32_t degree,
-                    uint32_t *graph, cudaStream_t stream)
+void optimize_graph(const uint32_t *knn, uint64_t n64, uint32_t k, uint32_t degree, uint32_t *graph,
+                    cudaStream_t stream)
 {
     const uint32_t n = (uint32_t)n64;
     DeviceBuffer<uint32_t> pruned((uint64_t)n * degree);
@@ -148,12 +147,10 @@ void optimize_graph(const uint32_t *knn, uint64_t n64, uint32_t k, uint32_t degr
     check(cudaMemsetAsync(rev_cnt.get(), 0, rev_cnt.bytes(), stream), "cudaMemset");
     const unsigned blocks = (unsigned)div_up(n, 256);
     for (uint32_t rank = 0; rank < degree; rank++) {
-        reverse_kernel<<<blocks, 256, 0, stream>>>(pruned.get(), n, degree, rank, rev.get(),
-                                                   rev_cnt.get());
+        reverse_kernel<<<blocks, 256, 0, stream>>>(pruned.get(), n, degree, rank, rev.get(), rev_cnt.get());
         check_launch("reverse_kernel");
     }
-    merge_rows_kernel<<<blocks, 256, 0, stream>>>(pruned.get(), rev.get(), rev_cnt.get(), n,
-                                                  degree, graph);
+    merge_rows_kernel<<<blocks, 256, 0, stream>>>(pruned.get(), rev.get(), rev_cnt.get(), n, degree, graph);
     check_launch("merge_rows_kernel");
     check(cudaStreamSynchronize(stream), "graph optimisation");
 }

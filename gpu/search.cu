@@ -35,8 +35,7 @@ template <>
 struct Row<float> {
     static constexpr uint32_t per_chunk = 4;
     /* partial L2 (or dot) over one 16-byte chunk */
-    __device__ static inline float chunk(const float *row, const float *q, uint32_t c, bool l2,
-                                         float acc)
+    __device__ static inline float chunk(const float *row, const float *q, uint32_t c, bool l2, float acc)
     {
         float4 x = __ldg(reinterpret_cast<const float4 *>(row) + c);
         float4 y = reinterpret_cast<const float4 *>(q)[c];
@@ -59,8 +58,7 @@ struct Row<float> {
 template <>
 struct Row<__half> {
     static constexpr uint32_t per_chunk = 8;
-    __device__ static inline float chunk(const __half *row, const float *q, uint32_t c, bool l2,
-                                         float acc)
+    __device__ static inline float chunk(const __half *row, const float *q, uint32_t c, bool l2, float acc)
     {
         uint4 raw = __ldg(reinterpret_cast<const uint4 *>(row) + c);
         const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
@@ -103,8 +101,7 @@ __device__ inline bool hash_insert(uint32_t *hash, uint32_t mask, uint32_t *coun
  * keys held as R registers per lane: no shared-memory round trips or block
  * barriers inside the network. */
 template <int R>
-__device__ void warp_merge_small(uint64_t *itopk, const uint64_t *cand, uint32_t count,
-                                 uint32_t lane)
+__device__ void warp_merge_small(uint64_t *itopk, const uint64_t *cand, uint32_t count, uint32_t lane)
 {
     uint64_t c = lane < count ? cand[lane] : kEmptyKey;
 #pragma unroll
@@ -151,8 +148,8 @@ __device__ void warp_merge_small(uint64_t *itopk, const uint64_t *cand, uint32_t
 /* Computes distances for cand[0..count), pads up to the sort size, sorts,
  * and merges into itopk.  All threads call it. */
 template <class T, int TEAM>
-__device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_t *itopk,
-                                    uint32_t itopk_cap, uint64_t *cand, uint32_t count)
+__device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_t *itopk, uint32_t itopk_cap,
+                                    uint64_t *cand, uint32_t count)
 {
     const bool l2 = a.metric == CAGRA_GPU_L2;
     const uint32_t chunks = a.stride / Row<T>::per_chunk;
@@ -241,9 +238,8 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
     for (uint32_t base = 0; base < entries; base += a.cand_cap) {
         for (uint32_t t = tid; t < a.cand_cap && base + t < entries; t += blockDim.x) {
             uint32_t idx = base + t;
-            uint32_t id = idx < a.entry_count
-                              ? a.entries[idx]
-                              : (uint32_t)(splitmix64(a.seed ^ ((uint64_t)qi << 32 | idx)) % a.n);
+            uint32_t id = idx < a.entry_count ? a.entries[idx]
+                                              : (uint32_t)(splitmix64(a.seed ^ ((uint64_t)qi << 32 | idx)) % a.n);
             if (hash_insert(hash, hmask, &s_hash_count, id))
                 cand[atomicAdd(&s_cand_count, 1u)] = id;
         }
@@ -341,8 +337,7 @@ template <class T, int TEAM>
 void launch(const SearchArgs &a, uint32_t nq, uint32_t threads, cudaStream_t stream)
 {
     if (a.smem_bytes > 48 * 1024)
-        check(cudaFuncSetAttribute(search_kernel<T, TEAM>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+        check(cudaFuncSetAttribute(search_kernel<T, TEAM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)a.smem_bytes),
               "raising the search kernel's shared memory limit");
     search_kernel<T, TEAM><<<nq, threads, a.smem_bytes, stream>>>(a);
@@ -382,12 +377,11 @@ void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
     /* the candidate buffer takes one iteration's neighbours, or the entry
      * nodes in chunks of at most 1024 */
     const uint32_t entries = a.entry_count + a.random_entries;
-    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands),
-                           std::min(1024u, pow2_at_least(entries))});
+    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), std::min(1024u, pow2_at_least(entries))});
     /* room for every entry node, and for itopk plus an iteration's
      * candidates below half load after each forgetting */
-    a.hash_slots = std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)),
-                             pow2_at_least(2 * (entries + a.step_cands))});
+    a.hash_slots =
+        std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)), pow2_at_least(2 * (entries + a.step_cands))});
     size_t off = 0;
     a.query_off = off;
     off += round_up(a.stride * sizeof(float), 16);

@@ -171,8 +171,7 @@ BuiltGraph build_graph_in_order(const DatasetView &data, Metric metric, const Bu
  * the cache instead of main memory.  The graph is mapped back at the end.
  * Costs one copy of the vectors during the build.
  */
-BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildParams &params,
-                           BuildProgress *progress)
+BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildParams &params, BuildProgress *progress)
 {
     if (data.n < kBruteForceBelow)
         return build_graph_in_order(data, metric, params, progress);
@@ -208,8 +207,7 @@ BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildPa
 } // namespace
 
 double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric metric,
-                            const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed,
-                            uint32_t threads)
+                            const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed, uint32_t threads)
 {
     if (data.n == 0 || probes == 0)
         return 0;
@@ -349,8 +347,8 @@ BuiltGraph build_graph(const DatasetView &data, Metric metric, const BuildParams
     try {
         out = build_unchecked(data, metric, params, progress);
     } catch (const std::bad_alloc &) {
-        throw Error(ErrorCode::OutOfMemory, "out of memory while building the graph of " + std::to_string(data.n) +
-                                                " vectors",
+        throw Error(ErrorCode::OutOfMemory,
+                    "out of memory while building the graph of " + std::to_string(data.n) + " vectors",
                     "Lower graph_degree or intermediate_graph_degree, or build with more memory.");
     }
     if (progress)

@@ -57,8 +57,7 @@ BuiltGraph build_graph(const DatasetView &data, Metric metric, const BuildParams
 /* Steps of build_graph, public for tests and for the GPU library. */
 KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &params,
                     BuildProgress *progress = nullptr);
-Graph optimize_graph(const KnnGraph &knn, uint32_t graph_degree, uint32_t threads,
-                     BuildProgress *progress = nullptr);
+Graph optimize_graph(const KnnGraph &knn, uint32_t graph_degree, uint32_t threads, BuildProgress *progress = nullptr);
 
 /* Make every node reachable from entry_nodes[0] (a kNN-based graph of
  * well-separated clusters falls apart into components): for each node not
@@ -73,8 +72,7 @@ uint64_t connect_graph(Graph &graph, const DatasetView &data, Metric metric, con
  * reach every region; high where the graph's edges are all local and the
  * entries do not cover the clusters (issue 12). */
 double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric metric,
-                            const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed,
-                            uint32_t threads);
+                            const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed, uint32_t threads);
 
 /* Above this miss rate build_graph adds long edges. */
 constexpr double kLongEdgeMissRate = 0.01;
@@ -85,8 +83,8 @@ constexpr double kLongEdgeMissRate = 0.01;
  * sampled node's row.  Returns the nodes of the smallest level that has at
  * least 1,024 (or the first level): the pool for the fixed entries.  Empty
  * (and the graph untouched) when n is too small for a sample. */
-std::vector<uint32_t> add_long_edges(Graph &graph, const DatasetView &data, Metric metric,
-                                     const BuildParams &params, BuildProgress *progress = nullptr);
+std::vector<uint32_t> add_long_edges(Graph &graph, const DatasetView &data, Metric metric, const BuildParams &params,
+                                     BuildProgress *progress = nullptr);
 
 /* Exact kNN by brute force (tests and ground truth). */
 KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads);

@@ -196,9 +196,15 @@ const Kernels &kernels()
 
 } // namespace
 
-float l2_squared(const float *a, const float *b, uint32_t dim) { return kernels().l2(a, b, dim); }
+float l2_squared(const float *a, const float *b, uint32_t dim)
+{
+    return kernels().l2(a, b, dim);
+}
 
-float inner_product(const float *a, const float *b, uint32_t dim) { return kernels().ip(a, b, dim); }
+float inner_product(const float *a, const float *b, uint32_t dim)
+{
+    return kernels().ip(a, b, dim);
+}
 
 float distance(Metric metric, const float *a, const float *b, uint32_t dim)
 {
@@ -244,7 +250,10 @@ void prepare_vector(Metric metric, const float *in, float *out, uint32_t dim)
         out[i] = (float)(in[i] * scale);
 }
 
-const char *distance_kernel_name() { return kernels().name; }
+const char *distance_kernel_name()
+{
+    return kernels().name;
+}
 
 namespace reference {
 

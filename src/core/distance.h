@@ -25,10 +25,7 @@ struct MetricKernel {
     PairKernel fn;
     float sign;
     float offset;
-    float operator()(const float *a, const float *b, uint32_t dim) const
-    {
-        return offset + sign * fn(a, b, dim);
-    }
+    float operator()(const float *a, const float *b, uint32_t dim) const { return offset + sign * fn(a, b, dim); }
 };
 MetricKernel metric_kernel(Metric metric);
 

@@ -64,6 +64,9 @@ inline bool operator==(const VectorFormat &a, const VectorFormat &b)
 {
     return a.element == b.element && a.dim == b.dim && a.metric == b.metric;
 }
-inline bool operator!=(const VectorFormat &a, const VectorFormat &b) { return !(a == b); }
+inline bool operator!=(const VectorFormat &a, const VectorFormat &b)
+{
+    return !(a == b);
+}
 
 } // namespace cagra

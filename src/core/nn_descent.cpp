@@ -67,8 +67,7 @@ struct CandidateLists {
     CandidateLists(uint64_t n, uint32_t k_)
         : k(k_), entries(n * k_, Entry{std::numeric_limits<float>::infinity(), kIdMask}),
           worst(new std::atomic<float>[n]), locks(new SpinLock[n])
-    {
-    }
+    {}
     Entry *row(uint64_t u) { return &entries[u * k]; }
 
     /* Insert v into u's list if it is closer than the worst entry and not
@@ -196,8 +195,7 @@ struct SampleLists {
     std::vector<uint32_t> count;
     SampleLists(uint64_t n, uint32_t cap_, bool with_prio)
         : cap(cap_), ids(n * cap_), prio(with_prio ? n * cap_ : 0), count(n, 0)
-    {
-    }
+    {}
     uint32_t *row(uint64_t u) { return &ids[u * cap]; }
 };
 
@@ -316,9 +314,9 @@ struct Update {
 /* Per-thread scratch of the local join. */
 struct JoinScratch {
     std::vector<std::vector<Update>> queued; /* by owner thread of the row */
-    std::vector<uint32_t> members; /* new samples first, then old */
-    std::vector<float> block;      /* their vectors, contiguous */
-    std::vector<float> worst;      /* their lists' worst distances */
+    std::vector<uint32_t> members;           /* new samples first, then old */
+    std::vector<float> block;                /* their vectors, contiguous */
+    std::vector<float> worst;                /* their lists' worst distances */
 };
 
 } // namespace

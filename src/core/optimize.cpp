@@ -66,9 +66,9 @@ Graph optimize_graph(const KnnGraph &knn, uint32_t degree, uint32_t threads, Bui
     const uint64_t n = knn.size();
     const uint32_t k = knn.k;
     if (degree < 2 || degree > k)
-        throw Error(ErrorCode::InvalidParameter,
-                    "graph_degree (" + std::to_string(degree) + ") must be between 2 and the kNN degree (" +
-                        std::to_string(k) + ")");
+        throw Error(ErrorCode::InvalidParameter, "graph_degree (" + std::to_string(degree) +
+                                                     ") must be between 2 and the kNN degree (" + std::to_string(k) +
+                                                     ")");
     threads = std::max(threads, 1u);
     if (progress) {
         progress->phase.store((uint32_t)BuildPhase::Pruning);

@@ -12,7 +12,10 @@
 namespace cagra {
 namespace {
 
-std::string num(uint64_t v) { return std::to_string(v); }
+std::string num(uint64_t v)
+{
+    return std::to_string(v);
+}
 
 [[noreturn]] void bad_param(const std::string &msg, const std::string &hint)
 {
@@ -25,10 +28,12 @@ void validate_build_params(const BuildParams &p)
 {
     if (p.graph_degree < kMinDegree)
         bad_param("graph_degree must be at least " + num(kMinDegree) + ", got " + num(p.graph_degree),
-                  "Use a graph_degree between " + num(kMinDegree) + " and " + num(kMaxDegree) + "; 32 or 64 are typical.");
+                  "Use a graph_degree between " + num(kMinDegree) + " and " + num(kMaxDegree) +
+                      "; 32 or 64 are typical.");
     if (p.graph_degree > kMaxDegree)
         bad_param("graph_degree must be at most " + num(kMaxDegree) + ", got " + num(p.graph_degree),
-                  "Use a graph_degree between " + num(kMinDegree) + " and " + num(kMaxDegree) + "; 32 or 64 are typical.");
+                  "Use a graph_degree between " + num(kMinDegree) + " and " + num(kMaxDegree) +
+                      "; 32 or 64 are typical.");
     if (p.intermediate_degree > kMaxDegree)
         bad_param("intermediate_graph_degree must be at most " + num(kMaxDegree) + ", got " +
                       num(p.intermediate_degree),
@@ -38,10 +43,8 @@ void validate_build_params(const BuildParams &p)
                       num(p.intermediate_degree) + ")",
                   "Raise intermediate_graph_degree or lower graph_degree; about twice graph_degree is typical.");
     if (p.nn_descent_max_iterations < 1)
-        bad_param("nn_descent_max_iterations must be at least 1",
-                  "About 20 iterations are enough for most data sets.");
-    if (!std::isfinite(p.nn_descent_termination) || p.nn_descent_termination < 0.0f ||
-        p.nn_descent_termination >= 1.0f)
+        bad_param("nn_descent_max_iterations must be at least 1", "About 20 iterations are enough for most data sets.");
+    if (!std::isfinite(p.nn_descent_termination) || p.nn_descent_termination < 0.0f || p.nn_descent_termination >= 1.0f)
         bad_param("nn_descent_termination must be in [0, 1), got " + std::to_string(p.nn_descent_termination),
                   "0.001 stops NN-descent when fewer than 0.1% of the kNN entries changed in an iteration.");
     if (p.threads < 1)
@@ -60,8 +63,7 @@ void validate_dataset(const DatasetView &data)
         throw Error(ErrorCode::InvalidData, "cannot build a graph over 0 vectors", "");
     if (data.n >= kInvalidNode)
         throw Error(ErrorCode::InvalidData,
-                    "too many vectors for one graph: " + num(data.n) + " (at most " + num(kInvalidNode - 1) + ")",
-                    "");
+                    "too many vectors for one graph: " + num(data.n) + " (at most " + num(kInvalidNode - 1) + ")", "");
     if (!data.data)
         throw Error(ErrorCode::InvalidData, "no vector data given", "");
     for (uint64_t i = 0; i < data.n; i++) {
@@ -101,8 +103,7 @@ void validate_search_params(const SearchParams &p, uint32_t k)
         bad_param("search_width (" + num(p.search_width) + ") must not exceed itopk_size (" + num(p.itopk_size) + ")",
                   "");
     if (p.random_entries > kMaxRandomEntries)
-        bad_param("random_entries must be at most " + num(kMaxRandomEntries) + ", got " + num(p.random_entries),
-                  "");
+        bad_param("random_entries must be at most " + num(kMaxRandomEntries) + ", got " + num(p.random_entries), "");
     if (k > p.itopk_size)
         bad_param("k (" + num(k) + ") must not exceed itopk_size (" + num(p.itopk_size) + ")",
                   "Raise itopk_size to at least the number of results wanted.");

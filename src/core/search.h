@@ -187,7 +187,8 @@ public:
 
     uint32_t next(uint32_t k, Neighbor *out)
     {
-        return next(k, [](uint32_t) { return true; }, out);
+        return next(
+            k, [](uint32_t) { return true; }, out);
     }
 
     uint64_t distance_count() const { return distance_count_; } /* distances computed so far */

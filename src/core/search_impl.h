@@ -100,7 +100,8 @@ void Searcher<Accessor>::start(const std::vector<uint32_t> &entries)
 {
     const uint32_t n = g_.size();
     prepare();
-    s_->ids.resize((size_t)std::max(params_.search_width * g_.degree(), params_.random_entries + (uint32_t)entries.size()));
+    s_->ids.resize(
+        (size_t)std::max(params_.search_width * g_.degree(), params_.random_entries + (uint32_t)entries.size()));
     s_->dists.resize(s_->ids.size());
     if (n == 0)
         return;

@@ -49,7 +49,10 @@ constexpr uint32_t kMetricCount = 3;
 const char *metric_name(Metric m);
 
 /* Whether a stored or transmitted metric code names a metric. */
-constexpr bool metric_is_valid(uint32_t code) { return code < kMetricCount; }
+constexpr bool metric_is_valid(uint32_t code)
+{
+    return code < kMetricCount;
+}
 
 struct BuildParams {
     uint32_t graph_degree = 32;        /* out-degree of the final graph */
@@ -76,7 +79,10 @@ inline bool operator==(const SearchParams &a, const SearchParams &b)
     return a.itopk_size == b.itopk_size && a.search_width == b.search_width && a.max_iterations == b.max_iterations &&
            a.random_entries == b.random_entries && a.seed == b.seed && a.entry_probes == b.entry_probes;
 }
-inline bool operator!=(const SearchParams &a, const SearchParams &b) { return !(a == b); }
+inline bool operator!=(const SearchParams &a, const SearchParams &b)
+{
+    return !(a == b);
+}
 
 /* Row-major n x dim float32 vectors, already prepared for the metric. */
 struct DatasetView {
@@ -111,14 +117,15 @@ enum class ErrorCode {
     InvalidParameter, /* a parameter out of range */
     InvalidData,      /* NaN, infinity, wrong dimension, no rows */
     OutOfMemory,
-    Cancelled,        /* the caller asked the build to stop */
-    Corrupt,          /* serialised data that does not parse */
+    Cancelled, /* the caller asked the build to stop */
+    Corrupt,   /* serialised data that does not parse */
 };
 
 class Error : public std::runtime_error {
 public:
     Error(ErrorCode code, const std::string &message, std::string hint = {})
-        : std::runtime_error(message), code_(code), hint_(std::move(hint)) {}
+        : std::runtime_error(message), code_(code), hint_(std::move(hint))
+    {}
     ErrorCode code() const { return code_; }
     const std::string &hint() const { return hint_; }
 

@@ -56,7 +56,8 @@ void MutableIndex::remove(uint32_t id)
 
 size_t MutableIndex::repair(const SearchParams &params)
 {
-    auto rewrites = plan_repair(accessor(), [this](uint32_t id) { return removed_[id] != 0; }, params, entries_);
+    auto rewrites = plan_repair(
+        accessor(), [this](uint32_t id) { return removed_[id] != 0; }, params, entries_);
     apply_repair(graph_, rewrites);
     return rewrites.size();
 }
@@ -69,7 +70,8 @@ std::vector<Neighbor> MutableIndex::search(const float *raw_query, uint32_t k, c
     InMemoryGraph g = accessor();
     Searcher<InMemoryGraph> s(g, q.data(), params, entries_);
     std::vector<Neighbor> out(k);
-    out.resize(s.next(k, [this](uint32_t id) { return removed_[id] == 0; }, out.data()));
+    out.resize(s.next(
+        k, [this](uint32_t id) { return removed_[id] == 0; }, out.data()));
     return out;
 }
 

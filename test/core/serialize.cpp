@@ -106,8 +106,8 @@ std::vector<uint8_t> serialize(const IndexImage &im)
     h.has_ids = im.ids.empty() ? 0 : 1;
     h.seed = im.params.seed;
 
-    size_t size = sizeof(h) + g.edges.size() * 4 + im.built.entry_nodes.size() * 4 + im.vectors.size() * 4 +
-                  im.ids.size() * 8;
+    size_t size =
+        sizeof(h) + g.edges.size() * 4 + im.built.entry_nodes.size() * 4 + im.vectors.size() * 4 + im.ids.size() * 8;
     std::vector<uint8_t> out(size);
     size_t pos = sizeof(h);
     put(out, pos, g.edges.data(), g.edges.size());
@@ -134,8 +134,8 @@ IndexImage deserialize(const uint8_t *bytes, size_t size)
         corrupt("header field out of range");
     /* Sizes in 128-bit arithmetic would be overkill: each factor is bounded
      * above, so these products fit in 64 bits. */
-    const uint64_t expect = sizeof(h) + h.n * h.degree * 4 + (uint64_t)h.entry_count * 4 + h.n * h.dim * 4 +
-                            (h.has_ids ? h.n * 8 : 0);
+    const uint64_t expect =
+        sizeof(h) + h.n * h.degree * 4 + (uint64_t)h.entry_count * 4 + h.n * h.dim * 4 + (h.has_ids ? h.n * 8 : 0);
     if (expect != size)
         corrupt("size " + std::to_string(size) + " bytes, header says " + std::to_string(expect));
     if (image_checksum(bytes + sizeof(h), size - sizeof(h)) != h.checksum)

@@ -50,7 +50,7 @@ struct IndexImage {
     std::vector<uint64_t> ids; /* empty, or one per node */
 };
 
-std::vector<uint8_t> serialize(const IndexImage &index);     /* throws Error(InvalidParameter) if inconsistent */
+std::vector<uint8_t> serialize(const IndexImage &index);   /* throws Error(InvalidParameter) if inconsistent */
 IndexImage deserialize(const uint8_t *bytes, size_t size); /* throws Error(Corrupt) */
 
 /* The checksum used in the header (exposed for tests and other writers). */

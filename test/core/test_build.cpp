@@ -221,8 +221,8 @@ TEST(Build, CancelStopsPromptly)
         BuildPhase phase;
         uint64_t min_done;
     };
-    for (When when : {When{BuildPhase::Validating, 0}, When{BuildPhase::KnnGraph, n / 2},
-                      When{BuildPhase::Pruning, 1}}) {
+    for (When when :
+         {When{BuildPhase::Validating, 0}, When{BuildPhase::KnnGraph, n / 2}, When{BuildPhase::Pruning, 1}}) {
         BuildProgress progress;
         std::atomic<bool> finished{false};
         std::chrono::steady_clock::time_point cancelled_at;

@@ -36,8 +36,8 @@ TEST(Distance, KernelsMatchReferenceAtManyDimensions)
     std::vector<uint32_t> dims;
     for (uint32_t d = 1; d <= 70; d++)
         dims.push_back(d);
-    for (uint32_t d : {95u, 127u, 128u, 129u, 255u, 256u, 257u, 383u, 768u, 1001u, 1536u, 2000u, 2001u, 4095u,
-                       4096u, 9999u, 15999u, 16000u})
+    for (uint32_t d : {95u, 127u, 128u, 129u, 255u, 256u, 257u, 383u, 768u, 1001u, 1536u, 2000u, 2001u, 4095u, 4096u,
+                       9999u, 15999u, 16000u})
         dims.push_back(d);
     for (uint32_t d : dims) {
         /* Offset the arrays so unaligned loads are exercised too. */

@@ -36,7 +36,10 @@ BuildParams with(std::function<void(BuildParams &)> f)
     return p;
 }
 
-std::vector<float> ones(uint64_t n, uint32_t dim) { return std::vector<float>(n * dim, 1.0f); }
+std::vector<float> ones(uint64_t n, uint32_t dim)
+{
+    return std::vector<float>(n * dim, 1.0f);
+}
 
 } // namespace
 
@@ -49,12 +52,19 @@ TEST(Params, BuildParameters)
     expect_error(build(with([](BuildParams &p) { p.graph_degree = 1; })), P, "graph_degree must be at least 2, got 1",
                  "between 2 and 1024");
     expect_error(build(with([](BuildParams &p) { p.graph_degree = 0; })), P, "graph_degree must be at least 2, got 0");
-    expect_error(build(with([](BuildParams &p) { p.graph_degree = 2000; p.intermediate_degree = 4000; })), P,
-                 "graph_degree must be at most 1024, got 2000");
+    expect_error(build(with([](BuildParams &p) {
+                     p.graph_degree = 2000;
+                     p.intermediate_degree = 4000;
+                 })),
+                 P, "graph_degree must be at most 1024, got 2000");
     expect_error(build(with([](BuildParams &p) { p.intermediate_degree = 2048; })), P,
                  "intermediate_graph_degree must be at most 1024, got 2048");
-    expect_error(build(with([](BuildParams &p) { p.graph_degree = 64; p.intermediate_degree = 32; })), P,
-                 "graph_degree (64) must not exceed intermediate_graph_degree (32)", "Raise intermediate_graph_degree");
+    expect_error(build(with([](BuildParams &p) {
+                     p.graph_degree = 64;
+                     p.intermediate_degree = 32;
+                 })),
+                 P, "graph_degree (64) must not exceed intermediate_graph_degree (32)",
+                 "Raise intermediate_graph_degree");
     expect_error(build(with([](BuildParams &p) { p.nn_descent_max_iterations = 0; })), P,
                  "nn_descent_max_iterations must be at least 1");
     expect_error(build(with([](BuildParams &p) { p.nn_descent_termination = -1; })), P,
@@ -69,22 +79,40 @@ TEST(Params, Data)
 {
     const auto D = ErrorCode::InvalidData;
     auto data = ones(10, 4);
-    expect_error([&] { build_graph(DatasetView{data.data(), 10, 0}, Metric::L2, BuildParams{}); }, D,
-                 "vector dimension must be at least 1");
+    expect_error(
+        [&] {
+            build_graph(DatasetView{data.data(), 10, 0}, Metric::L2, BuildParams{});
+        },
+        D, "vector dimension must be at least 1");
     std::vector<float> big(16001, 1.0f);
-    expect_error([&] { build_graph(DatasetView{big.data(), 1, 16001}, Metric::L2, BuildParams{}); }, D,
-                 "vectors of 16001 dimensions exceed the limit of 16000", "at most 16000");
-    expect_error([&] { build_graph(DatasetView{data.data(), 0, 4}, Metric::L2, BuildParams{}); }, D,
-                 "cannot build a graph over 0 vectors");
-    expect_error([&] { build_graph(DatasetView{nullptr, 3, 4}, Metric::L2, BuildParams{}); }, D,
-                 "no vector data given");
+    expect_error(
+        [&] {
+            build_graph(DatasetView{big.data(), 1, 16001}, Metric::L2, BuildParams{});
+        },
+        D, "vectors of 16001 dimensions exceed the limit of 16000", "at most 16000");
+    expect_error(
+        [&] {
+            build_graph(DatasetView{data.data(), 0, 4}, Metric::L2, BuildParams{});
+        },
+        D, "cannot build a graph over 0 vectors");
+    expect_error(
+        [&] {
+            build_graph(DatasetView{nullptr, 3, 4}, Metric::L2, BuildParams{});
+        },
+        D, "no vector data given");
     data[6 * 4 + 2] = std::numeric_limits<float>::quiet_NaN();
-    expect_error([&] { build_graph(DatasetView{data.data(), 10, 4}, Metric::L2, BuildParams{}); }, D,
-                 "vector 6 holds NaN at position 2", "NaN or infinite");
+    expect_error(
+        [&] {
+            build_graph(DatasetView{data.data(), 10, 4}, Metric::L2, BuildParams{});
+        },
+        D, "vector 6 holds NaN at position 2", "NaN or infinite");
     data[6 * 4 + 2] = 1.0f;
     data[9 * 4 + 3] = -std::numeric_limits<float>::infinity();
-    expect_error([&] { build_graph(DatasetView{data.data(), 10, 4}, Metric::L2, BuildParams{}); }, D,
-                 "vector 9 holds infinity at position 3");
+    expect_error(
+        [&] {
+            build_graph(DatasetView{data.data(), 10, 4}, Metric::L2, BuildParams{});
+        },
+        D, "vector 9 holds infinity at position 3");
     /* 16000 dimensions are accepted. */
     std::vector<float> edge(3 * 16000);
     for (size_t i = 0; i < edge.size(); i++)
@@ -149,6 +177,9 @@ TEST(Params, GraphAndDataMismatch)
     Graph g;
     g.degree = 2;
     g.edges = {1, 2, 0, 2};
-    expect_error([&] { InMemoryGraph a(g, DatasetView{data.data(), 4, 2}, Metric::L2); }, ErrorCode::InvalidData,
-                 "graph of 2 rows does not match 4 vectors");
+    expect_error(
+        [&] {
+            InMemoryGraph a(g, DatasetView{data.data(), 4, 2}, Metric::L2);
+        },
+        ErrorCode::InvalidData, "graph of 2 rows does not match 4 vectors");
 }

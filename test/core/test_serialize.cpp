@@ -100,7 +100,8 @@ TEST(Serialize, CorruptInputRejected)
 {
     std::vector<uint8_t> good = serialize(make_image(true));
     expect_corrupt({}, "corrupt index image: shorter than its header");
-    expect_corrupt(std::vector<uint8_t>(good.begin(), good.begin() + 40), "corrupt index image: shorter than its header");
+    expect_corrupt(std::vector<uint8_t>(good.begin(), good.begin() + 40),
+                   "corrupt index image: shorter than its header");
     expect_corrupt(with_field<uint32_t>(good, 0, 0x12345678), "corrupt index image: bad magic number");
     expect_corrupt(with_field<uint32_t>(good, 4, 2), "corrupt index image: format version 2, expected 1");
     expect_corrupt(with_field<uint32_t>(good, 8, 9), "corrupt index image: header field out of range");
@@ -117,7 +118,8 @@ TEST(Serialize, CorruptInputRejected)
     std::vector<uint8_t> bad_edge = good;
     uint32_t huge = 5000;
     std::memcpy(bad_edge.data() + sizeof(SerializedHeader), &huge, 4);
-    uint64_t sum = image_checksum(bad_edge.data() + sizeof(SerializedHeader), bad_edge.size() - sizeof(SerializedHeader));
+    uint64_t sum =
+        image_checksum(bad_edge.data() + sizeof(SerializedHeader), bad_edge.size() - sizeof(SerializedHeader));
     std::memcpy(bad_edge.data() + offsetof(SerializedHeader, checksum), &sum, 8);
     expect_corrupt(bad_edge, "corrupt index image: edge 0 -> 5000 out of range");
 }

@@ -38,7 +38,8 @@ void expect_rows_valid(const MutableIndex &idx, bool allow_removed_targets)
 double recall_of(const MutableIndex &idx, const std::vector<float> &queries, const SearchParams &p)
 {
     std::vector<float> all(idx.vector(0), idx.vector(0) + (size_t)idx.size() * kDim);
-    auto truth = cagra_test::exact_knn(all, queries, kDim, 10, Metric::L2, [&](uint32_t id) { return !idx.removed(id); });
+    auto truth =
+        cagra_test::exact_knn(all, queries, kDim, 10, Metric::L2, [&](uint32_t id) { return !idx.removed(id); });
     double total = 0;
     for (size_t q = 0; q < truth.size(); q++) {
         auto res = idx.search(&queries[q * kDim], 10, p);

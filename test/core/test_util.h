@@ -110,9 +110,8 @@ std::vector<std::vector<uint32_t>> exact_knn(const std::vector<float> &base, con
     return out;
 }
 
-inline std::vector<std::vector<uint32_t>> exact_knn(const std::vector<float> &base,
-                                                    const std::vector<float> &queries, uint32_t dim, uint32_t k,
-                                                    cagra::Metric metric = cagra::Metric::L2)
+inline std::vector<std::vector<uint32_t>> exact_knn(const std::vector<float> &base, const std::vector<float> &queries,
+                                                    uint32_t dim, uint32_t k, cagra::Metric metric = cagra::Metric::L2)
 {
     return exact_knn(base, queries, dim, k, metric, [](uint32_t) { return true; });
 }

@@ -35,11 +35,11 @@ bool device_present(std::string *why)
     return st == CAGRA_GPU_OK && count > 0;
 }
 
-#define REQUIRE_DEVICE()                                                                      \
-    do {                                                                                      \
-        std::string why_;                                                                     \
-        if (!device_present(&why_))                                                           \
-            GTEST_SKIP() << "no CUDA device: " << why_;                                       \
+#define REQUIRE_DEVICE()                                                                                               \
+    do {                                                                                                               \
+        std::string why_;                                                                                              \
+        if (!device_present(&why_))                                                                                    \
+            GTEST_SKIP() << "no CUDA device: " << why_;                                                                \
     } while (0)
 
 /* Clustered data like bench/gen.py: centres in a low-dimensional subspace. */
@@ -73,8 +73,8 @@ struct Exact {
     std::vector<std::vector<uint32_t>> ids;
 };
 
-Exact exact_knn(const std::vector<float> &base, const std::vector<float> &queries, uint32_t dim,
-                cagra::Metric metric, uint32_t k, const std::vector<uint64_t> *filter = nullptr)
+Exact exact_knn(const std::vector<float> &base, const std::vector<float> &queries, uint32_t dim, cagra::Metric metric,
+                uint32_t k, const std::vector<uint64_t> *filter = nullptr)
 {
     uint64_t n = base.size() / dim, nq = queries.size() / dim;
     Exact e;
@@ -85,8 +85,7 @@ Exact exact_knn(const std::vector<float> &base, const std::vector<float> &querie
         for (uint64_t i = 0; i < n; i++) {
             if (filter && !(((*filter)[i / 64] >> (i % 64)) & 1))
                 continue;
-            d.push_back({cagra::distance(metric, &queries[q * dim], &base[i * dim], dim),
-                         (uint32_t)i});
+            d.push_back({cagra::distance(metric, &queries[q * dim], &base[i * dim], dim), (uint32_t)i});
         }
         std::partial_sort(d.begin(), d.begin() + std::min<size_t>(k, d.size()), d.end());
         for (uint32_t j = 0; j < k && j < d.size(); j++)
@@ -161,21 +160,23 @@ float from_half(uint16_t h)
         f = std::ldexp((float)mant, -24);
         return sign ? -f : f;
     }
-    uint32_t bits = exp == 31 ? (sign | 0x7F800000u | (mant << 13))
-                              : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
+    uint32_t bits = exp == 31 ? (sign | 0x7F800000u | (mant << 13)) : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
     std::memcpy(&f, &bits, 4);
     return f;
 }
 
-cagra_gpu_metric to_c(cagra::Metric m) { return (cagra_gpu_metric)m; }
+cagra_gpu_metric to_c(cagra::Metric m)
+{
+    return (cagra_gpu_metric)m;
+}
 
 struct GpuGraph {
     std::vector<uint32_t> graph;
     std::vector<uint32_t> entries;
 };
 
-GpuGraph gpu_build(const std::vector<float> &data, uint32_t dim, cagra::Metric metric,
-                   uint32_t degree = 32, uint32_t inter = 64)
+GpuGraph gpu_build(const std::vector<float> &data, uint32_t dim, cagra::Metric metric, uint32_t degree = 32,
+                   uint32_t inter = 64)
 {
     uint64_t n = data.size() / dim;
     cagra_gpu_build_params bp;
@@ -186,8 +187,8 @@ GpuGraph gpu_build(const std::vector<float> &data, uint32_t dim, cagra::Metric m
     g.graph.assign(n * degree, 0xABABABABu); /* poison: every entry must be written */
     g.entries.resize(1024);
     uint32_t ec = 0;
-    cagra_gpu_status st = cagra_gpu_build(0, data.data(), n, dim, to_c(metric), &bp,
-                                          g.graph.data(), g.entries.data(), 1024, &ec);
+    cagra_gpu_status st =
+        cagra_gpu_build(0, data.data(), n, dim, to_c(metric), &bp, g.graph.data(), g.entries.data(), 1024, &ec);
     EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
     g.entries.resize(ec);
     return g;
@@ -199,8 +200,7 @@ struct Loaded {
 };
 
 void load(Loaded &l, const std::vector<float> &data, uint32_t dim, cagra::Metric metric,
-          const std::vector<uint32_t> &graph, uint32_t degree,
-          const std::vector<uint32_t> &entries, bool fp16 = false)
+          const std::vector<uint32_t> &graph, uint32_t degree, const std::vector<uint32_t> &entries, bool fp16 = false)
 {
     uint64_t n = data.size() / dim;
     std::vector<uint16_t> half;
@@ -210,9 +210,9 @@ void load(Loaded &l, const std::vector<float> &data, uint32_t dim, cagra::Metric
             half.push_back(to_half(v));
         vec = half.data();
     }
-    cagra_gpu_status st = cagra_gpu_index_load(
-        0, vec, fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim, graph.data(), degree,
-        to_c(metric), entries.data(), (uint32_t)entries.size(), &l.ix);
+    cagra_gpu_status st =
+        cagra_gpu_index_load(0, vec, fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim, graph.data(), degree,
+                             to_c(metric), entries.data(), (uint32_t)entries.size(), &l.ix);
     ASSERT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
 }
 
@@ -221,8 +221,8 @@ struct Results {
     std::vector<float> dists;
 };
 
-Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim,
-                   uint32_t k, uint32_t itopk, const std::vector<uint64_t> *filter = nullptr)
+Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim, uint32_t k, uint32_t itopk,
+                   const std::vector<uint64_t> *filter = nullptr)
 {
     uint32_t nq = (uint32_t)(queries.size() / dim);
     cagra_gpu_search_params sp;
@@ -231,17 +231,15 @@ Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint3
     Results r;
     r.ids.assign((size_t)nq * k, 0xCDCDCDCDu);
     r.dists.assign((size_t)nq * k, -1.0f);
-    cagra_gpu_status st = cagra_gpu_search(ix, queries.data(), nq, k, &sp,
-                                           filter ? filter->data() : nullptr, r.ids.data(),
-                                           r.dists.data());
+    cagra_gpu_status st = cagra_gpu_search(ix, queries.data(), nq, k, &sp, filter ? filter->data() : nullptr,
+                                           r.ids.data(), r.dists.data());
     EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
     return r;
 }
 
 /* Rows sorted, distances the exact fp32 distance of the returned node. */
-void expect_results_exact(const Results &r, const std::vector<float> &base,
-                          const std::vector<float> &queries, uint32_t dim, cagra::Metric metric,
-                          uint32_t k, bool fp16 = false)
+void expect_results_exact(const Results &r, const std::vector<float> &base, const std::vector<float> &queries,
+                          uint32_t dim, cagra::Metric metric, uint32_t k, bool fp16 = false)
 {
     uint32_t nq = (uint32_t)(queries.size() / dim);
     std::vector<float> row(dim);
@@ -259,14 +257,13 @@ void expect_results_exact(const Results &r, const std::vector<float> &base,
                 float dot = cagra::reference::inner_product(&queries[(size_t)q * dim], row.data(), dim);
                 want = metric == cagra::Metric::InnerProduct ? -dot : 1.0f - dot;
             }
-            ASSERT_NEAR(d, want, 1e-4f * std::max(1.0f, std::fabs(want)))
-                << "query " << q << " rank " << j;
+            ASSERT_NEAR(d, want, 1e-4f * std::max(1.0f, std::fabs(want))) << "query " << q << " rank " << j;
         }
     }
 }
 
-std::vector<float> queries_near(const std::vector<float> &base, uint32_t dim, uint32_t nq,
-                                uint32_t seed, cagra::Metric metric)
+std::vector<float> queries_near(const std::vector<float> &base, uint32_t dim, uint32_t nq, uint32_t seed,
+                                cagra::Metric metric)
 {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> g(0.0f, 0.3f);
@@ -328,8 +325,7 @@ TEST(GpuLibrary, BadBuildArgumentsAreRefusedWithAMessage)
     cagra_gpu_build_params bp;
     cagra_gpu_default_build_params(&bp);
     auto build = [&](uint64_t n, uint32_t dim, int metric, const cagra_gpu_build_params &p) {
-        return cagra_gpu_build(0, data.data(), n, dim, (cagra_gpu_metric)metric, &p,
-                               graph.data(), nullptr, 0, nullptr);
+        return cagra_gpu_build(0, data.data(), n, dim, (cagra_gpu_metric)metric, &p, graph.data(), nullptr, 0, nullptr);
     };
     EXPECT_EQ(build(0, 8, 0, bp), CAGRA_GPU_INVALID_ARGUMENT);
     EXPECT_NE(std::string(cagra_gpu_last_error()).find("no rows"), std::string::npos);
@@ -350,8 +346,7 @@ TEST(GpuLibrary, BadBuildArgumentsAreRefusedWithAMessage)
     p = bp;
     p.nn_descent_termination = NAN;
     EXPECT_EQ(build(100, 8, 0, p), CAGRA_GPU_INVALID_ARGUMENT);
-    EXPECT_EQ(cagra_gpu_build(0, nullptr, 100, 8, CAGRA_GPU_L2, &bp, graph.data(), nullptr, 0,
-                              nullptr),
+    EXPECT_EQ(cagra_gpu_build(0, nullptr, 100, 8, CAGRA_GPU_L2, &bp, graph.data(), nullptr, 0, nullptr),
               CAGRA_GPU_INVALID_ARGUMENT);
     uint64_t bytes = 0;
     EXPECT_EQ(cagra_gpu_build_memory(1000000, 128, &bp, &bytes), CAGRA_GPU_OK);
@@ -388,8 +383,7 @@ TEST(GpuBuild, KnnGraphRecall)
     bp.intermediate_degree = k;
     bp.graph_degree = 16;
     std::vector<uint32_t> knn(n * k);
-    ASSERT_EQ(cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()),
-              CAGRA_GPU_OK)
+    ASSERT_EQ(cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()), CAGRA_GPU_OK)
         << cagra_gpu_last_error();
     cagra::DatasetView view{data.data(), n, dim};
     cagra::KnnGraph truth = cagra::brute_force_knn(view, cagra::Metric::L2, k, 4);
@@ -441,8 +435,7 @@ TEST(GpuSearch, RecallEqualsCpuSearchOfTheSameGraph)
                 cpu_ids[q * k + j] = res[j].id;
         }
         double cpu_recall = recall(truth, cpu_ids, k);
-        std::printf("recall: itopk %u, GPU graph: GPU search %.4f, CPU search %.4f\n", itopk,
-                    gpu_recall, cpu_recall);
+        std::printf("recall: itopk %u, GPU graph: GPU search %.4f, CPU search %.4f\n", itopk, gpu_recall, cpu_recall);
         EXPECT_NEAR(gpu_recall, cpu_recall, 0.01) << "gpu " << gpu_recall << " cpu " << cpu_recall;
         EXPECT_GE(gpu_recall, itopk >= 64 ? 0.95 : 0.85);
     }
@@ -481,8 +474,7 @@ TEST(GpuSearch, CpuBuiltGraphOnGpuAndGpuBuiltGraphOnCpu)
     }
     double gpu_graph_on_cpu = recall(truth, ids, k);
     EXPECT_GE(gpu_graph_on_cpu, 0.95);
-    std::printf("recall: CPU graph on GPU %.4f, GPU graph on CPU %.4f\n", cpu_graph_on_gpu,
-                gpu_graph_on_cpu);
+    std::printf("recall: CPU graph on GPU %.4f, GPU graph on CPU %.4f\n", cpu_graph_on_gpu, gpu_graph_on_cpu);
     RecordProperty("cpu_graph_on_gpu", std::to_string(cpu_graph_on_gpu));
     RecordProperty("gpu_graph_on_cpu", std::to_string(gpu_graph_on_cpu));
 }
@@ -538,8 +530,8 @@ TEST(GpuSearch, ContextsSearchConcurrentlyWithTheSameResults)
             std::vector<uint32_t> ids((size_t)nq * k);
             std::vector<float> dists((size_t)nq * k);
             for (int r = 0; r < rounds; r++) {
-                if (cagra_gpu_search_in(ctx, l.ix, queries.data(), nq, k, &sp, nullptr, ids.data(),
-                                        dists.data()) != CAGRA_GPU_OK)
+                if (cagra_gpu_search_in(ctx, l.ix, queries.data(), nq, k, &sp, nullptr, ids.data(), dists.data()) !=
+                    CAGRA_GPU_OK)
                     failures[t]++;
                 else if (ids != want.ids)
                     mismatches[t]++;
@@ -552,9 +544,9 @@ TEST(GpuSearch, ContextsSearchConcurrentlyWithTheSameResults)
         EXPECT_EQ(failures[t], 0) << "thread " << t;
         EXPECT_EQ(mismatches[t], 0) << "thread " << t;
     }
-    EXPECT_EQ(cagra_gpu_search_in(nullptr, l.ix, queries.data(), 1, k, &sp, nullptr,
-                                  want.ids.data(), want.dists.data()),
-              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(
+        cagra_gpu_search_in(nullptr, l.ix, queries.data(), 1, k, &sp, nullptr, want.ids.data(), want.dists.data()),
+        CAGRA_GPU_INVALID_ARGUMENT);
     EXPECT_NE(std::string(cagra_gpu_last_error()).find("context"), std::string::npos);
     cagra_gpu_search_context *bad = nullptr;
     EXPECT_EQ(cagra_gpu_search_context_create(1 << 20, &bad), CAGRA_GPU_INVALID_ARGUMENT);
@@ -669,9 +661,9 @@ TEST(GpuSearch, BadSearchArgumentsAreRefused)
     std::vector<uint32_t> bad = g.graph;
     bad[5] = (uint32_t)n + 3;
     cagra_gpu_index *ix = nullptr;
-    EXPECT_EQ(cagra_gpu_index_load(0, data.data(), CAGRA_GPU_FLOAT32, n, dim, bad.data(), 32,
-                                   CAGRA_GPU_L2, nullptr, 0, &ix),
-              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(
+        cagra_gpu_index_load(0, data.data(), CAGRA_GPU_FLOAT32, n, dim, bad.data(), 32, CAGRA_GPU_L2, nullptr, 0, &ix),
+        CAGRA_GPU_INVALID_ARGUMENT);
     EXPECT_EQ(ix, nullptr);
     EXPECT_EQ(cagra_gpu_get_device_info(99, nullptr), CAGRA_GPU_INVALID_ARGUMENT);
     cagra_gpu_device_info info;
@@ -694,14 +686,12 @@ TEST(GpuMemory, TooLargeForTheDeviceIsOutOfMemory)
     EXPECT_GT(need, info.free_memory);
     std::vector<float> stand_in(dim);
     std::vector<uint32_t> graph(32);
-    EXPECT_EQ(cagra_gpu_build(0, stand_in.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(),
-                              nullptr, 0, nullptr),
+    EXPECT_EQ(cagra_gpu_build(0, stand_in.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(), nullptr, 0, nullptr),
               CAGRA_GPU_OUT_OF_MEMORY);
-    EXPECT_NE(std::string(cagra_gpu_last_error()).find("free"), std::string::npos)
-        << cagra_gpu_last_error();
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("free"), std::string::npos) << cagra_gpu_last_error();
     cagra_gpu_index *ix = nullptr;
-    EXPECT_EQ(cagra_gpu_index_load(0, stand_in.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(),
-                                   32, CAGRA_GPU_L2, nullptr, 0, &ix),
+    EXPECT_EQ(cagra_gpu_index_load(0, stand_in.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(), 32, CAGRA_GPU_L2,
+                                   nullptr, 0, &ix),
               CAGRA_GPU_OUT_OF_MEMORY);
     EXPECT_EQ(ix, nullptr);
     /* the device still works afterwards */

@@ -28,7 +28,10 @@ constexpr size_t kMinChunk = 1 * kMiB;
 
 volatile sig_atomic_t stop_requested = 0;
 
-void on_signal(int) { stop_requested = 1; }
+void on_signal(int)
+{
+    stop_requested = 1;
+}
 
 bool parse_number(const char *s, long *out)
 {
