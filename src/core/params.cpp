@@ -46,7 +46,8 @@ void validate_build_params(const BuildParams &p)
         bad_param("nn_descent_max_iterations must be at least 1", "About 20 iterations are enough for most data sets.");
     if (!std::isfinite(p.nn_descent_termination) || p.nn_descent_termination < 0.0f || p.nn_descent_termination >= 1.0f)
         bad_param("nn_descent_termination must be in [0, 1), got " + std::to_string(p.nn_descent_termination),
-                  "0.001 stops NN-descent when fewer than 0.1% of the kNN entries changed in an iteration.");
+                  "0.15 (the default) stops NN-descent when fewer than 15% of the kNN entries changed in an iteration; "
+                  "smaller values iterate longer.");
     if (p.threads < 1)
         bad_param("build threads must be at least 1", "");
 }
