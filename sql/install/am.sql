@@ -47,7 +47,8 @@ CREATE FUNCTION cagra_index_info(
         OUT pages_per_node integer,
         OUT pages bigint,
         OUT size_bytes bigint,
-        OUT generation bigint)
+        OUT generation bigint,
+        OUT long_edges boolean)
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.

@@ -430,6 +430,8 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	if (built)
 	{
 		meta.entry_count = (uint32) Min(built->entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
+		if (built->long_edges)
+			meta.build_flags |= CAGRA_BUILT_LONG_EDGES;
 		for (uint32 i = 0; i < meta.entry_count; i++)
 			meta.entries[i] = built->entry_nodes[i];
 	}

@@ -64,7 +64,12 @@ typedef struct CagraMetaData
 	uint64		generation;		/* bumped by every change a cached copy must see */
 	uint32		entry_count;
 	uint32		entries[CAGRA_MAX_ENTRY_NODES];
+	uint32		build_flags;	/* CAGRA_BUILT_*; 0 in indexes built before it existed */
 } CagraMetaData;
+
+/* build_flags: the build added long edges (the plain graph could not be
+ * navigated between its clusters: docs/tuning.md) */
+#define CAGRA_BUILT_LONG_EDGES 0x0001
 
 /* The fixed head of a node record; the row and the vector follow it. */
 typedef struct CagraNodeHeader

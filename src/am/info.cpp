@@ -108,8 +108,8 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	cagra_read_meta(index, &meta);
 
 	BlockNumber pages = RelationGetNumberOfBlocks(index);
-	Datum		values[14];
-	bool		nulls[14] = {false};
+	Datum		values[15];
+	bool		nulls[15] = {false};
 
 	values[0] = Int32GetDatum((int32) meta.dims);
 	values[1] = CStringGetTextDatum(cagra::metric_name((cagra::Metric) meta.metric));
@@ -125,6 +125,7 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	values[11] = Int64GetDatum((int64) pages);
 	values[12] = Int64GetDatum((int64) pages * BLCKSZ);
 	values[13] = Int64GetDatum((int64) meta.generation);
+	values[14] = BoolGetDatum((meta.build_flags & CAGRA_BUILT_LONG_EDGES) != 0);
 	if (meta.dims == 0)
 		nulls[0] = nulls[9] = nulls[10] = true;
 

@@ -120,6 +120,7 @@ cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra:
 	CagraStatus st;
 
 	memcpy(entries, run->entries, nentries * sizeof(uint32));
+	g->long_edges = run->long_edges;
 	cagra_call_done(&call);
 	if (!cagra_guard(&st, [&] { g->entry_nodes.assign(entries, entries + nentries); }))
 	{

@@ -330,6 +330,7 @@ typedef struct CagraBuildPayload
 	uint32		entry_count;	/* RUN reply */
 	uint32		entries[CAGRA_MAX_ENTRY_NODES];
 	int32		device;			/* RUN reply: the device that built it */
+	bool		long_edges;		/* RUN reply: the build added long edges */
 } CagraBuildPayload;
 
 static inline void *

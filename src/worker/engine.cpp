@@ -403,7 +403,7 @@ CagraReply
 cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
 				   const cagra::BuildParams &params, CagraBuildControl *control,
 				   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries, int *device,
-				   std::string *msg) noexcept
+				   bool *long_edges, std::string *msg) noexcept
 {
 	return cagra_engine_guard(msg, [&]() -> CagraReply {
 		if (gpu_api)
@@ -420,6 +420,7 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 												 entries->data(), CAGRA_MAX_ENTRY_NODES, &count);
 
 			entries->resize(st == CAGRA_GPU_OK ? count : 0);
+			*long_edges = false;	/* the GPU library does not report it (yet) */
 			return cagra_gpu_reply(st, msg);
 		}
 		cagra::DatasetView data;
@@ -439,6 +440,7 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 			built = cagra::build_graph(data, format.metric, p, &control->progress);
 		}
 		rows->swap(built.graph.edges);
+		*long_edges = built.long_edges;
 		entries->assign(built.entry_nodes.begin(),
 						built.entry_nodes.begin() + std::min<size_t>(built.entry_nodes.size(), CAGRA_MAX_ENTRY_NODES));
 		return CAGRA_REPLY_OK;

@@ -113,4 +113,4 @@ struct CagraBuildControl
 CagraReply	cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
 							   const cagra::BuildParams &params, CagraBuildControl *control,
 							   std::vector<uint32_t> *rows, std::vector<uint32_t> *entries, int *device,
-							   std::string *msg) noexcept;
+							   bool *long_edges, std::string *msg) noexcept;

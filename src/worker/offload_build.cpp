@@ -38,6 +38,7 @@ struct CagraBuildJobState
 	uint64		received = 0;
 	bool		built = false;
 	int			device = 0;
+	bool		long_edges = false;
 	std::vector<float> vectors;
 	std::vector<uint32_t> rows;
 	std::vector<uint32_t> entries;
@@ -171,7 +172,7 @@ cagra_lane_run(CagraBuildLane *l) noexcept
 	CagraBuildJobState &j = *l->job;
 
 	l->reply = cagra_engine_build(j.vectors.data(), j.n, j.format, j.params, &l->control, &j.rows,
-								  &j.entries, &j.device, &l->msg);
+								  &j.entries, &j.device, &j.long_edges, &l->msg);
 	l->finished = true;
 
 	uint64_t	one = 1;
@@ -284,6 +285,7 @@ cagra_lane_answer(CagraWorkerShared *sh, CagraBuildLane *l)
 		p->entry_count = (uint32) Min(j.entries.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
 		memcpy(p->entries, j.entries.data(), p->entry_count * sizeof(uint32));
 		p->device = j.device;
+		p->long_edges = j.long_edges;
 		pg_atomic_fetch_add_u64(&sh->builds, 1);
 		try
 		{
