@@ -12,7 +12,7 @@ SELECT c * 70 + i,
        (SELECT array_agg(100 * sin(c * 1.7 + j * 2.3 + c * j * 0.01) + random() - 0.5)
           FROM generate_series(1, 16) j)::vector
   FROM generate_series(0, 399) c, generate_series(1, 70) i;
-CREATE INDEX le_v ON le USING cagra (v);
+CREATE INDEX le_v ON le USING cagra (v) WITH (build_device = cpu);	-- the GPU build: test/gpu
 SELECT long_edges, nodes FROM cagra_index_info('le_v');
 -- recall@10 of 40 queries (rows' own vectors, nudged) against exact search
 CREATE TABLE le_q AS
