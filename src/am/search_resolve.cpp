@@ -1,11 +1,11 @@
 /*
  * search_resolve.cpp — the candidates of a whole cagra_search batch made
- * into visible rows (search_batch.h): node headers read index page by page
+ * into visible rows (search_resolve.h): node headers read index page by page
  * (each page once), heap tuples checked block by block of the table, so a
  * batch of thousands of queries costs one buffer access per distinct page
  * instead of one per candidate; and the scratch arrays kept between calls.
  */
-#include "am/search_batch.h"
+#include "am/search_resolve.h"
 
 #include "protocol/protocol.h"
 
@@ -21,7 +21,7 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
-/* ---- scratch arrays (see search_batch.h) ---- */
+/* ---- scratch arrays (see search_resolve.h) ---- */
 
 #define CAGRA_SCRATCH_KEEP ((Size) 64 * 1024 * 1024)
 

@@ -13,7 +13,7 @@
  * rows without the policies' filter (docs/reference.md).
  */
 #include "am/accessor.h"
-#include "am/search_batch.h"
+#include "am/search_resolve.h"
 #include "am/worker_copy.h"
 
 #include <vector>

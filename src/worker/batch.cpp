@@ -13,7 +13,8 @@
  * noexcept functions.
  */
 #include "worker/cache.h"
-#include "worker/worker.h"
+#include "worker/batch.h"
+#include "worker/offload_build.h"
 #include "worker/search_pool.h"
 
 #include <cerrno>

@@ -12,7 +12,8 @@
  * further BUILD_RUN requests wait in the queue until the thread is free.
  */
 #include "worker/cache.h"
-#include "worker/worker.h"
+#include "worker/batch.h"
+#include "worker/offload_build.h"
 
 #include <atomic>
 #include <cerrno>

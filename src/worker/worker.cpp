@@ -7,7 +7,8 @@
  * searches on the CPU.
  */
 #include "worker/cache.h"
-#include "worker/worker.h"
+#include "worker/batch.h"
+#include "worker/offload_build.h"
 
 extern "C" {
 #include "miscadmin.h"

@@ -1,5 +1,5 @@
 /*
- * search_batch.h — what cagra_search (search_sql.cpp) and the resolution of
+ * search_resolve.h — what cagra_search (search_sql.cpp) and the resolution of
  * a whole batch's candidates (search_resolve.cpp) share: the candidates of
  * every query with what is known of each, and scratch arrays kept between
  * calls.  Backends only.

@@ -1,0 +1,32 @@
+/*
+ * batch.h — the worker's side of the request queue (batch.cpp): taking
+ * queued slots, batching searches onto the search threads, running the
+ * other requests, answering.  Worker process only.
+ */
+#pragma once
+
+#include "protocol/protocol.h"
+
+/* Start the search threads (cagra.concurrent_batches of them on the GPU,
+ * one on the CPU, whose searches use every core already). */
+void		cagra_worker_start_search_threads(void);
+
+/* A descriptor readable when a batch has finished (-1: no threads). */
+int			cagra_worker_search_event_fd(void);
+
+/* Whether batches are being searched. */
+bool		cagra_worker_searches_running(void);
+
+/* Answer finished batches and serve queued requests until none is left or
+ * every search thread is busy; returns how many were served. */
+int			cagra_worker_serve_queue(void);
+
+/* Mark answered slots DONE (or free abandoned ones) and wake their backends. */
+void		cagra_worker_answer(const int *slots, int n);
+
+/* Wait for and answer every running search batch. */
+void		cagra_worker_drain_searches(void);
+
+/* Unmap the reusable segments of backends that are gone. */
+void		cagra_worker_forget_mailboxes(void);
+
