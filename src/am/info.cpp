@@ -139,6 +139,7 @@ typedef struct CagraCheck
 {
 	List	   *lines;			/* the first CAGRA_CHECK_MAX_PROBLEMS problems */
 	uint64		problems;
+	bool	   *live;			/* meta.n flags from the node pass (NULL: none) */
 } CagraCheck;
 
 #define CAGRA_CHECK_MAX_PROBLEMS 1000
@@ -255,6 +256,8 @@ cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta, Bloc
 
 		if (is_live == is_deleted || (hdr.flags & ~(CAGRA_NODE_LIVE | CAGRA_NODE_DELETED)))
 			cagra_problem(c, "node %u: bad flags %04x", id, hdr.flags);
+		if (c->live)
+			c->live[id] = is_live;
 		if (is_live)
 		{
 			live++;
@@ -289,6 +292,55 @@ cagra_read_raw_meta(Relation index, CagraMetaData *meta)
 }
 
 /* One pass of the check into c; the meta page's generation when it began. */
+/*
+ * Every live node must be reachable from the fixed entry nodes along the
+ * graph's edges (through deleted nodes too, as searches go): a node without
+ * a way in is returned by no search.  A breadth-first walk, rows read from
+ * the pages as it goes.
+ */
+static void
+cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
+{
+	uint32		n = meta->n;
+	uint32		reached = 0,
+				unreached_live = 0;
+
+	if (n == 0 || meta->entry_count == 0)
+		return;
+
+	bool	   *seen = (bool *) palloc_extended(n, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	uint32	   *queue = (uint32 *) palloc_extended((Size) n * sizeof(uint32), MCXT_ALLOC_HUGE);
+	uint32	   *row = (uint32 *) palloc(meta->graph_degree * sizeof(uint32));
+
+	for (uint32 i = 0; i < meta->entry_count; i++)
+		if (meta->entries[i] < n && !seen[meta->entries[i]])
+		{
+			seen[meta->entries[i]] = true;
+			queue[reached++] = meta->entries[i];
+		}
+	for (uint32 head = 0; head < reached; head++)
+	{
+		if ((head & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+		cagra_read_record_bytes(index, meta, queue[head], CAGRA_ROW_OFFSET,
+								meta->graph_degree * sizeof(uint32), row);
+		for (uint32 j = 0; j < meta->graph_degree; j++)
+			if (row[j] < n && !seen[row[j]])
+			{
+				seen[row[j]] = true;
+				queue[reached++] = row[j];
+			}
+	}
+	for (uint32 id = 0; id < n; id++)
+		if (!seen[id] && c->live[id] && unreached_live++ < 10)
+			cagra_problem(c, "node %u: live, but no edge path leads to it from the entry nodes", id);
+	if (unreached_live > 10)
+		cagra_problem(c, "%u live nodes in all cannot be reached from the entry nodes", unreached_live);
+	pfree(seen);
+	pfree(queue);
+	pfree(row);
+}
+
 static uint64
 cagra_check_pass(CagraCheck *c, Relation index, Relation heap)
 {
@@ -296,6 +348,7 @@ cagra_check_pass(CagraCheck *c, Relation index, Relation heap)
 
 	c->lines = NIL;
 	c->problems = 0;
+	c->live = NULL;
 	cagra_read_raw_meta(index, &meta);
 
 	/* the table only grows while we hold our lock on it, and rows reach the
@@ -304,7 +357,13 @@ cagra_check_pass(CagraCheck *c, Relation index, Relation heap)
 	BlockNumber heap_blocks = RelationGetNumberOfBlocks(heap);
 
 	if (cagra_validate_meta(&meta, RelationGetNumberOfBlocks(index), cagra_meta_problem_line, c))
+	{
+		c->live = (bool *) palloc_extended(Max(meta.n, 1), MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 		cagra_check_nodes(c, index, &meta, heap_blocks);
+		cagra_check_reachable(c, index, &meta);
+		pfree(c->live);
+		c->live = NULL;
+	}
 	return meta.generation;
 }
 

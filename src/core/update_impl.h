@@ -103,16 +103,18 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
     plan.row = detail::prune_candidates(g, cands, degree);
     plan.row.resize(degree, kInvalidNode);
 
-    /* Reverse edges into the first half of the row (the edges pruning ranks
+    /* Reverse edges from the first half of the row (the edges pruning ranks
      * best): a neighbour takes the new node in place of padding, or of its
      * farthest edge when the new node is closer than that edge.  The closest
-     * neighbour always takes it, so the new node is reachable. */
+     * neighbour always takes it, so the new node is reachable.  Neighbours
+     * further down the row take it only in place of padding. */
     const MetricKernel dist = metric_kernel(g.metric());
     const uint32_t dim = g.dim();
     std::vector<uint32_t> row_scratch(degree);
     std::vector<float> vec_scratch(dim), d(degree);
     const uint32_t reverse_count = std::max(1u, degree / 2);
-    for (uint32_t j = 0; j < reverse_count && j < plan.row.size(); j++) {
+    std::vector<uint32_t> handed_off;
+    for (uint32_t j = 0; j < plan.row.size(); j++) {
         uint32_t b = plan.row[j];
         if (b == kInvalidNode)
             break;
@@ -121,6 +123,10 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
         for (uint32_t s = 0; s < degree && slot == kInvalidNode; s++)
             if (row[s] == kInvalidNode)
                 slot = s;
+        /* beyond the first half only rows with padding take the new node
+         * (graphs of few nodes: their rows fill up) */
+        if (slot == kInvalidNode && j >= reverse_count)
+            continue;
         if (slot == kInvalidNode) {
             std::vector<uint32_t> ids(row, row + degree);
             const float *vb = g.vector(b, vec_scratch.data());
@@ -132,8 +138,25 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
             if (j == 0 || dist(vb, vec, dim) < d[worst])
                 slot = worst;
         }
-        if (slot != kInvalidNode)
+        if (slot != kInvalidNode) {
             plan.updates.push_back({b, slot, new_id});
+            if (row[slot] != kInvalidNode)
+                handed_off.push_back(row[slot]);
+        }
+    }
+    /* Each replaced edge b -> w is handed to the new node (b -> new -> w),
+     * so no insert takes a node's last way in: w goes into a padding slot or
+     * the last, lowest-ranked slots of the new row, never below its first
+     * half. */
+    uint32_t tail = degree;
+    for (uint32_t w : handed_off) {
+        if (w == new_id || std::find(plan.row.begin(), plan.row.end(), w) != plan.row.end())
+            continue;
+        auto pad = std::find(plan.row.begin(), plan.row.end(), kInvalidNode);
+        if (pad != plan.row.end())
+            *pad = w;
+        else if (tail > degree - reverse_count)
+            plan.row[--tail] = w;
     }
     return plan;
 }

@@ -106,6 +106,34 @@ like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
 	qr/node 0: heap TID \(50000,\d+\) beyond the table's $heap_blocks blocks/,
 	'cagra_index_check flags a heap TID beyond the table');
 
+# A live node no edge leads to (what inserts used to leave behind, issue 12):
+# every row's edge to it becomes a second copy of the row's first edge.
+{
+	$node->stop;
+	write_bytes(0, $original);
+	my $npp = unpack('V', read_bytes(24 + 32, 4));
+	my $count = unpack('V', read_bytes($field{entry_count}, 4));
+	my %entry = map { unpack('V', read_bytes($field{entry0} + 4 * $_, 4)) => 1 } 0 .. $count - 1;
+	my ($x) = grep { !$entry{$_} } reverse 0 .. 299;
+	my @saved;
+	for my $id (0 .. 299)
+	{
+		my $row = 8192 * (1 + int($id / $npp)) + 24 + ($id % $npp) * $record_size + 8;
+		my @edges = unpack('V8', read_bytes($row, 32));
+		push @saved, [ $row, read_bytes($row, 32) ];
+		next unless grep { $_ == $x } @edges;
+		my $first = (grep { $_ != $x } @edges)[0];
+		write_bytes($row, pack('V8', map { $_ == $x ? $first : $_ } @edges));
+	}
+	$node->start;
+	like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
+		qr/node $x: live, but no edge path leads to it from the entry nodes/,
+		'cagra_index_check finds a node no search can reach');
+	$node->stop;
+	write_bytes($_->[0], $_->[1]) for @saved;
+	$node->start;
+}
+
 # Restored, the index is clean again.
 $node->stop;
 write_bytes(0, $original);
