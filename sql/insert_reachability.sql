@@ -2,7 +2,9 @@
 -- table, on random data of high dimension: every row stays reachable from
 -- the entry nodes (cagra_index_check walks the graph) and an index scan for
 -- its own vector finds it first.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS cagra;
+RESET client_min_messages;
 SELECT setseed(0.7);
 CREATE TABLE reach (id int PRIMARY KEY, v vector(1900));
 CREATE INDEX reach_v ON reach USING cagra (v);

@@ -2,7 +2,9 @@
 -- numerous than the fixed entry nodes, the plain graph has no edge between
 -- clusters; the build notices (its navigation probe misses) and adds long
 -- edges, and cagra_index_info says so.  Easy data keeps the plain graph.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS cagra;
+RESET client_min_messages;
 SET max_parallel_maintenance_workers = 0;	-- one build thread: a deterministic graph
 SELECT setseed(0.42);
 CREATE TABLE le (id int PRIMARY KEY, v vector(16));

@@ -341,10 +341,11 @@ cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
 	pfree(row);
 }
 
-static uint64
-cagra_check_pass(CagraCheck *c, Relation index, Relation heap)
+/* One check of the whole index against the meta page it read into *meta. */
+static void
+cagra_check_pass(CagraCheck *c, Relation index, Relation heap, CagraMetaData *meta_out)
 {
-	CagraMetaData meta;
+	CagraMetaData &meta = *meta_out;
 
 	c->lines = NIL;
 	c->problems = 0;
@@ -364,7 +365,6 @@ cagra_check_pass(CagraCheck *c, Relation index, Relation heap)
 		pfree(c->live);
 		c->live = NULL;
 	}
-	return meta.generation;
 }
 
 /*
@@ -393,14 +393,17 @@ cagra_index_check(PG_FUNCTION_ARGS)
 	cagra_lock_writers(index, ShareLock);
 	for (;;)
 	{
-		uint64		before = cagra_check_pass(&c, index, heap);
-		CagraMetaData after;
+		CagraMetaData before,
+					after;
 
+		cagra_check_pass(&c, index, heap, &before);
 		attempts++;
 		if (!RecoveryInProgress())
 			break;
+		/* replay changed nothing the pass compared with (VACUUM's marks
+		 * change the live count without a new generation) */
 		cagra_read_raw_meta(index, &after);
-		if (after.generation == before)
+		if (after.generation == before.generation && after.n == before.n && after.live == before.live)
 			break;
 		list_free_deep(c.lines);
 		if (attempts >= CAGRA_CHECK_RECOVERY_ATTEMPTS)

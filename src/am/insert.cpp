@@ -5,9 +5,11 @@
  * the meta page, so a plan made from the pages stays valid while it is
  * applied.  Order of the WAL records, each crash-safe on its own:
  *   1. the new node's record at slot n (invisible: n is not counted yet);
- *   2. the meta page: n + 1, live + 1, generation + 1;
- *   3. the reverse edges into existing rows (a node without them is still
- *      a valid node, found through its own row and random entries).
+ *   2. the meta page (n + 1, live + 1, generation + 1) with the reverse
+ *      edge of the node's closest neighbour, so a counted node always has
+ *      a way in;
+ *   3. the other reverse edges into existing rows (an edge a reverse edge
+ *      replaces was handed to the new node's row in step 1).
  * Scans read the meta page once, so they never follow an edge to a node
  * appended after they started (it reads as padding).
  */
@@ -61,27 +63,17 @@ cagra_make_record(const CagraMetaData *meta, ItemPointer heap_tid, const uint32 
 	return rec;
 }
 
-/* Steps 2 and 3: count the node in the meta page, then add reverse edges. */
+/*
+ * Steps 2 and 3: count the node in the meta page together with the reverse
+ * edge of its closest neighbour (one WAL record: a counted node always has
+ * a way in), then add the other reverse edges.
+ */
 static void
-cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id,
+cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, uint32 closest,
 				   const cagra::EdgeUpdate *updates, size_t nupdates)
 {
-	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
-	CagraMetaData m;
+	const cagra::EdgeUpdate *first = NULL;
 
-	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
-	m = *meta;
-	m.n = new_id + 1;
-	m.live++;
-	m.generation++;
-	if (m.entry_count == 0)
-		m.entries[m.entry_count++] = new_id;
-	cagra_write_meta(index, metabuf, &m);
-	UnlockReleaseBuffer(metabuf);
-
-	CagraWalBatch batch;
-
-	cagra_batch_begin(&batch, index, meta);
 	for (size_t i = 0; i < nupdates; i++)
 	{
 		const cagra::EdgeUpdate *u = &updates[i];
@@ -89,9 +81,50 @@ cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id,
 		if (u->node >= new_id || u->slot >= meta->graph_degree)
 			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
 				 u->node, u->slot);
-		cagra_batch_write(&batch, u->node, CAGRA_ROW_OFFSET + u->slot * sizeof(uint32),
-						  &u->target, sizeof(uint32));
+		if (u->node == closest && !first)
+			first = u;
 	}
+
+	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+	Buffer		rowbuf = InvalidBuffer;
+	CagraMetaData m;
+
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+
+	GenericXLogState *state = GenericXLogStart(index);
+	Page		metapage = GenericXLogRegisterBuffer(state, metabuf, 0);
+
+	if (first)
+	{
+		/* a row lies in its node's first page; that page comes after the
+		 * meta page, so the locks are taken in block order */
+		BlockNumber blkno;
+		uint32		off;
+
+		cagra_locate(meta, first->node, CAGRA_ROW_OFFSET + first->slot * sizeof(uint32), &blkno, &off);
+		rowbuf = ReadBuffer(index, blkno);
+		LockBuffer(rowbuf, BUFFER_LOCK_EXCLUSIVE);
+		memcpy((char *) GenericXLogRegisterBuffer(state, rowbuf, 0) + off, &first->target, sizeof(uint32));
+	}
+	m = *meta;
+	m.n = new_id + 1;
+	m.live++;
+	m.generation++;
+	if (m.entry_count == 0)
+		m.entries[m.entry_count++] = new_id;
+	memcpy(cagra_meta_of(metapage), &m, sizeof(m));
+	GenericXLogFinish(state);
+	if (rowbuf != InvalidBuffer)
+		UnlockReleaseBuffer(rowbuf);
+	UnlockReleaseBuffer(metabuf);
+
+	CagraWalBatch batch;
+
+	cagra_batch_begin(&batch, index, meta);
+	for (size_t i = 0; i < nupdates; i++)
+		if (&updates[i] != first)
+			cagra_batch_write(&batch, updates[i].node, CAGRA_ROW_OFFSET + updates[i].slot * sizeof(uint32),
+							  &updates[i].target, sizeof(uint32));
 	cagra_batch_finish(&batch);
 }
 
@@ -166,7 +199,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	cagra_batch_write(&batch, new_id, 0, rec, meta.record_size);
 	cagra_batch_finish(&batch);
 
-	cagra_publish_node(index, &meta, new_id, plan->updates.data(), plan->updates.size());
+	cagra_publish_node(index, &meta, new_id, plan->row[0], plan->updates.data(), plan->updates.size());
 
 	cagra_unlock_writers(index, ExclusiveLock);
 	cagra_owner_free(owner);

@@ -50,6 +50,33 @@ double recall_of(const MutableIndex &idx, const std::vector<float> &queries, con
     return total / truth.size();
 }
 
+/* Live nodes no edge path from the entry nodes leads to (searches go
+ * through removed nodes too). */
+uint32_t unreachable_live(const MutableIndex &idx)
+{
+    const Graph &g = idx.graph();
+    const uint32_t n = idx.size();
+    std::vector<uint8_t> seen(n, 0);
+    std::vector<uint32_t> queue;
+    for (uint32_t e : idx.entry_nodes())
+        if (e < n && !seen[e]) {
+            seen[e] = 1;
+            queue.push_back(e);
+        }
+    for (size_t head = 0; head < queue.size(); head++)
+        for (uint32_t j = 0; j < g.degree; j++) {
+            uint32_t v = g.row(queue[head])[j];
+            if (v != kInvalidNode && !seen[v]) {
+                seen[v] = 1;
+                queue.push_back(v);
+            }
+        }
+    uint32_t lost = 0;
+    for (uint32_t i = 0; i < n; i++)
+        lost += !seen[i] && !idx.removed(i);
+    return lost;
+}
+
 } // namespace
 
 TEST(Update, TenPercentInserts)
@@ -139,6 +166,7 @@ TEST(Update, HeavyDeletesStillRepairable)
             idx.remove(i); /* 80% deleted */
     idx.repair(p);
     expect_rows_valid(idx, false);
+    EXPECT_EQ(unreachable_live(idx), 0u);
     EXPECT_GE(recall_of(idx, queries, p), 0.9);
 }
 
@@ -187,23 +215,7 @@ TEST(Update, InsertsKeepEveryNodeReachable)
     for (uint32_t i = 1; i < n; i++)
         ASSERT_EQ(idx.insert(&data[(size_t)i * dim], p), i);
 
-    const Graph &g = idx.graph();
-    std::vector<uint8_t> seen(n, 0);
-    std::vector<uint32_t> queue;
-    for (uint32_t e : idx.entry_nodes())
-        if (e < n && !seen[e]) {
-            seen[e] = 1;
-            queue.push_back(e);
-        }
-    for (size_t head = 0; head < queue.size(); head++)
-        for (uint32_t j = 0; j < g.degree; j++) {
-            uint32_t v = g.row(queue[head])[j];
-            if (v != kInvalidNode && !seen[v]) {
-                seen[v] = 1;
-                queue.push_back(v);
-            }
-        }
-    EXPECT_EQ(queue.size(), (size_t)n) << "nodes no search can reach from the entry nodes";
+    EXPECT_EQ(unreachable_live(idx), 0u) << "nodes no search can reach from the entry nodes";
 
     SearchParams wide;
     wide.itopk_size = 256;
@@ -213,4 +225,10 @@ TEST(Update, InsertsKeepEveryNodeReachable)
         found += !res.empty() && res[0].distance == 0.0f;
     }
     EXPECT_EQ(found, n) << "rows a search for their own vector does not find";
+
+    /* and after deleting a third of them and repairing the rows */
+    for (uint32_t i = 0; i < n; i += 3)
+        idx.remove(i);
+    idx.repair(p);
+    EXPECT_EQ(unreachable_live(idx), 0u) << "live nodes the repair cut off";
 }
