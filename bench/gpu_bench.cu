@@ -7,8 +7,14 @@
  * once (one search context each: what the worker's concurrent batches get).
  * Prints a markdown table; figures, not asserts.  --metric ip for
  * inner-product ground truth (normalised embeddings, bench/text_dataset.py).
+ * --termination T[,T...]: a GPU build at each NN-descent termination, with
+ * its build time, the navigation probe of its graph (1,024 rows searched
+ * for themselves, as the build's own probe does) and its recall curve
+ * (batch 10,000); the other figures use the first termination's graph.
+ * Whether a build added long edges is on standard error with
+ * CAGRA_GPU_VERBOSE set.
  *
- * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--out FILE]
+ * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--out FILE]
  */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -17,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +34,7 @@
 
 #include "build.h"
 #include "cagra_gpu.h"
+#include "parallel.h"
 #include "search.h"
 
 namespace {
@@ -91,6 +99,42 @@ double recall_at(const std::vector<uint32_t> &ids, uint32_t k, const std::vector
             hit += t.count((int32_t)ids[(uint64_t)q * k + j]);
     }
     return (double)hit / (double)(nq * k);
+}
+
+/* The build's navigation probe (gpu/long_edges.cu) through the C API:
+ * 1,024 seeded rows searched for their own vectors with the default search
+ * settings; a miss when the first result is neither the row nor at least as
+ * close (a duplicate).  Fraction missed. */
+double probe_miss_rate(cagra_gpu_index *ix, const std::vector<float> &base, uint64_t n, uint32_t dim,
+                       cagra_gpu_metric metric, uint64_t seed)
+{
+    const uint32_t probes = 1024;
+    std::vector<uint32_t> rows(probes);
+    std::vector<float> q((uint64_t)probes * dim);
+    for (uint32_t p = 0; p < probes; p++) {
+        rows[p] = (uint32_t)(cagra::detail::mix64(seed ^ 0x9e0beULL ^ cagra::detail::mix64(p)) % n);
+        std::memcpy(&q[(uint64_t)p * dim], &base[(uint64_t)rows[p] * dim], 4ull * dim);
+    }
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    std::vector<uint32_t> ids(probes);
+    std::vector<float> dist(probes);
+    GPU_OK(cagra_gpu_search(ix, q.data(), probes, 1, &sp, nullptr, ids.data(), dist.data()));
+    uint32_t missed = 0;
+    for (uint32_t p = 0; p < probes; p++) {
+        if (ids[p] == rows[p])
+            continue;
+        float self = 0.0f, tol = 0.0f;
+        if (metric != CAGRA_GPU_L2) {
+            float dot = 0.0f;
+            for (uint32_t j = 0; j < dim; j++)
+                dot += q[(uint64_t)p * dim + j] * q[(uint64_t)p * dim + j];
+            self = metric == CAGRA_GPU_INNER_PRODUCT ? -dot : 1.0f - dot;
+            tol = 1e-4f * std::fabs(dot);
+        }
+        missed += !(dist[p] <= self + tol);
+    }
+    return (double)missed / probes;
 }
 
 /* ---- exact search: C = B Q^T by cuBLAS, then a warp keeps each query's top 10 ---- */
@@ -306,12 +350,22 @@ Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uin
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--out FILE]");
+        die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--out FILE]");
     std::string dir = argv[1], out_path;
     uint32_t cpu_threads = 0;
     cagra_gpu_metric metric = CAGRA_GPU_L2;
+    std::vector<float> terminations; /* empty: one build at the default */
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--cpu-build"))
+        if (!std::strcmp(argv[i], "--termination")) {
+            for (const char *p = argv[i + 1]; *p;) {
+                char *end = nullptr;
+                const float t = std::strtof(p, &end);
+                if (end == p || !(t >= 0.0f && t < 1.0f) || (*end && *end != ','))
+                    die(std::string("bad --termination list ") + argv[i + 1]);
+                terminations.push_back(t);
+                p = *end ? end + 1 : end;
+            }
+        } else if (!std::strcmp(argv[i], "--cpu-build"))
             cpu_threads = (uint32_t)std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--metric") && !std::strcmp(argv[i + 1], "l2"))
             metric = CAGRA_GPU_L2;
@@ -322,6 +376,8 @@ int main(int argc, char **argv)
         else
             die(std::string("unknown option ") + argv[i]);
     }
+    if (argc % 2 != 0)
+        die(std::string("option ") + argv[argc - 1] + " needs a value");
     uint32_t dim, qdim, gt_dim;
     uint64_t n, nq64, ngt;
     auto base = read_vecs<float>(dir + "/base.fvecs", dim, n);
@@ -335,10 +391,19 @@ int main(int argc, char **argv)
     GPU_OK(cagra_gpu_get_device_info(0, &info));
     std::string report;
     char line[512];
+    /* the report file is rewritten after each line, so a run stopped by a
+     * time limit still leaves what it measured */
     auto emit = [&](const char *s) {
         std::fputs(s, stdout);
         std::fflush(stdout);
         report += s;
+        if (!out_path.empty()) {
+            FILE *f = std::fopen(out_path.c_str(), "w");
+            if (f) {
+                std::fputs(report.c_str(), f);
+                std::fclose(f);
+            }
+        }
     };
     std::snprintf(line, sizeof line,
                   "device: %s, %d SMs, %.1f GiB; data: %s, n=%llu dim=%u queries=%u, metric %s; "
@@ -356,14 +421,66 @@ int main(int argc, char **argv)
         std::vector<uint32_t> g(4000 * bp.graph_degree);
         GPU_OK(cagra_gpu_build(0, base.data(), 4000, dim, metric, &bp, g.data(), nullptr, 0, nullptr));
     }
+    const bool termination_sweep = !terminations.empty();
+    if (!termination_sweep)
+        terminations.push_back(bp.nn_descent_termination);
     auto t0 = Clock::now();
-    GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(), entries.data(), 1024, &entry_count));
-    double gpu_build = seconds_since(t0);
-    entries.resize(entry_count);
-    std::snprintf(line, sizeof line,
-                  "| GPU build (graph_degree %u, intermediate %u, host->graph incl. copies) | %.2f s |\n",
-                  bp.graph_degree, bp.intermediate_degree, gpu_build);
-    emit(line);
+    for (size_t ti = 0; ti < terminations.size(); ti++) {
+        cagra_gpu_build_params tp = bp;
+        tp.nn_descent_termination = terminations[ti];
+        std::vector<uint32_t> g(n * bp.graph_degree), e(1024);
+        uint32_t ec = 0;
+        t0 = Clock::now();
+        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &tp, g.data(), e.data(), 1024, &ec));
+        const double secs = seconds_since(t0);
+        e.resize(ec);
+        if (ti == 0) {
+            bp = tp;
+            std::snprintf(line, sizeof line,
+                          "| GPU build (graph_degree %u, intermediate %u, termination %g, host->graph incl. copies) | "
+                          "%.2f s |\n",
+                          bp.graph_degree, bp.intermediate_degree, bp.nn_descent_termination, secs);
+            emit(line);
+        }
+        if (termination_sweep) {
+            if (ti == 0)
+                emit("\n| NN-descent termination | GPU build | probe misses | recall@10 (batch 10,000) at itopk 16 "
+                     "| 32 | 64 | 128 | 256 |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+            cagra_gpu_index *ix = nullptr;
+            GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, g.data(), bp.graph_degree, metric,
+                                        e.data(), ec, &ix));
+            std::string row;
+            std::snprintf(line, sizeof line, "| %g | %.2f s | %.1f%% |", terminations[ti], secs,
+                          100.0 * probe_miss_rate(ix, base, n, dim, metric, bp.seed));
+            row += line;
+            for (uint32_t itopk : {16u, 32u, 64u, 128u, 256u}) {
+                Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, itopk, 10000);
+                std::snprintf(line, sizeof line, " %.4f |", r.recall);
+                row += line;
+            }
+            row += "\n";
+            emit(row.c_str());
+            cagra_gpu_index_free(ix);
+        }
+        if (ti == 0) {
+            graph.swap(g);
+            entries.swap(e);
+            entry_count = ec;
+        }
+    }
+    if (termination_sweep)
+        emit("\n");
+    {
+        cagra_gpu_index *ix = nullptr;
+        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(), bp.graph_degree, metric,
+                                    entries.data(), entry_count, &ix));
+        std::snprintf(line, sizeof line,
+                      "| navigation probe of the GPU-built graph (1,024 rows searched for themselves, default "
+                      "search) | %.1f%% missed |\n",
+                      100.0 * probe_miss_rate(ix, base, n, dim, metric, bp.seed));
+        emit(line);
+        cagra_gpu_index_free(ix);
+    }
 
     if (std::getenv("CAGRA_BENCH_PROFILE")) {
         /* for ncu --profile-from-start off: one batch-10,000 search at itopk 64,
@@ -458,12 +575,5 @@ int main(int argc, char **argv)
         run_sweep("GPU search of the CPU-built graph (fp32 vectors)", cpu.graph.edges, cpu.graph.degree,
                   cpu.entry_nodes, false);
 
-    if (!out_path.empty()) {
-        FILE *f = std::fopen(out_path.c_str(), "w");
-        if (f) {
-            std::fputs(report.c_str(), f);
-            std::fclose(f);
-        }
-    }
     return 0;
 }

@@ -123,9 +123,10 @@ uint64_t build_bytes(uint64_t n, uint32_t dim, uint32_t k, uint32_t degree)
     uint64_t half = n * dim16 * 2 + n * 4;
     uint64_t upload = n * (uint64_t)dim * 4;
     uint64_t knn = n * k * 4;
-    uint64_t phase =
-        std::max({upload, knn + (n > kExactKnnLimit ? knn_phase_bytes(n, k) : 0), optimize_phase_bytes(n, k, degree),
-                  n * degree * 4 + connect_phase_bytes(n, (uint32_t)dim16)});
+    uint64_t graph = n * degree * 4;
+    uint64_t phase = std::max({upload, knn + (n > kExactKnnLimit ? knn_phase_bytes(n, k) : 0),
+                               optimize_phase_bytes(n, k, degree), graph + connect_phase_bytes(n, (uint32_t)dim16),
+                               graph + long_edge_phase_bytes(n, (uint32_t)dim16, k, degree)});
     return half + phase;
 }
 
@@ -398,6 +399,8 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
         timer.lap("upload and fp16 conversion");
         DeviceBuffer<uint32_t> graph(n * degree);
         uint32_t entry = 0;
+        /* the fixed entry nodes, when the probe needed them before the download */
+        std::vector<uint32_t> entries;
         if (n == 1) {
             check(cudaMemsetAsync(graph.get(), 0xFF, graph.bytes(), stream.s), "cudaMemset");
         } else {
@@ -415,19 +418,65 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
             if (verbose())
                 std::fprintf(stderr, "cagra_gpu: %llu links to connect the graph\n", (unsigned long long)links);
             timer.lap("entry node and connection");
+            /* Can a default search find the nodes themselves?  Where it cannot
+             * (every edge local: clusters smaller than the kNN lists, more
+             * clusters than entries), add long edges, pick the entries among
+             * long-edge nodes and connect again (the core's step 8). */
+            if (n >= kLongEdgeMinNodes) {
+                check_cancel(*params);
+                const uint32_t want = (uint32_t)entry_node_count(n);
+                entries = farthest_entry_nodes(half, metric, entry, params->seed, want, stream.s);
+                timer.lap("entry nodes");
+                check_cancel(*params);
+                const double miss =
+                    navigation_miss_rate(half, metric, graph.get(), degree, entries, params->seed, stream.s);
+                timer.lap("navigation probe");
+                bool added = false;
+                if (miss > kLongEdgeMissRate) {
+                    check_cancel(*params);
+                    const std::vector<uint32_t> pool =
+                        add_long_edges(half, metric, graph.get(), degree, *params, stream.s);
+                    timer.lap("long edges");
+                    if (!pool.empty()) {
+                        added = true;
+                        check_cancel(*params);
+                        entries = farthest_entry_nodes(half, metric, entry, params->seed, want, stream.s, &pool);
+                        check_cancel(*params);
+                        links = connect_graph(half, metric, graph.get(), degree, entry, stream.s);
+                        timer.lap("entry nodes among long-edge nodes and connection");
+                    }
+                }
+                if (verbose()) {
+                    std::fprintf(stderr, "cagra_gpu: navigation probe: %.1f%% of %u missed; long edges %s\n",
+                                 100.0 * miss, kProbes, added ? "added" : "not added");
+                    if (added) {
+                        /* diagnostics only: the same probe on the final graph */
+                        const double after =
+                            navigation_miss_rate(half, metric, graph.get(), degree, entries, params->seed, stream.s);
+                        std::fprintf(stderr,
+                                     "cagra_gpu: %llu links to connect the graph again; the probe then misses "
+                                     "%.1f%%\n",
+                                     (unsigned long long)links, 100.0 * after);
+                    }
+                }
+            }
         }
         check(cudaMemcpyAsync(graph_out, graph.get(), graph.bytes(), cudaMemcpyDeviceToHost, stream.s),
               "copying the graph to the host");
         check(cudaStreamSynchronize(stream.s), "the build");
         timer.lap("graph download");
         if (entry_capacity) {
-            const std::vector<uint32_t> e =
-                farthest_entry_nodes(half, metric, entry, params->seed,
-                                     (uint32_t)std::min<uint64_t>(entry_node_count(n), entry_capacity), stream.s);
-            timer.lap("entry nodes");
-            std::copy(e.begin(), e.end(), entries_out);
+            if (entries.empty()) {
+                entries =
+                    farthest_entry_nodes(half, metric, entry, params->seed,
+                                         (uint32_t)std::min<uint64_t>(entry_node_count(n), entry_capacity), stream.s);
+                timer.lap("entry nodes");
+            }
+            /* farthest-point order: a prefix is what a smaller `want` picks */
+            const uint32_t count = (uint32_t)std::min<uint64_t>(entries.size(), entry_capacity);
+            std::copy(entries.begin(), entries.begin() + count, entries_out);
             if (entry_count)
-                *entry_count = (uint32_t)e.size();
+                *entry_count = count;
         }
     });
 }

@@ -57,12 +57,36 @@ uint32_t central_node(const HalfDataset &data, cudaStream_t stream);
 bool verbose();
 
 /* Fixed entry nodes after `first`: farthest-point picks over a seeded
- * sample of 8192 nodes, `want` in all (fewer when the sample runs out). */
+ * sample of 8192 nodes (of `pool` when given and not empty), `want` in all
+ * (fewer when the sample runs out). */
 std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric, uint32_t first,
-                                           uint64_t seed, uint32_t want, cudaStream_t stream);
+                                           uint64_t seed, uint32_t want, cudaStream_t stream,
+                                           const std::vector<uint32_t> *pool = nullptr);
+
+/* Long edges (long_edges.cu; the core's build step 8).  From this many
+ * nodes a build probes its graph: kProbes seeded nodes searched for their
+ * own vectors with the default search settings; above kLongEdgeMissRate
+ * misses it adds long edges. */
+constexpr uint64_t kLongEdgeMinNodes = 2048;
+constexpr uint32_t kProbes = 1024;
+constexpr double kLongEdgeMissRate = 0.01;
+
+/* Fraction of the probes whose search does not return them first (the
+ * device graph, the fixed entries plus the default random ones). */
+double navigation_miss_rate(const HalfDataset &data, cagra_gpu_metric metric, const uint32_t *graph, uint32_t degree,
+                            const std::vector<uint32_t> &entries, uint64_t seed, cudaStream_t stream);
+
+/* Splices long edges into the rows of sampled nodes (device graph, edited in
+ * place); returns the pool for the fixed entries (the nodes of the highest
+ * level with at least 1024, or of the first level), empty when n is too
+ * small for a sample and the graph was left as it was. */
+std::vector<uint32_t> add_long_edges(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,
+                                     const cagra_gpu_build_params &params, cudaStream_t stream);
 
 /* Device bytes of each phase; the build needs the largest sum alive at once. */
 uint64_t knn_phase_bytes(uint64_t n, uint32_t k);
 uint64_t optimize_phase_bytes(uint64_t n, uint32_t k, uint32_t degree);
+/* The probe and the long edges, besides the graph and the fp16 set (0 below kLongEdgeMinNodes). */
+uint64_t long_edge_phase_bytes(uint64_t n, uint32_t dim16, uint32_t intermediate, uint32_t degree);
 
 } // namespace cagra_gpu

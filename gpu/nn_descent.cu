@@ -640,15 +640,24 @@ uint32_t central_node(const HalfDataset &data, cudaStream_t stream)
 }
 
 std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_metric metric, uint32_t first,
-                                           uint64_t seed, uint32_t want, cudaStream_t stream)
+                                           uint64_t seed, uint32_t want, cudaStream_t stream,
+                                           const std::vector<uint32_t> *pool)
 {
     constexpr uint64_t kSampleSize = 8192;
     if (want <= 1)
         return {first};
     std::vector<uint32_t> sample;
-    for (uint64_t i = 0; i < std::min(kSampleSize, data.n); i++)
-        sample.push_back(data.n <= kSampleSize ? (uint32_t)i
-                                               : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % data.n));
+    if (pool && !pool->empty()) {
+        /* long-edge nodes: a search that starts there can leave the entry's
+         * cluster at its first step */
+        const uint64_t m = pool->size();
+        for (uint64_t i = 0; i < std::min(kSampleSize, m); i++)
+            sample.push_back(m <= kSampleSize ? (*pool)[i] : (*pool)[splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % m]);
+    } else {
+        for (uint64_t i = 0; i < std::min(kSampleSize, data.n); i++)
+            sample.push_back(data.n <= kSampleSize ? (uint32_t)i
+                                                   : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % data.n));
+    }
     DeviceBuffer<uint32_t> dsample(sample.size()), dentries(want + 1), dcount(1);
     check(cudaMemcpyAsync(dsample.get(), sample.data(), sample.size() * 4, cudaMemcpyHostToDevice, stream),
           "cudaMemcpy");

@@ -4,7 +4,8 @@
  * with a message, and on a device: graph invariants, kNN recall, search
  * recall against the core CPU search of the same graph, CPU and GPU graphs
  * searched on the other device, batch sizes, metrics, fp16 vectors,
- * filters, and memory limits.  Without a device the device tests skip.
+ * filters, memory limits, and the long edges of hard sets.  Without a
+ * device the device tests skip.
  */
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -22,7 +23,9 @@
 #include "build.h"
 #include "cagra_gpu.h"
 #include "distance.h"
+#include "parallel.h"
 #include "search.h"
+#include "test_util.h"
 
 namespace {
 
@@ -400,6 +403,105 @@ TEST(GpuBuild, KnnGraphRecall)
     RecordProperty("knn_recall", std::to_string(r));
     std::printf("recall: NN-descent kNN recall@%u %.4f\n", k, r);
     EXPECT_GE(r, 0.90) << "NN-descent recall@" << k;
+}
+
+namespace {
+
+/* The nodes the GPU build picks its entries from when it adds long edges
+ * (gpu/long_edges.cu): level L holds the nodes whose hash has 3(L+1)
+ * leading zero bits; the pool is the highest level with at least 1,024
+ * nodes, or the first.  Rebuilt here to tell from the entries whether the
+ * build added long edges (the C API does not say). */
+std::set<uint32_t> long_edge_pool(uint64_t n, uint64_t seed)
+{
+    std::vector<std::set<uint32_t>> levels(4);
+    for (uint64_t v = 0; v < n; v++) {
+        const uint64_t key = cagra::detail::mix64(seed ^ 0x5a3b1eULL ^ cagra::detail::mix64(v));
+        for (uint32_t L = 0; L < 4 && (key >> (64 - 3 * (L + 1))) == 0; L++)
+            levels[L].insert((uint32_t)v);
+    }
+    for (uint32_t L = 4; L-- > 1;)
+        if (levels[L].size() >= 1024)
+            return levels[L];
+    return levels[0];
+}
+
+/* Fraction of the fixed entries after the first (the central node) that lie in the pool. */
+double entries_in_pool(const std::vector<uint32_t> &entries, const std::set<uint32_t> &pool)
+{
+    uint64_t in = 0;
+    for (size_t i = 1; i < entries.size(); i++)
+        in += pool.count(entries[i]);
+    return entries.size() > 1 ? (double)in / (double)(entries.size() - 1) : 0.0;
+}
+
+} // namespace
+
+/* The hard set of test/core/test_hard_recall.cpp (issue 12): 50,000 x 256
+ * of intrinsic dimension 96 in 512 clusters of about 100 rows, fewer than
+ * a kNN list holds, so every kNN edge stays inside its cluster; only the
+ * long edges let a default search travel between clusters. */
+TEST(GpuBuild, LongEdgesReach095OnSmallClustersOfHighIntrinsicDimension)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 256, k = 10, nq = 300;
+    const uint64_t n = 50000;
+    std::vector<float> base = cagra_test::clustered(n + nq, dim, 1212, 96, 512);
+    std::vector<float> queries = cagra_test::take_tail(base, nq, dim);
+    Exact truth{cagra_test::exact_knn(base, queries, dim, k)};
+
+    GpuGraph g = gpu_build(base, dim, cagra::Metric::L2);
+    expect_graph_valid(g.graph, n, 32);
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    const double in_pool = entries_in_pool(g.entries, long_edge_pool(n, bp.seed));
+    EXPECT_EQ(in_pool, 1.0) << "the entries are not long-edge nodes: no long edges were added";
+
+    Loaded l;
+    load(l, base, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    Results r = gpu_search(l.ix, queries, dim, k, 64); /* otherwise the default search settings */
+    const double gpu_recall = recall(truth, r.ids, k);
+
+    /* the core's probe of the same graph (searches through the entry index, as the extension does) */
+    cagra::Graph cg;
+    cg.degree = 32;
+    cg.edges = g.graph;
+    const double cpu_miss = cagra::navigation_miss_rate(cg, cagra::DatasetView{base.data(), n, dim}, cagra::Metric::L2,
+                                                        g.entries, 1024, bp.seed, 2);
+    std::printf("recall: hard set, GPU graph with long edges: GPU search recall@10 %.4f; "
+                "core probe of the graph misses %.1f%%\n",
+                gpu_recall, 100.0 * cpu_miss);
+    RecordProperty("recall", std::to_string(gpu_recall));
+    RecordProperty("core_probe_miss_rate", std::to_string(cpu_miss));
+    EXPECT_GE(gpu_recall, 0.95);
+}
+
+/* Few large clusters (the entries cover them, kNN lists reach across each
+ * one): the probe finds the nodes and the plain graph is kept. */
+TEST(GpuBuild, PlainGraphKeptWhereTheProbeFindsTheNodes)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 64, k = 10, nq = 200;
+    const uint64_t n = 20000;
+    std::vector<float> base = cagra_test::clustered(n + nq, dim, 42, 24, 32);
+    std::vector<float> queries = cagra_test::take_tail(base, nq, dim);
+    Exact truth{cagra_test::exact_knn(base, queries, dim, k)};
+
+    GpuGraph g = gpu_build(base, dim, cagra::Metric::L2);
+    expect_graph_valid(g.graph, n, 32);
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    /* entries picked from all nodes: about 1/8 of them in the pool by chance */
+    const double in_pool = entries_in_pool(g.entries, long_edge_pool(n, bp.seed));
+    EXPECT_LT(in_pool, 0.5) << "the entries are all long-edge nodes: long edges were added";
+
+    Loaded l;
+    load(l, base, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    Results r = gpu_search(l.ix, queries, dim, k, 64);
+    const double gpu_recall = recall(truth, r.ids, k);
+    std::printf("recall: easy set, plain GPU graph: recall@10 %.4f, entries in the long-edge pool %.3f\n", gpu_recall,
+                in_pool);
+    EXPECT_GE(gpu_recall, 0.95);
 }
 
 TEST(GpuSearch, RecallEqualsCpuSearchOfTheSameGraph)
