@@ -375,6 +375,50 @@ TEST(GpuBuild, GraphInvariantsAtEverySize)
     }
 }
 
+/* A build whose cancel flag is set stops with CAGRA_GPU_CANCELLED (the
+ * worker sets it when the backend gives up: test/t/106); one set while the
+ * build runs stops it within a second. */
+TEST(GpuBuild, CancelFlagStopsTheBuild)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 128;
+    const uint64_t n = 200000;
+    std::vector<float> data = cagra_test::clustered(n, dim, 77);
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    bp.graph_degree = 64;
+    bp.intermediate_degree = 128;
+    bp.nn_descent_termination = 0.0f; /* every iteration: a long build */
+    volatile int cancel = 1;
+    bp.cancel = &cancel;
+    std::vector<uint32_t> graph(n * bp.graph_degree), entries(1024);
+    uint32_t ec = 0;
+    EXPECT_EQ(cagra_gpu_build(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(), entries.data(), 1024, &ec),
+              CAGRA_GPU_CANCELLED);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("cancelled"), std::string::npos);
+
+    cancel = 0;
+    std::thread stopper([&cancel] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        cancel = 1;
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    cagra_gpu_status st =
+        cagra_gpu_build(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(), entries.data(), 1024, &ec);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stopper.join();
+    RecordProperty("cancelled_after_s", std::to_string(s));
+    if (st == CAGRA_GPU_CANCELLED)
+        EXPECT_LT(s, 1.5) << "the build ran on " << s << " s after its flag was set at 0.3 s";
+    else
+        EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error(); /* finished before the flag: allowed */
+
+    cancel = 0;
+    EXPECT_EQ(cagra_gpu_build(0, data.data(), 5000, dim, CAGRA_GPU_L2, &bp, graph.data(), entries.data(), 1024, &ec),
+              CAGRA_GPU_OK)
+        << "a build after a cancelled one works: " << cagra_gpu_last_error();
+}
+
 TEST(GpuBuild, KnnGraphRecall)
 {
     REQUIRE_DEVICE();
