@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <chrono>
 #include <thread>
 #include <vector>
 
