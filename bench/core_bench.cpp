@@ -3,11 +3,13 @@
  * set (base.fvecs, query.fvecs, gt.ivecs, e.g. from shared/bench/gen.py):
  * build time and peak memory, then recall@10 and queries/s on one thread
  * over an itopk sweep; in the same run hnswlib (when built with it) with
- * M=16, ef_construction=64 over an ef sweep, and exact search.
+ * M=16, ef_construction=64 (--hnsw-m, --hnsw-efc) over an ef sweep, and
+ * exact search.
  *
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
  *                       [--width W] [--repeat R] [--iterations N] [--termination T]
- *                       [--no-hnswlib] [--diagnose] [--quick]
+ *                       [--no-hnswlib] [--hnsw-m M] [--hnsw-efc E]
+ *                       [--diagnose] [--quick]
  *
  * --diagnose: figures about the graph (docs/core.md, issue 12): recall of the
  * kNN graph, in-degrees, strongly connected components, entry coverage and
@@ -112,6 +114,8 @@ struct Options {
     uint32_t iterations = 0; /* 0: the library default */
     float termination = -1;  /* < 0: the library default */
     bool hnswlib = true;
+    uint32_t hnsw_m = 16;   /* hnswlib M */
+    uint32_t hnsw_efc = 64; /* hnswlib ef_construction */
     bool diagnose = false;
     bool quick = false;
 };
@@ -142,6 +146,10 @@ Options parse(int argc, char **argv)
             o.repeat = std::max(1u, value());
         else if (a == "--no-hnswlib")
             o.hnswlib = false;
+        else if (a == "--hnsw-m")
+            o.hnsw_m = std::max(2u, value());
+        else if (a == "--hnsw-efc")
+            o.hnsw_efc = std::max(1u, value());
         else if (a == "--diagnose")
             o.diagnose = true;
         else if (a == "--quick")
@@ -154,7 +162,7 @@ Options parse(int argc, char **argv)
     if (o.dir.empty())
         throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
                                  "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
-                                 "[--diagnose] [--quick]");
+                                 "[--hnsw-m M] [--hnsw-efc E] [--diagnose] [--quick]");
     return o;
 }
 
@@ -516,7 +524,7 @@ int main(int argc, char **argv)
 #ifdef CAGRA_BENCH_HNSWLIB
         if (o.hnswlib) {
             hnswlib::L2Space space(dim);
-            hnswlib::HierarchicalNSW<float> hnsw(&space, n, 16, 64, 100);
+            hnswlib::HierarchicalNSW<float> hnsw(&space, n, o.hnsw_m, o.hnsw_efc, 100);
             t0 = Clock::now();
             c0 = cpu_seconds();
             std::vector<std::thread> pool;
@@ -530,9 +538,9 @@ int main(int argc, char **argv)
             for (auto &th : pool)
                 th.join();
             double hbuild = seconds_since(t0), hcpu = cpu_seconds() - c0;
-            std::printf("\nhnswlib: build %.2f s wall, %.2f s CPU (%u threads, M=16, ef_construction=64), "
+            std::printf("\nhnswlib: build %.2f s wall, %.2f s CPU (%u threads, M=%u, ef_construction=%u), "
                         "peak RSS %.0f MiB\n",
-                        hbuild, hcpu, o.threads, peak_rss_mib());
+                        hbuild, hcpu, o.threads, o.hnsw_m, o.hnsw_efc, peak_rss_mib());
             /* hnswlib counts every listed neighbour, visited or not: an
              * upper bound of its distances. */
             std::printf("%-8s %-10s %-12s %-12s %-14s\n", "ef", "recall@10", "QPS(wall)", "QPS(CPU)", "nbrs/query");
