@@ -1,0 +1,76 @@
+-- cagra beside the real pgvector (0.8.0, built from Debian's source package
+-- by .ci/install-deps.sh; test/run-tests.sh skips this file when pgvector is
+-- not installed).  In a database of its own: pgvector first, then cagra,
+-- whose operator classes attach to pgvector's type; an existing pgvector
+-- table and HNSW index, then USING cagra on the same column; pgvector's own
+-- operators and functions unchanged; DROP EXTENSION either way; the error
+-- when cagra came first.
+CREATE DATABASE regress_cagra_pgvector;
+\c regress_cagra_pgvector
+SET client_min_messages = warning;
+CREATE EXTENSION vector;
+CREATE EXTENSION cagra;
+RESET client_min_messages;
+-- one type, pgvector's
+SELECT e.extname AS owner_of_vector
+  FROM pg_type t JOIN pg_depend d ON d.classid = 'pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid
+ WHERE t.typname = 'vector';
+SELECT opcname, amname FROM pg_opclass c JOIN pg_am a ON a.oid = c.opcmethod
+ WHERE amname IN ('cagra', 'hnsw') ORDER BY amname, opcname;
+
+SELECT setseed(0.5);
+CREATE TABLE items (id int PRIMARY KEY, embedding vector(8));
+INSERT INTO items SELECT i, array(SELECT sin(i * 0.7 + j) + random() * 0.01 FROM generate_series(1, 8) j)::vector
+  FROM generate_series(1, 2000) i;
+CREATE INDEX items_hnsw ON items USING hnsw (embedding vector_l2_ops);
+CREATE TABLE q AS SELECT embedding AS v FROM items WHERE id = 777;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5;
+CREATE TEMP TABLE hnsw_ids AS SELECT array_agg(id) AS ids FROM (SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5) s;
+
+-- the same column, USING cagra: the same queries answered
+CREATE INDEX items_cagra ON items USING cagra (embedding vector_l2_ops);
+DROP INDEX items_hnsw;
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5;
+SELECT (SELECT array_agg(id) FROM (SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5) s)
+       = (SELECT ids FROM hnsw_ids) AS same_rows_as_hnsw;
+CREATE INDEX items_cagra_ip ON items USING cagra (embedding vector_ip_ops);
+CREATE INDEX items_cagra_cos ON items USING cagra (embedding vector_cosine_ops);
+SELECT id FROM items ORDER BY embedding <#> (SELECT v FROM q) LIMIT 1;
+SELECT id FROM items ORDER BY embedding <=> (SELECT v FROM q) LIMIT 1;
+SELECT count(*) FROM cagra_search('items_cagra', ARRAY(SELECT v FROM q), 5);
+RESET enable_seqscan;
+
+-- pgvector's operators and functions keep their meaning
+SELECT '[1,2,3]'::vector + '[4,5,6]' AS sum, '[1,2,3]'::vector - '[1,1,1]' AS difference,
+       '[1,2,3]'::vector * '[2,2,2]' AS product, '[1,2,3]'::vector || '[4,5]' AS concatenation;
+SELECT l2_distance('[0,0]'::vector, '[3,4]'), '[0,0]'::vector <-> '[3,4]' AS l2,
+       l1_distance('[0,0]'::vector, '[3,4]'), '[0,0]'::vector <+> '[3,4]' AS l1,
+       inner_product('[1,2]'::vector, '[3,4]'), '[1,2]'::vector <#> '[3,4]' AS neg_ip,
+       round(cosine_distance('[1,0]'::vector, '[1,1]')::numeric, 6) AS cosine;
+SELECT vector_dims('[1,2,3]'::vector), round(vector_norm('[3,4]')::numeric, 3),
+       l2_normalize('[3,4]'::vector), subvector('[1,2,3,4]'::vector, 2, 2);
+SELECT avg(v), sum(v) FROM (VALUES ('[1,2]'::vector), ('[3,4]')) t(v);
+SELECT '[1,2]'::halfvec, '{1:1,3:2}/3'::sparsevec;
+
+-- DROP EXTENSION either way
+DROP EXTENSION vector;              -- cagra's operator classes depend on the type
+DROP EXTENSION cagra;               -- the indexes depend on its operator classes
+DROP EXTENSION cagra CASCADE;       -- they go with it; pgvector and the data stay
+SELECT count(*) FROM items WHERE embedding <-> (SELECT v FROM q) < 1;
+SELECT indexrelid::regclass FROM pg_index WHERE indrelid = 'items'::regclass ORDER BY 1;
+SET client_min_messages = warning;
+CREATE EXTENSION cagra;
+RESET client_min_messages;
+CREATE INDEX items_cagra ON items USING cagra (embedding);
+DROP EXTENSION vector CASCADE;      -- takes the columns, and cagra, whose operator classes are on the type
+SELECT count(*) AS columns_left FROM pg_attribute WHERE attrelid = 'items'::regclass AND attnum > 0 AND NOT attisdropped;
+SELECT count(*) AS cagra_left FROM pg_extension WHERE extname = 'cagra';
+
+-- cagra first: it owns the type, and pgvector cannot be created beside it
+CREATE EXTENSION cagra;
+CREATE EXTENSION vector;
+DROP EXTENSION cagra;
+\c contrib_regression
+DROP DATABASE regress_cagra_pgvector;
