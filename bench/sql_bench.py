@@ -24,6 +24,7 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --clients 4 --seconds 10              pgbench settings for the concurrent run
   --exact-queries 50                    queries for the exact-search figure
   --hnsw-ef 40,80                       hnsw.ef_search values (pgvector only)
+  --hnsw-m 16,32                        HNSW m values (ef_construction 64 for m 16, else 128)
   --skip-load                           reuse the tables of an earlier run
   --devices auto,cpu                    cagra.device values to sweep (auto: the GPU
                                         worker when it runs; cpu: in the backend)
@@ -274,6 +275,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--exact-queries", type=int, default=50)
     ap.add_argument("--hnsw-ef", default="40,80")
+    ap.add_argument("--hnsw-m", default="16")
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--devices", default="auto")
     ap.add_argument("--ceiling", action="store_true")
@@ -285,6 +287,11 @@ def main():
     args.op = {"l2": "<->", "ip": "<#>", "cosine": "<=>"}[args.opclass]
     db = Db(args.dsn)
 
+    # the real pgvector first when the server has it: cagra's operator classes
+    # then attach to its type and the HNSW figures come from the same run
+    if (db.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'") == "1"
+            and db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'cagra'") == "0"):
+        db.psql("CREATE EXTENSION IF NOT EXISTS vector")
     db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
     if not args.skip_load:
         load(db, args.dir)
@@ -325,13 +332,16 @@ def main():
 
     # pgvector HNSW, when pgvector is the vector type's owner
     if db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1":
-        secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
-                        "USING hnsw (v vector_%s_ops) WITH (m = 16, ef_construction = 64)"
-                        % (args.maintenance_work_mem, args.opclass))
-        print("pgvector HNSW CREATE INDEX (m 16, ef_construction 64): %.1f s" % secs)
-        for ef in [int(x) for x in args.hnsw_ef.split(",")]:
-            run_method(db, "pgvector hnsw ef_search %d" % ef, [("hnsw.ef_search", ef)], args, nq)
-        db.psql("DROP INDEX bench_items_hnsw")
+        for m in [int(x) for x in args.hnsw_m.split(",")]:
+            efc = 64 if m <= 16 else 128
+            secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
+                            "USING hnsw (v vector_%s_ops) WITH (m = %d, ef_construction = %d)"
+                            % (args.maintenance_work_mem, args.opclass, m, efc))
+            print("pgvector HNSW CREATE INDEX (m %d, ef_construction %d): %.1f s, %s"
+                  % (m, efc, secs, db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_hnsw'))")))
+            for ef in [int(x) for x in args.hnsw_ef.split(",")]:
+                run_method(db, "pgvector hnsw m %d ef_search %d" % (m, ef), [("hnsw.ef_search", ef)], args, nq)
+            db.psql("DROP INDEX bench_items_hnsw")
     else:
         print("pgvector not installed in this database: no HNSW figures")
 
