@@ -9,13 +9,14 @@
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
  *                       [--width W] [--repeat R] [--iterations N] [--termination T]
  *                       [--no-hnswlib] [--hnsw-m M] [--hnsw-efc E]
- *                       [--diagnose] [--quick]
+ *                       [--diagnose] [--quick] [--entries E]
  *
  * --diagnose: figures about the graph (docs/core.md, issue 12): recall of the
  * kNN graph, in-degrees, strongly connected components, entry coverage and
  * search outcomes; with DIR/base_labels.ivecs and DIR/query_labels.ivecs
  * (gen.py --labels) also edges that leave their cluster and queries whose
  * cluster the search reaches.  --quick: a short itopk sweep, no hnswlib.
+ * --entries E: search from the first E of the build's fixed entries only.
  */
 #include <sys/resource.h>
 #include <time.h>
@@ -118,6 +119,7 @@ struct Options {
     uint32_t hnsw_efc = 64; /* hnswlib ef_construction */
     bool diagnose = false;
     bool quick = false;
+    uint32_t entries = 0; /* 0: every fixed entry the build picked */
 };
 
 Options parse(int argc, char **argv)
@@ -152,6 +154,8 @@ Options parse(int argc, char **argv)
             o.hnsw_efc = std::max(1u, value());
         else if (a == "--diagnose")
             o.diagnose = true;
+        else if (a == "--entries")
+            o.entries = value();
         else if (a == "--quick")
             o.quick = true, o.hnswlib = false;
         else if (o.dir.empty() && a[0] != '-')
@@ -456,6 +460,8 @@ int main(int argc, char **argv)
         auto t0 = Clock::now();
         double c0 = cpu_seconds();
         cagra::BuiltGraph built = cagra::build_graph(view, cagra::Metric::L2, bp);
+        if (o.entries && built.entry_nodes.size() > o.entries)
+            built.entry_nodes.resize(o.entries); /* a prefix: still spread (farthest-point order) */
         double build_s = seconds_since(t0), build_cpu = cpu_seconds() - c0;
         double rss_cagra = peak_rss_mib();
         std::printf("\ncagra: build %.2f s wall, %.2f s CPU (%u threads, graph_degree %u, intermediate %u), "
