@@ -179,3 +179,20 @@ RESET enable_seqscan;
 DROP TABLE vt_btree;
 
 DROP TABLE vt;
+
+-- the rest of pgvector's functions, with its meanings and errors
+SELECT '[1,2,3]'::vector + '[4,5,6]' AS sum, '[1,2,3]'::vector - '[1,1,1]' AS difference,
+       '[1,2,3]'::vector * '[2,2,2]' AS product, '[1,2,3]'::vector || '[4,5]' AS concatenation;
+SELECT '[1,2]'::vector + '[1,2,3]';
+SELECT '[3e38]'::vector + '[3e38]';
+SELECT '[1e-30]'::vector * '[1e-30]';
+SELECT l1_distance('[0,0]', '[3,-4]'), '[0,0]'::vector <+> '[3,-4]' AS l1;
+SELECT l1_distance('[1]', '[1,2]');
+SELECT l2_normalize('[3,4]'), l2_normalize('[0,0]');
+SELECT subvector('[1,2,3,4,5]', 2, 3), subvector('[1,2,3,4,5]', 4, 10), subvector('[1,2,3,4,5]', -1, 3);
+SELECT subvector('[1,2,3]', 2, 0);
+SELECT subvector('[1,2,3]', 5, 2);
+SELECT avg(v), sum(v) FROM (VALUES ('[1,2]'::vector), ('[3,4]'), ('[5,9]')) t(v);
+SELECT avg(v) IS NULL AS avg_of_nothing, sum(v) IS NULL AS sum_of_nothing FROM (SELECT '[1]'::vector WHERE false) t(v);
+SELECT avg(v) FROM (VALUES ('[1,2]'::vector), ('[1,2,3]')) t(v);
+SELECT sum(v) FROM (VALUES ('[1,2]'::vector), ('[1,2,3]')) t(v);

@@ -118,6 +118,54 @@ BEGIN
         COMMUTATOR = '<=>'
     );
 
+    -- the rest of pgvector's functions on vector (src/type/vector_math.cpp)
+    CREATE FUNCTION l1_distance(vector, vector) RETURNS float8
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION l2_normalize(vector) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION subvector(vector, integer, integer) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_add(vector, vector) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_sub(vector, vector) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_mul(vector, vector) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_concat(vector, vector) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_accum(double precision[], vector) RETURNS double precision[]
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_combine(double precision[], double precision[]) RETURNS double precision[]
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_avg(double precision[]) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE OPERATOR <+> (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = l1_distance,
+        COMMUTATOR = '<+>'
+    );
+    CREATE OPERATOR + (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_add,
+        COMMUTATOR = +
+    );
+    CREATE OPERATOR - (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_sub
+    );
+    CREATE OPERATOR * (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_mul,
+        COMMUTATOR = *
+    );
+    CREATE OPERATOR || (
+        LEFTARG = vector, RIGHTARG = vector, FUNCTION = vector_concat
+    );
+    CREATE AGGREGATE avg(vector) (
+        SFUNC = vector_accum, STYPE = double precision[], FINALFUNC = vector_avg,
+        COMBINEFUNC = vector_combine, INITCOND = '{0}', PARALLEL = SAFE
+    );
+    CREATE AGGREGATE sum(vector) (
+        SFUNC = vector_add, STYPE = vector, COMBINEFUNC = vector_add, PARALLEL = SAFE
+    );
+
     -- comparisons and the default btree opclass (DISTINCT, ORDER BY, UNIQUE)
     CREATE FUNCTION vector_lt(vector, vector) RETURNS boolean
         AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
