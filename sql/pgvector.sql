@@ -42,6 +42,25 @@ SELECT id FROM items ORDER BY embedding <=> (SELECT v FROM q) LIMIT 1;
 SELECT count(*) FROM cagra_search('items_cagra', ARRAY(SELECT v FROM q), 5);
 RESET enable_seqscan;
 
+-- halfvec columns: cagra's halfvec operator classes, beyond HNSW's 4,000 dimensions
+CREATE TABLE halves (id int PRIMARY KEY, h halfvec(5000));
+INSERT INTO halves SELECT i, array(SELECT sin(i * 0.37 + j * 0.01) FROM generate_series(1, 5000) j)::halfvec
+  FROM generate_series(1, 300) i;
+CREATE INDEX ON halves USING hnsw (h halfvec_l2_ops);
+CREATE INDEX halves_cagra ON halves USING cagra (h halfvec_l2_ops);
+CREATE INDEX halves_cagra_cos ON halves USING cagra (h halfvec_cosine_ops);
+SELECT dimensions, metric, nodes FROM cagra_index_info('halves_cagra');
+CREATE TABLE hq AS SELECT h FROM halves WHERE id = 123;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 3;
+SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 1;
+SELECT id FROM halves ORDER BY h <=> (SELECT h FROM hq) LIMIT 1;
+INSERT INTO halves VALUES (1000, (SELECT h FROM hq));
+SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 2) s;
+RESET enable_seqscan;
+SELECT count(*) AS problems FROM cagra_index_check('halves_cagra');
+DROP TABLE halves, hq;
+
 -- pgvector's operators and functions keep their meaning
 SELECT '[1,2,3]'::vector + '[4,5,6]' AS sum, '[1,2,3]'::vector - '[1,1,1]' AS difference,
        '[1,2,3]'::vector * '[2,2,2]' AS product, '[1,2,3]'::vector || '[4,5]' AS concatenation;

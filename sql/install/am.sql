@@ -31,6 +31,31 @@ CREATE OPERATOR CLASS vector_cosine_ops
     OPERATOR 1 <=> (vector, vector) FOR ORDER BY float_ops,
     FUNCTION 1 cagra_cosine_support(internal);
 
+-- pgvector's halfvec, when pgvector is installed: the same operator classes
+-- (its <->, <#>, <=> on halfvec); the index reads the elements as floats and
+-- takes up to 16,000 dimensions (pgvector's HNSW stops at 4,000).
+DO $halfvec$
+BEGIN
+    IF to_regtype('halfvec') IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector') THEN
+        EXECUTE $ddl$
+        CREATE OPERATOR CLASS halfvec_l2_ops
+            DEFAULT FOR TYPE halfvec USING cagra AS
+            OPERATOR 1 <-> (halfvec, halfvec) FOR ORDER BY float_ops,
+            FUNCTION 1 cagra_l2_support(internal);
+        CREATE OPERATOR CLASS halfvec_ip_ops
+            FOR TYPE halfvec USING cagra AS
+            OPERATOR 1 <#> (halfvec, halfvec) FOR ORDER BY float_ops,
+            FUNCTION 1 cagra_ip_support(internal);
+        CREATE OPERATOR CLASS halfvec_cosine_ops
+            FOR TYPE halfvec USING cagra AS
+            OPERATOR 1 <=> (halfvec, halfvec) FOR ORDER BY float_ops,
+            FUNCTION 1 cagra_cosine_support(internal);
+        $ddl$;
+    END IF;
+END
+$halfvec$;
+
 -- What the meta page of a cagra index says.
 CREATE FUNCTION cagra_index_info(
         index regclass,

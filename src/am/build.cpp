@@ -39,6 +39,7 @@ typedef struct CagraBuildState
 	Relation	index;
 	cagra::Metric metric;
 	uint32		dims;			/* 0 until the first vector when the column has no typmod */
+	bool		halfvec;		/* the column is pgvector's halfvec */
 	cagra::BuildParams params;	/* assembled once: cagra_build_params */
 	float	   *vectors;		/* n x dims, prepared */
 	ItemPointerData *tids;
@@ -97,13 +98,14 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 		return;
 
 	MemoryContext old = MemoryContextSwitchTo(bs->tuple_cxt);
-	Vector	   *v = DatumGetVector(values[0]);
+	int			dim;
+	const float *x = vector_datum_floats(values[0], bs->halfvec, &dim);
 
 	if (bs->dims == 0)
-		bs->dims = v->dim;
-	cagra_check_dims(index, bs->dims, v->dim);
+		bs->dims = dim;
+	cagra_check_dims(index, bs->dims, dim);
 
-	if (cagra_vector_unindexable(bs->metric, v->x, v->dim))
+	if (cagra_vector_unindexable(bs->metric, x, dim))
 	{
 		bs->skipped_zero++;
 		MemoryContextSwitchTo(old);
@@ -126,7 +128,7 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 		bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
 		bs->capacity = cap;
 	}
-	cagra_prepare(bs->metric, v->x, bs->vectors + bs->n * bs->dims, bs->dims);
+	cagra_prepare(bs->metric, x, bs->vectors + bs->n * bs->dims, bs->dims);
 	bs->tids[bs->n] = *tid;
 	bs->n++;
 	if ((bs->n & 1023) == 0)
@@ -408,6 +410,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	bs->metric = cagra_index_metric(index);
 	bs->dims = typmod > 0 ? (uint32) typmod : 0;
 	bs->params = cagra_build_params(index);
+	bs->halfvec = cagra_index_is_halfvec(index);
 	bs->mem_limit = (double) maintenance_work_mem * 1024.0;
 	bs->estimated_rows = Max((double) heap->rd_rel->reltuples, 0.0);
 	bs->cxt = cxt;

@@ -202,6 +202,7 @@ int			cagra_option_graph_degree(Relation index);
 int			cagra_option_intermediate_degree(Relation index);
 int			cagra_option_build_device(Relation index);
 cagra::Metric cagra_index_metric(Relation index);
+bool		cagra_index_is_halfvec(Relation index);
 const char *cagra_device_name(uint32 device);
 
 /* Build parameters of an index (reloptions); search parameters (GUCs). */

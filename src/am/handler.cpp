@@ -5,6 +5,7 @@
  * one place each of build and search parameters is assembled.
  */
 #include "am/cagra_am.h"
+#include "type/vector.h"
 
 extern "C" {
 #include "access/amvalidate.h"
@@ -187,6 +188,13 @@ cagra_index_metric(Relation index)
 				 errmsg("support function 1 of the operator class of index \"%s\" returned an unknown metric %d",
 						RelationGetRelationName(index), code)));
 	return (cagra::Metric) code;
+}
+
+/* Whether the indexed column is pgvector's halfvec (read as floats). */
+bool
+cagra_index_is_halfvec(Relation index)
+{
+	return vector_type_is_halfvec(TupleDescAttr(RelationGetDescr(index), 0)->atttypid);
 }
 
 /* The one place build parameters are assembled: the reloptions, and the

@@ -152,18 +152,19 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra insert",
 											  ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
-	Vector	   *v = DatumGetVector(values[0]);
+	int			dim;
+	const float *x = vector_datum_floats(values[0], cagra_index_is_halfvec(index), &dim);
 	CagraMetaData meta;
 	CagraStatus st;
 
 	cagra_lock_writers(index, ExclusiveLock);
 	cagra_read_meta(index, &meta);
-	cagra_fix_dims(&meta, v->dim);
-	cagra_check_dims(index, meta.dims, v->dim);
+	cagra_fix_dims(&meta, dim);
+	cagra_check_dims(index, meta.dims, dim);
 
 	cagra::Metric metric = (cagra::Metric) meta.metric;
 
-	if (cagra_vector_unindexable(metric, v->x, v->dim))
+	if (cagra_vector_unindexable(metric, x, dim))
 	{
 		/* not indexed, as in a build: its cosine distance is undefined */
 		cagra_unlock_writers(index, ExclusiveLock);
@@ -179,7 +180,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 
 	float	   *vec = (float *) palloc(meta.dims * sizeof(float));
 
-	cagra_prepare(metric, v->x, vec, meta.dims);
+	cagra_prepare(metric, x, vec, meta.dims);
 
 	uint32		new_id = meta.n;
 	cagra::InsertPlan *plan = cagra_plan_insert(index, &meta, vec, new_id, &st);

@@ -87,6 +87,7 @@ typedef struct CagraScanOpaqueData
 	CagraOwner *owner;
 	CagraScanState *state;
 	CagraMetaData meta;			/* read by the first amgettuple since the last rescan */
+	const float *raw_query;		/* the ORDER BY argument's elements, as floats */
 	bool		started;		/* the search has been set up since the last rescan */
 	bool		empty;			/* nothing to return (empty index) */
 	bool		null_query;		/* ORDER BY v <-> NULL: any order, NULL values */
@@ -340,11 +341,13 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 	}
 	else
 	{
-		Vector	   *q = DatumGetVector(scan->orderByData[0].sk_argument);
+		int			dim;
 
-		cagra_check_dims(scan->indexRelation, meta->dims, q->dim);
-		raw = q->x;
+		raw = vector_datum_floats(scan->orderByData[0].sk_argument, cagra_index_is_halfvec(scan->indexRelation),
+								  &dim);
+		cagra_check_dims(scan->indexRelation, meta->dims, dim);
 	}
+	so->raw_query = raw;
 	/* checked as the core checks them, so a search served by the GPU worker
 	 * fails on bad settings as the CPU one does */
 	cagra_guard_or_error([] { cagra::validate_search_params(cagra_search_params(), 0); });
@@ -397,8 +400,7 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 			if (cagra_worker_round_next(so->worker, scan->indexRelation, &so->meta, &tid, &value))
 				return cagra_return_tuple(scan, &tid, value, false);
 			/* the worker's results ran out: continue with the CPU search */
-			cagra_start_search(s, scan->indexRelation, &so->meta,
-							   DatumGetVector(scan->orderByData[0].sk_argument)->x);
+			cagra_start_search(s, scan->indexRelation, &so->meta, so->raw_query);
 		}
 		if (s->pos < s->batch.size())
 		{

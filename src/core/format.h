@@ -24,6 +24,33 @@ constexpr uint32_t element_bytes(ElementType type)
     return type == ElementType::Float32 ? 4 : 0;
 }
 
+/* An IEEE 754 half-precision value (pgvector's halfvec elements) as a float. */
+inline float half_to_float(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exponent = (h >> 10) & 0x1Fu;
+    uint32_t mantissa = h & 0x3FFu;
+    uint32_t bits;
+    if (exponent == 0x1F) {
+        bits = sign | 0x7F800000u | (mantissa << 13); /* infinity, NaN */
+    } else if (exponent != 0) {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    } else if (mantissa == 0) {
+        bits = sign; /* zero */
+    } else {
+        /* subnormal: shift the mantissa up until it is normal */
+        exponent = 113;
+        while (!(mantissa & 0x400u)) {
+            mantissa <<= 1;
+            exponent--;
+        }
+        bits = sign | (exponent << 23) | ((mantissa & 0x3FFu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 /*
  * The value the SQL operator gives for a distance in the core's form:
  * L2 distances are squared inside the index, the operator (<->) is the

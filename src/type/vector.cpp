@@ -9,6 +9,8 @@
  */
 #include "type/vector.h"
 
+#include "core/format.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +23,8 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
+#include "access/htup_details.h"
 
 PG_FUNCTION_INFO_V1(vector_in);
 PG_FUNCTION_INFO_V1(vector_out);
@@ -379,4 +383,42 @@ vector_to_float4(PG_FUNCTION_ARGS)
 	pfree(elems);
 	PG_FREE_IF_COPY(v, 0);
 	PG_RETURN_POINTER(result);
+}
+
+/* ---- halfvec (pgvector's), read as floats ---- */
+
+bool
+vector_type_is_halfvec(Oid typid)
+{
+	HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
+	bool		half = false;
+
+	if (HeapTupleIsValid(tup))
+	{
+		Form_pg_type t = (Form_pg_type) GETSTRUCT(tup);
+
+		half = strcmp(NameStr(t->typname), "halfvec") == 0 && t->typlen == -1;
+		ReleaseSysCache(tup);
+	}
+	return half;
+}
+
+const float *
+vector_datum_floats(Datum d, bool half, int *dim)
+{
+	if (!half)
+	{
+		Vector	   *v = DatumGetVector(d);
+
+		*dim = v->dim;
+		return v->x;
+	}
+
+	HalfVector *h = (HalfVector *) PG_DETOAST_DATUM(d);
+	float	   *out = (float *) palloc(sizeof(float) * Max(h->dim, 1));
+
+	for (int i = 0; i < h->dim; i++)
+		out[i] = cagra::half_to_float(h->x[i]);
+	*dim = h->dim;
+	return out;
 }

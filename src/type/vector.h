@@ -28,6 +28,23 @@ typedef struct Vector
 #define PG_GETARG_VECTOR_P(n)	DatumGetVector(PG_GETARG_DATUM(n))
 #define PG_RETURN_VECTOR_P(v)	PG_RETURN_POINTER(v)
 
+/* pgvector's halfvec, as it lies in memory: the same header, IEEE half
+ * elements.  cagra indexes it (converted to float) but does not define it. */
+typedef struct HalfVector
+{
+	int32		vl_len_;
+	int16		dim;
+	int16		unused;
+	uint16		x[FLEXIBLE_ARRAY_MEMBER];
+} HalfVector;
+
+/* Whether type `typid` is pgvector's halfvec. */
+bool		vector_type_is_halfvec(Oid typid);
+
+/* The elements of a vector or (half = true) halfvec datum as floats: the
+ * datum's own array for a vector, a palloc'd conversion for a halfvec. */
+const float *vector_datum_floats(Datum d, bool half, int *dim);
+
 /* A zeroed vector of `dim` dimensions in the current memory context. */
 Vector	   *vector_new(int dim);
 

@@ -4,9 +4,12 @@
  */
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <random>
 
 #include "distance.h"
+#include "format.h"
 
 using namespace cagra;
 
@@ -98,4 +101,21 @@ TEST(Distance, KernelNameIsKnown)
 {
     std::string name = distance_kernel_name();
     EXPECT_TRUE(name == "avx512" || name == "avx2" || name == "portable") << name;
+}
+
+/* pgvector's halfvec elements as floats (format.h): every finite half
+ * round-trips through float, and the special values keep their meaning. */
+TEST(Format, HalfToFloat)
+{
+    EXPECT_EQ(cagra::half_to_float(0x3C00), 1.0f);
+    EXPECT_EQ(cagra::half_to_float(0xC000), -2.0f);
+    EXPECT_EQ(cagra::half_to_float(0x7BFF), 65504.0f);
+    EXPECT_EQ(cagra::half_to_float(0x0001), std::ldexp(1.0f, -24)); /* smallest subnormal */
+    EXPECT_EQ(cagra::half_to_float(0x03FF), std::ldexp(1023.0f, -24));
+    EXPECT_EQ(cagra::half_to_float(0x0400), std::ldexp(1.0f, -14)); /* smallest normal */
+    EXPECT_EQ(cagra::half_to_float(0x0000), 0.0f);
+    EXPECT_TRUE(std::signbit(cagra::half_to_float(0x8000)));
+    EXPECT_TRUE(std::isinf(cagra::half_to_float(0x7C00)));
+    EXPECT_TRUE(std::isnan(cagra::half_to_float(0x7E00)));
+    EXPECT_EQ(cagra::half_to_float(0x3555), 0.333251953125f);
 }
