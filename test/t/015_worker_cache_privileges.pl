@@ -8,15 +8,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use CagraGpuNode;
 
-my $node = PostgreSQL::Test::Cluster->new('cacheprivs');
-$node->init;
-$node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'cagra'
-cagra.worker_backend = cpu
-cagra.batch_window = 0
-});
-$node->start;
+my $node = CagraGpuNode::cpu_worker('cacheprivs', '', 1);
 $node->safe_psql('postgres', 'CREATE DATABASE other');
 for my $db ('postgres', 'other')
 {

@@ -10,19 +10,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use CagraGpuNode;
 
-my $node = PostgreSQL::Test::Cluster->new('buildstall');
-$node->init;
-$node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'cagra'
-cagra.worker_backend = cpu
-cagra.batch_window = 0
-cagra.worker_timeout = '10s'
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
-$node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
-  or die 'worker not running';
+my $node = CagraGpuNode::cpu_worker('buildstall', "cagra.worker_timeout = '10s'\n");
 
 # a small index searched by the worker, and a table whose build with a huge
 # degree takes the worker's CPU engine a minute or more
@@ -47,17 +37,28 @@ is($node->safe_psql('postgres', $search), '50', 'the worker serves searches befo
 my $served_before = $node->safe_psql('postgres', 'SELECT queries FROM cagra_status');
 
 # the long build, by an ordinary user, in the background
-my $build = $node->background_psql('postgres', on_error_stop => 0);
-$build->query_safe("SET ROLE builder; SET maintenance_work_mem = '1GB'");
-my $pid = $build->query_safe('SELECT pg_backend_pid()');
-$build->query_until(qr/started/, q{
-	\echo started
-	CREATE INDEX big_v ON big USING cagra (v) WITH (graph_degree = 512, intermediate_graph_degree = 1024);
+# A session running a minute-long CREATE INDEX (as $role) of $index, once
+# the worker is in its graph build; returns the session and its pid.
+sub start_long_build
+{
+	my ($index, $role) = @_;
+	my $session = $node->background_psql('postgres', on_error_stop => 0);
+
+	$session->query_safe("SET ROLE $role") if $role;
+	$session->query_safe("SET maintenance_work_mem = '1GB'");
+	my $pid = $session->query_safe('SELECT pg_backend_pid()');
+	$session->query_until(qr/started/, qq{
+	\\echo started
+	CREATE INDEX $index ON big USING cagra (v) WITH (graph_degree = 512, intermediate_graph_degree = 1024);
 });
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_progress_create_index WHERE pid = $pid AND phase LIKE '%kNN%'")
-  or die 'the build never reached the worker';
-sleep 1;    # the worker is in the graph build now
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_progress_create_index WHERE pid = $pid AND phase LIKE '%kNN%'")
+	  or die "the build of $index never reached the worker";
+	sleep 1;    # the worker is in the graph build now
+	return ($session, $pid);
+}
+
+my ($build, $pid) = start_long_build('big_v', 'builder');
 
 # searches are served while it builds, by the worker, each well within the timeout
 my ($slowest, $ok) = (0, 1);
@@ -97,17 +98,7 @@ like($node->safe_psql('postgres', "SELECT build_device FROM cagra_index_info('sm
 	'its graph came from the worker (CPU engine)');
 
 # a build that is running when the server stops does not hold up a fast shutdown
-my $build2 = $node->background_psql('postgres', on_error_stop => 0);
-$build2->query_safe("SET maintenance_work_mem = '1GB'");
-my $pid2 = $build2->query_safe('SELECT pg_backend_pid()');
-$build2->query_until(qr/started/, q{
-	\echo started
-	CREATE INDEX big_v2 ON big USING cagra (v) WITH (graph_degree = 512, intermediate_graph_degree = 1024);
-});
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_progress_create_index WHERE pid = $pid2 AND phase LIKE '%kNN%'")
-  or die 'the second build never reached the worker';
-sleep 1;
+my ($build2) = start_long_build('big_v2');
 $t0 = time;
 $node->stop('fast');
 $took = time - $t0;

@@ -1,8 +1,9 @@
-# test/t/CagraGpuNode.pm — the cluster the GPU worker tests (102-104) start:
-# cagra preloaded with the GPU library of CAGRA_GPU_LIBRARY, crash restarts
-# on, the extension created and the worker's first report awaited.  The
-# calling test is skipped when there is no library or the worker found no
-# device.
+# test/t/CagraGpuNode.pm — the clusters the worker tests start.  start():
+# for the GPU tests (102-104), cagra preloaded with the GPU library of
+# CAGRA_GPU_LIBRARY, crash restarts on, the extension created and the
+# worker's first report awaited; the calling test is skipped when there is
+# no library or the worker found no device.  cpu_worker(): the worker with
+# its CPU engine (no GPU needed), running.
 package CagraGpuNode;
 
 use strict;
@@ -37,6 +38,25 @@ restart_after_crash = on
 		diag($node->safe_psql('postgres', 'SELECT message FROM cagra_status'));
 		plan skip_all => "worker state '$state': no device here";
 	}
+	return $node;
+}
+
+# A running node named $name whose worker runs the core library
+# (cagra.worker_backend = cpu, no batch window), with $extra settings; the
+# extension is created in database postgres unless $no_extension.
+sub cpu_worker
+{
+	my ($name, $extra, $no_extension) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+
+	$node->init;
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'cagra'\n"
+		  . "cagra.worker_backend = cpu\ncagra.batch_window = 0\n" . ($extra // ''));
+	$node->start;
+	return $node if $no_extension;
+	$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
+	$node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
+	  or die 'worker not running';
 	return $node;
 }
 
