@@ -109,7 +109,7 @@ corrupt($field{version}, pack('V', 1));
 	my $old = qr/ERROR:  0A000: index "t_v" has on-disk format 1, this version of cagra reads format 2/;
 	my $scan = err_of("SET enable_seqscan = off; SELECT id FROM t ORDER BY v <-> '[1,1,1,1]' LIMIT 3");
 	like($scan, $old, 'format 1: index scan refused');
-	like($scan, qr/HINT:  REINDEX INDEX public\.t_v/, 'format 1: hint');
+	like($scan, qr/HINT:  Rebuild it with REINDEX INDEX public\.t_v\./, 'format 1: hint');
 	like(err_of("SELECT * FROM cagra_search('t_v', ARRAY['[1,1,1,1]']::vector[], 3)"), $old,
 		'format 1: cagra_search refused');
 	like(err_of("INSERT INTO t VALUES (1000, '[1,2,3,4]')"), $old, 'format 1: insert refused');
