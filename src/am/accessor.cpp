@@ -77,8 +77,9 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 
 CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, bool record_nodes,
 									 bool keep_pins)
-	: index_(index), meta_(meta), format_(cagra_format_of(&meta)), record_(record_nodes), vecbuf_(meta.dims),
-	  keep_pins_(keep_pins)
+	: index_(index), meta_(meta), format_(cagra_format_of(&meta)), voff_(cagra_vector_offset(meta.graph_degree)),
+	  vbytes_(format_.vector_bytes()), single_page_(meta.pages_per_group == 1), record_(record_nodes),
+	  vecbuf_(meta.dims), keep_pins_(keep_pins)
 {
 	/* never hold so many pins that other backends run out of buffers */
 	max_pins_ = (uint32_t) Min(1024, NBuffers / 64);
@@ -140,46 +141,76 @@ CagraPageAccessor::neighbors(uint32_t id, uint32_t *scratch) const
 {
 	BlockNumber blkno;
 	uint32		off;
+	uint32		len = meta_.graph_degree * sizeof(uint32);
 
 	cagra_locate(&meta_, id, CAGRA_ROW_OFFSET, &blkno, &off);
-	Buffer		buf = lock_page(blkno);
+	if (likely(off + len <= BLCKSZ))
+	{
+		Buffer		buf = lock_page(blkno);
 
-	memcpy(scratch, (char *) BufferGetPage(buf) + off, meta_.graph_degree * sizeof(uint32));
-	unlock_page(buf);
+		memcpy(scratch, (char *) BufferGetPage(buf) + off, len);
+		unlock_page(buf);
+	}
+	else
+	{
+		/* a packed row (very large degrees) that crosses a page */
+		char	   *dst = (char *) scratch;
+		uint32		done = 0;
+
+		while (done < len)
+		{
+			cagra_locate(&meta_, id, CAGRA_ROW_OFFSET + done, &blkno, &off);
+
+			uint32		chunk = Min(len - done, BLCKSZ - off);
+			Buffer		buf = lock_page(blkno);
+
+			memcpy(dst + done, (char *) BufferGetPage(buf) + off, chunk);
+			unlock_page(buf);
+			done += chunk;
+		}
+	}
 	for (uint32_t j = 0; j < meta_.graph_degree; j++)
 		if (scratch[j] >= meta_.n)
 			scratch[j] = cagra::kInvalidNode;
 	return scratch;
 }
 
+/* Header fields not read yet: node_info reads them when asked. */
+static inline void
+cagra_info_unchecked(CagraPageAccessor::NodeInfo *info)
+{
+	ItemPointerSetInvalid(&info->heap_tid);
+	info->flags = CAGRA_NODE_UNCHECKED;
+}
+
 void
 CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 {
 	uint32		offset = 0;
-	uint32		len = format_.vector_bytes();
-	uint32		voff = cagra_vector_offset(meta_.graph_degree);
+	uint32		len = vbytes_;
+	BlockNumber blkno;
+	uint32		poff;
+	Buffer		buf;
 
 	storedbuf_.resize(len);
 	char	   *dst = storedbuf_.data();
 
-	/* the header is on the node's first page */
-	BlockNumber blkno;
-	uint32		poff;
-
-	cagra_locate(&meta_, id, 0, &blkno, &poff);
-	Buffer		buf = lock_page(blkno);
-	const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((char *) BufferGetPage(buf) + poff);
-
 	if (info)
 	{
+		cagra_locate(&meta_, id, 0, &blkno, &poff);
+		buf = lock_page(blkno);
+
+		const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((char *) BufferGetPage(buf) + poff);
+
 		info->heap_tid = hdr->heap_tid;
 		info->flags = hdr->flags;
+		unlock_page(buf);
 	}
-	unlock_page(buf);
 
+	/* the vector's bytes run to the end of each page it touches */
 	while (len > 0)
 	{
-		cagra_locate(&meta_, id, voff + offset, &blkno, &poff);
+		cagra_locate(&meta_, id, voff_ + offset, &blkno, &poff);
 		uint32		chunk = Min(len, BLCKSZ - poff);
 
 		buf = lock_page(blkno);
@@ -194,24 +225,38 @@ CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 float
 CagraPageAccessor::distance_to(const float *query, uint32_t id, NodeInfo *info) const
 {
-	if (meta_.pages_per_node > 1)
+	BlockNumber vblk,
+				hblk;
+	uint32		vpoff,
+				hpoff;
+
+	cagra_locate(&meta_, id, voff_, &vblk, &vpoff);
+	if (vpoff + vbytes_ > BLCKSZ)
 	{
-		read_vector(id, vecbuf_.data(), info);
+		/* the vector spans pages: copy it out; the header when asked */
+		read_vector(id, vecbuf_.data(), NULL);
+		cagra_info_unchecked(info);
 		return cagra::distance(metric(), query, vecbuf_.data(), meta_.dims);	/* decoded */
 	}
 
-	/* One page holds the whole record: compute on the page, under its lock. */
-	BlockNumber blkno;
-	uint32		poff;
+	/* One page holds the whole vector: compute on the page, under its lock
+	 * (and take the header when it is on that page too). */
+	cagra_locate(&meta_, id, 0, &hblk, &hpoff);
 
-	cagra_locate(&meta_, id, 0, &blkno, &poff);
-	Buffer		buf = lock_page(blkno);
-	const char *rec = (const char *) BufferGetPage(buf) + poff;
-	const CagraNodeHeader *hdr = (const CagraNodeHeader *) rec;
+	Buffer		buf = lock_page(vblk);
+	const char *page = (const char *) BufferGetPage(buf);
 
-	info->heap_tid = hdr->heap_tid;
-	info->flags = hdr->flags;
-	float		d = format_.distance(query, rec + cagra_vector_offset(meta_.graph_degree));
+	if (hblk == vblk)
+	{
+		const CagraNodeHeader *hdr = (const CagraNodeHeader *) (page + hpoff);
+
+		info->heap_tid = hdr->heap_tid;
+		info->flags = hdr->flags;
+	}
+	else
+		cagra_info_unchecked(info);
+
+	float		d = format_.distance(query, page + vpoff);
 
 	unlock_page(buf);
 	return d;
@@ -275,16 +320,19 @@ CagraPageAccessor::pin_page(BlockNumber blkno, bool *transient) const
 }
 
 /*
- * A scan's distances in two passes: pin every page and prefetch the records
- * first, then lock, compute and unlock one page at a time, so the memory
- * latency of the records overlaps instead of adding up.
+ * A scan's distances in two passes: pin every page and prefetch the vectors
+ * (and headers) first, then lock, compute and unlock one page at a time, so
+ * the memory latency of the records overlaps instead of adding up.  With
+ * one page a group (the common case: small vectors), a node's header and
+ * vector are on its page; otherwise a vector within one page is computed
+ * there, and one that spans pages is copied out.
  */
 void
 CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids, uint32_t count,
 										float *out) const
 {
-	const uint32_t voff = cagra_vector_offset(meta_.graph_degree);
-	const uint32_t span = Min(meta_.record_size, (uint32_t) 1024);
+	const uint32_t span = Min(vbytes_, (uint32_t) 1024);
+	const uint32_t k = meta_.nodes_per_group;
 
 	pending_.resize(count);
 	for (uint32_t i = 0; i < count; i++)
@@ -292,34 +340,74 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 		BlockNumber blkno;
 		Pending    &p = pending_[i];
 
+		p.slow = false;
 		if (cached_distance(query, ids[i], &out[i]))
 		{
 			p.buf = InvalidBuffer;
 			continue;
 		}
-		cagra_locate(&meta_, ids[i], 0, &blkno, &p.offset);
+		if (single_page_)
+		{
+			/* one page a group: its rows are on it (no hole), then its
+			 * vectors */
+			uint32_t	j = ids[i] % k;
+
+			blkno = 1 + ids[i] / k;
+			p.header = CAGRA_PAGE_DATA_START + j * meta_.row_stride;
+			p.offset = CAGRA_PAGE_DATA_START + meta_.vector_start + j * vbytes_;
+		}
+		else
+		{
+			BlockNumber hblk;
+			uint32		hoff;
+
+			cagra_locate(&meta_, ids[i], voff_, &blkno, &p.offset);
+			if (p.offset + vbytes_ > BLCKSZ)
+			{
+				p.buf = InvalidBuffer;
+				p.slow = true;
+				continue;
+			}
+			cagra_locate(&meta_, ids[i], 0, &hblk, &hoff);
+			p.header = hblk == blkno ? hoff : 0;
+		}
 		p.buf = pin_page(blkno, &p.transient);
 
-		const char *rec = (const char *) BufferGetPage(p.buf) + p.offset;
+		const char *page = (const char *) BufferGetPage(p.buf);
 
+		__builtin_prefetch(page + p.header);
 		for (uint32_t b = 0; b < span; b += 64)
-			__builtin_prefetch(rec + b);
+			__builtin_prefetch(page + p.offset + b);
 	}
 	for (uint32_t i = 0; i < count; i++)
 	{
 		const Pending &p = pending_[i];
-
-		if (p.buf == InvalidBuffer)
-			continue;			/* from the entry-vector cache */
-		LockBuffer(p.buf, BUFFER_LOCK_SHARE);
-
-		const char *rec = (const char *) BufferGetPage(p.buf) + p.offset;
-		const CagraNodeHeader *hdr = (const CagraNodeHeader *) rec;
 		NodeInfo	info;
 
-		info.heap_tid = hdr->heap_tid;
-		info.flags = hdr->flags;
-		out[i] = format_.distance(query, rec + voff);
+		if (p.buf == InvalidBuffer)
+		{
+			if (p.slow)
+			{
+				out[i] = distance_to(query, ids[i], &info);
+				if (record_)
+					seen_[ids[i]] = info;
+			}
+			continue;			/* else from the entry-vector cache */
+		}
+		LockBuffer(p.buf, BUFFER_LOCK_SHARE);
+
+		const char *page = (const char *) BufferGetPage(p.buf);
+
+		if (p.header)
+		{
+			const CagraNodeHeader *hdr = (const CagraNodeHeader *) (page + p.header);
+
+			info.heap_tid = hdr->heap_tid;
+			info.flags = hdr->flags;
+		}
+		else
+			cagra_info_unchecked(&info);
+		out[i] = format_.distance(query, page + p.offset);
 		LockBuffer(p.buf, BUFFER_LOCK_UNLOCK);
 		if (p.transient)
 			ReleaseBuffer(p.buf);
@@ -331,7 +419,7 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 void
 CagraPageAccessor::distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
 {
-	if (keep_pins_ && meta_.pages_per_node == 1)
+	if (keep_pins_)
 	{
 		prefetched_distances(query, ids, count, out);
 		return;

@@ -78,6 +78,9 @@ private:
 	Relation	index_;
 	CagraMetaData meta_;
 	cagra::VectorFormat format_;
+	uint32_t	voff_;				/* record offset of the vector */
+	uint32_t	vbytes_;			/* bytes of a stored vector */
+	bool		single_page_;		/* a group is one page: a node's header and vector share it */
 	bool		record_;
 	mutable std::vector<float> vecbuf_;
 	mutable std::vector<char> storedbuf_;	/* a vector as stored, spanning pages */
@@ -89,9 +92,11 @@ private:
 	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */
 	struct Pending
 	{
-		Buffer		buf;
-		uint32_t	offset;
+		Buffer		buf;			/* InvalidBuffer: cached, or slow */
+		uint32_t	offset;			/* of the vector in the page */
+		uint32_t	header;			/* of the header in the page; 0: on another page */
 		bool		transient;
+		bool		slow;			/* the vector spans pages */
 	};
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
 	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* scans only */

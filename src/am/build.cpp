@@ -291,30 +291,37 @@ cagra_fill_meta(CagraMetaData *meta, cagra::Metric metric, uint32 dims, const ca
 		cagra_compute_layout(meta);
 }
 
-/* Serialise the records of one node group (k nodes, or one node spanning
- * p pages) into `group`. */
+/* Serialise node group `group` (its first nodes, as many as there are)
+ * into `buf`, its pages' data concatenated. */
 static void
 cagra_fill_group(const CagraMetaData *meta, const CagraBuildState *bs, const cagra::Graph &graph,
-				 uint32 first, char *group)
+				 uint64 group, char *buf)
 {
-	uint64		group_bytes = (uint64) meta->nodes_per_page * meta->record_size;
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+	cagra::VectorFormat format = cagra_format_of(meta);
+	char	   *stored = (char *) palloc(format.vector_bytes());
 
-	memset(group, 0, group_bytes);
-	for (uint32 j = 0; j < meta->nodes_per_page && first + j < bs->n; j++)
+	memset(buf, 0, cagra_group_bytes(meta));
+	for (uint32 j = 0; j < meta->nodes_per_group; j++)
 	{
-		uint32		id = first + j;
-		char	   *rec = group + (uint64) j * meta->record_size;
+		uint64		id = group * meta->nodes_per_group + j;
 		CagraNodeHeader hdr;
 
+		if (id >= bs->n)
+			break;
 		hdr.heap_tid = bs->tids[id];
 		hdr.flags = CAGRA_NODE_LIVE;
-		memcpy(rec, &hdr, sizeof(hdr));
-		memcpy(rec + CAGRA_ROW_OFFSET, graph.row(id), meta->graph_degree * sizeof(uint32));
-		cagra_format_of(meta).store(bs->vectors + (uint64) id * bs->dims,
-									rec + cagra_vector_offset(meta->graph_degree));
+		cagra_group_copy_in(meta, buf, j, 0, &hdr, sizeof(hdr));
+		cagra_group_copy_in(meta, buf, j, CAGRA_ROW_OFFSET, graph.row((uint32) id),
+							meta->graph_degree * sizeof(uint32));
+		format.store(bs->vectors + id * bs->dims, stored);
+		cagra_group_copy_in(meta, buf, j, voff, stored, format.vector_bytes());
 	}
+	pfree(stored);
 }
 
+/* The meta page, then blocks 1 .. cagra_blocks_for(n) - 1 in order (whole
+ * groups, and the used pages of the last one). */
 static void
 cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildState *bs,
 				  const cagra::Graph *graph)
@@ -329,30 +336,35 @@ cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildSta
 	if (bs->n == 0)
 		return;
 
-	uint64		group_bytes = (uint64) meta->nodes_per_page * meta->record_size;
-	char	   *group = (char *) palloc(group_bytes);
+	BlockNumber nblocks = cagra_blocks_for(meta, (uint32) bs->n);
+	char	   *group = (char *) palloc(cagra_group_bytes(meta));
 
-	for (uint32 first = 0; first < bs->n; first += meta->nodes_per_page)
+	for (BlockNumber blkno = 1; blkno < nblocks; blkno++)
 	{
-		cagra_fill_group(meta, bs, *graph, first, group);
-		for (uint32 p = 0; p < meta->pages_per_node; p++)
-		{
-			uint64		start = (uint64) p * CAGRA_PAGE_USABLE;
-			uint64		len = Min(group_bytes - start, (uint64) CAGRA_PAGE_USABLE);
+		uint64		g = (blkno - 1) / meta->pages_per_group;
+		uint32		q = (blkno - 1) % meta->pages_per_group;
 
-			buf = cagra_new_buffer(index, MAIN_FORKNUM);
-			Page		page = BufferGetPage(buf);
-
-			cagra_init_node_page(page, meta, BufferGetBlockNumber(buf));
-			memcpy((char *) page + CAGRA_PAGE_DATA_START, group + start, len);
-			MarkBufferDirty(buf);
-			UnlockReleaseBuffer(buf);
-		}
-		if ((first / meta->nodes_per_page) % 64 == 0)
+		if (q == 0)
 		{
-			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) first);
-			CHECK_FOR_INTERRUPTS();
+			cagra_fill_group(meta, bs, *graph, g, group);
+			if (g % 64 == 0)
+			{
+				pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE,
+											 (int64) (g * meta->nodes_per_group));
+				CHECK_FOR_INTERRUPTS();
+			}
 		}
+		buf = cagra_new_buffer(index, MAIN_FORKNUM);
+		Page		page = BufferGetPage(buf);
+
+		if (BufferGetBlockNumber(buf) != blkno)
+			elog(ERROR, "cagra build of \"%s\" wrote block %u, expected block %u",
+				 RelationGetRelationName(index), BufferGetBlockNumber(buf), blkno);
+		cagra_init_node_page(page, meta, blkno);
+		memcpy((char *) page + CAGRA_PAGE_DATA_START, group + (uint64) q * CAGRA_PAGE_USABLE,
+			   ((PageHeader) page)->pd_lower - CAGRA_PAGE_DATA_START);
+		MarkBufferDirty(buf);
+		UnlockReleaseBuffer(buf);
 	}
 	pfree(group);
 }

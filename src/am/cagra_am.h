@@ -25,7 +25,7 @@ extern "C" {
 /* ---- on-disk format ---- */
 
 #define CAGRA_MAGIC 0xCA6A1DE5u
-#define CAGRA_FORMAT_VERSION 1
+#define CAGRA_FORMAT_VERSION 2
 #define CAGRA_METAPAGE_BLKNO 0
 #define CAGRA_MAX_ENTRY_NODES cagra::kMaxStoredEntries
 
@@ -56,15 +56,21 @@ typedef struct CagraMetaData
 	uint32		graph_degree;
 	uint32		intermediate_degree;
 	uint32		build_device;	/* CAGRA_DEVICE_CPU or CAGRA_DEVICE_GPU */
-	uint32		record_size;	/* bytes of one node record */
-	uint32		nodes_per_page; /* k >= 1 */
-	uint32		pages_per_node; /* p >= 1; k > 1 implies p == 1 */
+	uint32		record_size;	/* bytes of one node: header, row, vector */
+	uint32		nodes_per_group;	/* k >= 1 nodes in one group ... */
+	uint32		pages_per_group;	/* ... of p >= 1 consecutive pages */
 	uint32		n;				/* node slots allocated (ids 0..n-1) */
 	uint32		live;			/* nodes not deleted */
 	uint64		generation;		/* bumped by every change a cached copy must see */
 	uint32		entry_count;
 	uint32		entries[CAGRA_MAX_ENTRY_NODES];
 	uint32		build_flags;	/* CAGRA_BUILT_*; 0 in indexes built before it existed */
+	/* where things are inside a group (cagra_compute_layout, docs/storage.md) */
+	uint32		row_stride;		/* bytes from one node's header+row to the next */
+	uint32		rows_per_page;	/* header+rows per row page (k when rows are packed) */
+	uint32		tail_bytes;		/* vector bytes at the end of each full row page */
+	uint32		hole_bytes;		/* vector bytes in the tails of full row pages */
+	uint32		vector_start;	/* group position of the vector bytes after the hole */
 } CagraMetaData;
 
 /* build_flags: the build added long edges (the plain graph could not be
@@ -106,25 +112,73 @@ cagra_vector_offset(uint32 degree)
 	return CAGRA_ROW_OFFSET + degree * sizeof(uint32);
 }
 
-/* Record size and layout numbers for a (dims, degree) pair. */
+/*
+ * The layout numbers of a (dims, degree) pair: nodes come in groups of k
+ * over p consecutive pages; in a group the header+rows of its k nodes come
+ * first, the vectors after them (docs/storage.md).
+ */
 void		cagra_compute_layout(CagraMetaData *meta);
 
-/* Where byte `offset` of node `id`'s record lives. */
+/*
+ * Position inside its group (0 .. p * CAGRA_PAGE_USABLE - 1, page data
+ * concatenated) of byte `offset` of the record of the node `j`-th in its
+ * group.  offset < cagra_vector_offset(degree): the header and row part;
+ * beyond: the vector.  The header and row part of a node is contiguous, and
+ * so is its vector within a page: bytes at increasing positions run to the
+ * end of a page.
+ */
+static inline uint64
+cagra_group_position(const CagraMetaData *meta, uint32 j, uint32 offset)
+{
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+
+	if (offset < voff)
+		return (uint64) (j / meta->rows_per_page) * CAGRA_PAGE_USABLE +
+			(uint64) (j % meta->rows_per_page) * meta->row_stride + offset;
+
+	uint64		v = (uint64) j * (meta->record_size - voff) + (offset - voff);
+
+	if (v < meta->hole_bytes)
+		return (v / meta->tail_bytes) * CAGRA_PAGE_USABLE + (CAGRA_PAGE_USABLE - meta->tail_bytes) +
+			v % meta->tail_bytes;
+	return meta->vector_start + (v - meta->hole_bytes);
+}
+
+/* Where byte `offset` of node `id`'s record lives (see cagra_group_position). */
 static inline void
 cagra_locate(const CagraMetaData *meta, uint32 id, uint32 offset,
 			 BlockNumber *blkno, uint32 *page_offset)
 {
-	uint32		group = id / meta->nodes_per_page;
-	uint64		linear = (uint64) (id % meta->nodes_per_page) * meta->record_size + offset;
+	uint32		group = id / meta->nodes_per_group;
+	uint64		pos = cagra_group_position(meta, id % meta->nodes_per_group, offset);
 
-	*blkno = 1 + (BlockNumber) group * meta->pages_per_node + (BlockNumber) (linear / CAGRA_PAGE_USABLE);
-	*page_offset = CAGRA_PAGE_DATA_START + (uint32) (linear % CAGRA_PAGE_USABLE);
+	*blkno = 1 + (BlockNumber) group * meta->pages_per_group + (BlockNumber) (pos / CAGRA_PAGE_USABLE);
+	*page_offset = CAGRA_PAGE_DATA_START + (uint32) (pos % CAGRA_PAGE_USABLE);
 }
 
-/* Number of blocks (meta page included) that hold nodes 0..n-1. */
+/* At most this many pages in one node group. */
+#define CAGRA_MAX_GROUP_PAGES 64
+
+/* Bytes of one group as its pages' data concatenated. */
+static inline uint64
+cagra_group_bytes(const CagraMetaData *meta)
+{
+	return (uint64) meta->pages_per_group * CAGRA_PAGE_USABLE;
+}
+
+/* Copy bytes of the (logical) record of the node j-th in its group out of,
+ * or into, a group held in memory as its pages' data concatenated. */
+void		cagra_group_copy_out(const CagraMetaData *meta, const char *group, uint32 j, uint32 offset,
+								 uint32 len, void *dst);
+void		cagra_group_copy_in(const CagraMetaData *meta, char *group, uint32 j, uint32 offset,
+								const void *src, uint32 len);
+
+/* Number of blocks (meta page included) that hold nodes 0..n-1: whole
+ * groups, and of the last group the pages up to node n-1's last byte. */
 BlockNumber cagra_blocks_for(const CagraMetaData *meta, uint32 n);
 
-/* pd_lower for data page number `page_in_group` of a node group. */
+/* pd_lower for data page number `page_in_group` of a node group (past
+ * every byte a full group has there). */
 uint32		cagra_page_lower(const CagraMetaData *meta, uint32 page_in_group);
 
 /* Meta page helpers */
@@ -161,7 +215,9 @@ Relation	cagra_open_sql_index(Oid relid, bool need_valid, Relation *heap_out);
 void		cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno);
 
 /* Copy `len` bytes of node `id`'s record starting at `offset` out of the
- * index, share-locking one page at a time (plain C: may ereport). */
+ * index, share-locking one page at a time (plain C: may ereport).  The
+ * record is the logical one (header, row, vector): a range may cover both
+ * parts. */
 void		cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 id,
 									uint32 offset, uint32 len, void *dst);
 
@@ -272,7 +328,9 @@ typedef struct CagraWalBatch
 
 void		cagra_batch_begin(CagraWalBatch *b, Relation index, const CagraMetaData *meta);
 Page		cagra_batch_page(CagraWalBatch *b, BlockNumber blkno);
-/* Write bytes of node `id`'s record (may span pages). */
+/* Write bytes of node `id`'s (logical) record: may cover the header/row
+ * part and the vector, and span pages.  The pages of the header/row part of
+ * one write go into one WAL record. */
 void		cagra_batch_write(CagraWalBatch *b, uint32 id, uint32 offset, const void *src, uint32 len);
 void		cagra_batch_finish(CagraWalBatch *b);
 

@@ -120,8 +120,8 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	values[6] = Int64GetDatum((int64) meta.live);
 	values[7] = Int64GetDatum((int64) meta.n - (int64) meta.live);
 	values[8] = Int32GetDatum((int32) meta.entry_count);
-	values[9] = Int32GetDatum((int32) meta.nodes_per_page);
-	values[10] = Int32GetDatum((int32) meta.pages_per_node);
+	values[9] = Int32GetDatum((int32) meta.nodes_per_group);
+	values[10] = Int32GetDatum((int32) meta.pages_per_group);
 	values[11] = Int64GetDatum((int64) pages);
 	values[12] = Int64GetDatum((int64) pages * BLCKSZ);
 	values[13] = Int64GetDatum((int64) meta.generation);

@@ -4,7 +4,8 @@
  * Inserts (and vacuum) serialise on the writers' lock, a heavyweight lock on
  * the meta page, so a plan made from the pages stays valid while it is
  * applied.  Order of the WAL records, each crash-safe on its own:
- *   1. the new node's record at slot n (invisible: n is not counted yet);
+ *   1. the new node's header, row and vector at slot n (invisible: n is
+ *      not counted yet);
  *   2. the meta page (n + 1, live + 1, generation + 1) with the reverse
  *      edge of the node's closest neighbour, so a counted node always has
  *      a way in;
@@ -96,8 +97,8 @@ cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, uin
 
 	if (first)
 	{
-		/* a row lies in its node's first page; that page comes after the
-		 * meta page, so the locks are taken in block order */
+		/* one edge lies in one page; that page comes after the meta page,
+		 * so the locks are taken in block order */
 		BlockNumber blkno;
 		uint32		off;
 
@@ -196,8 +197,20 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	char	   *rec = cagra_make_record(&meta, heap_tid, plan->row.data(), vec);
 	CagraWalBatch batch;
 
+	/* the header and row, and the vector, lie apart in the node's group
+	 * (the vector may even come first, in the tail of an earlier row page):
+	 * written in block order */
+	uint32		voff = cagra_vector_offset(meta.graph_degree);
+	BlockNumber row_blk,
+				vec_blk;
+	uint32		poff;
+
+	cagra_locate(&meta, new_id, 0, &row_blk, &poff);
+	cagra_locate(&meta, new_id, voff, &vec_blk, &poff);
 	cagra_batch_begin(&batch, index, &meta);
-	cagra_batch_write(&batch, new_id, 0, rec, meta.record_size);
+	if (vec_blk < row_blk)
+		cagra_batch_write(&batch, new_id, voff, rec + voff, meta.record_size - voff);
+	cagra_batch_write(&batch, new_id, 0, rec, vec_blk < row_blk ? voff : meta.record_size);
 	cagra_batch_finish(&batch);
 
 	cagra_publish_node(index, &meta, new_id, plan->row[0], plan->updates.data(), plan->updates.size());

@@ -14,25 +14,93 @@
 extern "C" {
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 }
 
+/*
+ * The layout (docs/storage.md): groups of k nodes over p pages; in a group
+ * the header+rows first, then the vectors.  Rows are aligned (no row
+ * crosses a page; the tails of full row pages hold vector bytes) unless no
+ * group of at most CAGRA_MAX_GROUP_PAGES pages leaves less than 3% unused
+ * that way (very large degrees with small vectors: a page holds only one
+ * or two rows); then rows are packed back to back at a stride of a multiple
+ * of 8 bytes, so a header never crosses a page but a row may.  The smallest
+ * p that leaves less than 3% of the group unused wins; failing that, the
+ * least unused share.
+ */
 void
 cagra_compute_layout(CagraMetaData *meta)
 {
-	uint64		size = cagra_vector_offset(meta->graph_degree) + (uint64) cagra_format_of(meta).vector_bytes();
+	const uint64 usable = CAGRA_PAGE_USABLE;
+	uint64		r = cagra_vector_offset(meta->graph_degree);
+	uint64		v = cagra_format_of(meta).vector_bytes();
+	uint64		rpp = usable / r;
+	uint64		packed_stride = TYPEALIGN(8, r);
+	uint64		best_k = 0,
+				best_p = 1,
+				best_unused = 0;
+	bool		best_packed = false,
+				found = false;
 
-	meta->record_size = (uint32) size;
-	if (size <= CAGRA_PAGE_USABLE)
+	meta->record_size = (uint32) (r + v);
+	for (int packed = 0; packed < 2 && !found; packed++)
+		for (uint64 p = 1; p <= CAGRA_MAX_GROUP_PAGES; p++)
+		{
+			uint64		cap = p * usable;
+			uint64		k = packed ? cap / (packed_stride + v) : Min(cap / (r + v), p * rpp);
+
+			if (k == 0)
+				continue;
+
+			uint64		unused = cap - k * (r + v);
+
+			/* unused / cap < best_unused / (best_p * usable) */
+			if (best_k == 0 || unused * best_p < best_unused * p)
+			{
+				best_k = k;
+				best_p = p;
+				best_unused = unused;
+				best_packed = packed;
+			}
+			if (unused * 100 < cap * 3)
+			{
+				found = true;
+				break;
+			}
+		}
+
+	meta->nodes_per_group = (uint32) best_k;
+	meta->pages_per_group = (uint32) best_p;
+	if (best_packed)
 	{
-		meta->nodes_per_page = (uint32) (CAGRA_PAGE_USABLE / size);
-		meta->pages_per_node = 1;
+		meta->row_stride = (uint32) packed_stride;
+		meta->rows_per_page = (uint32) best_k;
+		meta->tail_bytes = 0;
+		meta->hole_bytes = 0;
+		meta->vector_start = (uint32) (best_k * packed_stride);
 	}
 	else
 	{
-		meta->nodes_per_page = 1;
-		meta->pages_per_node = (uint32) ((size + CAGRA_PAGE_USABLE - 1) / CAGRA_PAGE_USABLE);
+		uint64		row_pages = (best_k + rpp - 1) / rpp;
+
+		meta->row_stride = (uint32) r;
+		meta->rows_per_page = (uint32) rpp;
+		meta->tail_bytes = (uint32) (usable - rpp * r);
+		meta->hole_bytes = (uint32) ((row_pages - 1) * meta->tail_bytes);
+		meta->vector_start = (uint32) ((row_pages - 1) * usable + (best_k - (row_pages - 1) * rpp) * r);
 	}
+}
+
+/* One past the group position of the last byte of node j-th in its group
+ * (its row or its vector, whichever comes later). */
+static uint64
+cagra_node_end(const CagraMetaData *meta, uint32 j)
+{
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+
+	return Max(cagra_group_position(meta, j, voff - 1), cagra_group_position(meta, j, meta->record_size - 1)) + 1;
 }
 
 BlockNumber
@@ -40,21 +108,72 @@ cagra_blocks_for(const CagraMetaData *meta, uint32 n)
 {
 	if (n == 0 || meta->dims == 0)
 		return 1;
-	uint64		groups = ((uint64) n + meta->nodes_per_page - 1) / meta->nodes_per_page;
 
-	return (BlockNumber) (1 + groups * meta->pages_per_node);
+	uint64		group = (n - 1) / meta->nodes_per_group;
+	uint64		end = cagra_node_end(meta, (n - 1) % meta->nodes_per_group);
+
+	return (BlockNumber) (1 + group * meta->pages_per_group + (end + CAGRA_PAGE_USABLE - 1) / CAGRA_PAGE_USABLE);
 }
 
 uint32
 cagra_page_lower(const CagraMetaData *meta, uint32 page_in_group)
 {
-	uint64		group_bytes = (uint64) meta->nodes_per_page * meta->record_size;
+	uint64		end = cagra_node_end(meta, meta->nodes_per_group - 1);
 	uint64		before = (uint64) page_in_group * CAGRA_PAGE_USABLE;
-	uint64		used = group_bytes - before;
+	uint64		used = end > before ? end - before : 0;
 
 	if (used > CAGRA_PAGE_USABLE)
 		used = CAGRA_PAGE_USABLE;
 	return (uint32) (CAGRA_PAGE_DATA_START + used);
+}
+
+/* The next piece of a record range: `len` bytes from `offset`, at group
+ * position `pos`, cut at the page's end and where the vector starts. */
+static inline uint32
+cagra_piece(const CagraMetaData *meta, uint32 offset, uint32 len, uint64 pos)
+{
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+	uint32		chunk = Min(len, (uint32) (CAGRA_PAGE_USABLE - pos % CAGRA_PAGE_USABLE));
+
+	if (offset < voff)
+		chunk = Min(chunk, voff - offset);
+	return chunk;
+}
+
+void
+cagra_group_copy_out(const CagraMetaData *meta, const char *group, uint32 j, uint32 offset, uint32 len,
+					 void *dst)
+{
+	char	   *out = (char *) dst;
+
+	while (len > 0)
+	{
+		uint64		pos = cagra_group_position(meta, j, offset);
+		uint32		chunk = cagra_piece(meta, offset, len, pos);
+
+		memcpy(out, group + pos, chunk);
+		out += chunk;
+		offset += chunk;
+		len -= chunk;
+	}
+}
+
+void
+cagra_group_copy_in(const CagraMetaData *meta, char *group, uint32 j, uint32 offset, const void *src,
+					uint32 len)
+{
+	const char *in = (const char *) src;
+
+	while (len > 0)
+	{
+		uint64		pos = cagra_group_position(meta, j, offset);
+		uint32		chunk = cagra_piece(meta, offset, len, pos);
+
+		memcpy(group + pos, in, chunk);
+		in += chunk;
+		offset += chunk;
+		len -= chunk;
+	}
 }
 
 CagraMetaData *
@@ -76,7 +195,7 @@ void
 cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno)
 {
 	PageInit(page, BLCKSZ, 0);
-	((PageHeader) page)->pd_lower = cagra_page_lower(meta, (blkno - 1) % meta->pages_per_node);
+	((PageHeader) page)->pd_lower = cagra_page_lower(meta, (blkno - 1) % meta->pages_per_group);
 }
 
 /* A problem for the report, formatted. */
@@ -103,6 +222,13 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 	if (meta->magic != CAGRA_MAGIC)
 	{
 		cagra_meta_problem(report, arg, true, "meta page: bad magic number %08x", meta->magic);
+		return false;
+	}
+	if (meta->version >= 1 && meta->version < CAGRA_FORMAT_VERSION)
+	{
+		cagra_meta_problem(report, arg, true,
+						   "meta page: on-disk format %u, this version of cagra reads format %d (REINDEX the index)",
+						   meta->version, CAGRA_FORMAT_VERSION);
 		return false;
 	}
 	if (meta->version != CAGRA_FORMAT_VERSION)
@@ -137,13 +263,16 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 		CagraMetaData expect = *meta;
 
 		cagra_compute_layout(&expect);
-		if (expect.record_size != meta->record_size || expect.nodes_per_page != meta->nodes_per_page ||
-			expect.pages_per_node != meta->pages_per_node)
+		if (expect.record_size != meta->record_size || expect.nodes_per_group != meta->nodes_per_group ||
+			expect.pages_per_group != meta->pages_per_group || expect.row_stride != meta->row_stride ||
+			expect.rows_per_page != meta->rows_per_page || expect.tail_bytes != meta->tail_bytes ||
+			expect.hole_bytes != meta->hole_bytes || expect.vector_start != meta->vector_start)
 		{
 			cagra_meta_problem(report, arg, true,
-							   "meta page: layout %u bytes, %u nodes per page, %u pages per node does not match %u dimensions and degree %u",
-							   meta->record_size, meta->nodes_per_page, meta->pages_per_node, meta->dims,
-							   meta->graph_degree);
+							   "meta page: layout (%u bytes a node, %u nodes in %u pages, rows %u apart, %u a page, vectors from %u, %u in %u-byte tails) does not match %u dimensions and degree %u",
+							   meta->record_size, meta->nodes_per_group, meta->pages_per_group,
+							   meta->row_stride, meta->rows_per_page, meta->vector_start, meta->hole_bytes,
+							   meta->tail_bytes, meta->dims, meta->graph_degree);
 			return false;
 		}
 	}
@@ -196,6 +325,16 @@ cagra_meta_error(void *arg, bool fatal, const char *problem)
 				 errmsg("index \"%s\" is not a cagra index (bad magic number)",
 						RelationGetRelationName(e->index)),
 				 errhint("REINDEX the index.")));
+	if (e->meta->version >= 1 && e->meta->version < CAGRA_FORMAT_VERSION)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("index \"%s\" has on-disk format %u, this version of cagra reads format %d",
+						RelationGetRelationName(e->index), e->meta->version, CAGRA_FORMAT_VERSION),
+				 errdetail("Format %d stores the rows and the vectors of a node group apart.",
+						   CAGRA_FORMAT_VERSION),
+				 errhint("Rebuild it with REINDEX INDEX %s.",
+						 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(e->index)),
+													RelationGetRelationName(e->index)))));
 	if (e->meta->version != CAGRA_FORMAT_VERSION)
 		ereport(ERROR,
 				(errcode(ERRCODE_INDEX_CORRUPTED),
@@ -252,7 +391,7 @@ cagra_read_record_bytes(Relation index, const CagraMetaData *meta, uint32 id,
 		uint32		poff;
 
 		cagra_locate(meta, id, offset, &blkno, &poff);
-		uint32		chunk = Min(len, BLCKSZ - poff);
+		uint32		chunk = cagra_piece(meta, offset, len, poff - CAGRA_PAGE_DATA_START);
 		Buffer		buf = ReadBuffer(index, blkno);
 
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
@@ -445,9 +584,17 @@ cagra_batch_page(CagraWalBatch *b, BlockNumber blkno)
 		b->state = GenericXLogStart(b->index);
 
 	Buffer		buf;
+	BlockNumber nblocks = RelationGetNumberOfBlocks(b->index);
 
-	if (blkno >= RelationGetNumberOfBlocks(b->index))
+	if (blkno >= nblocks)
+	{
+		/* pages of a group no byte has been written to yet (a row page of
+		 * nodes still to come, the unused end of a group) stay new: all
+		 * zeros, read by nobody, initialised when first written */
+		for (; nblocks < blkno; nblocks++)
+			ReleaseBuffer(cagra_extend(b->index, nblocks));
 		buf = cagra_extend(b->index, blkno);
+	}
 	else
 		buf = ReadBuffer(b->index, blkno);
 	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
@@ -467,14 +614,37 @@ void
 cagra_batch_write(CagraWalBatch *b, uint32 id, uint32 offset, const void *src, uint32 len)
 {
 	const char *in = (const char *) src;
+	uint32		voff = cagra_vector_offset(b->meta->graph_degree);
 
+	if (offset < voff && len > 0)
+	{
+		/* a packed row may cross into the next page: both pages of the
+		 * header/row part go into one WAL record */
+		BlockNumber first,
+					last;
+		uint32		poff;
+		int			need = 0;
+
+		cagra_locate(b->meta, id, offset, &first, &poff);
+		cagra_locate(b->meta, id, Min(offset + len, voff) - 1, &last, &poff);
+		for (BlockNumber blk = first; blk <= last; blk++)
+		{
+			bool		have = false;
+
+			for (int i = 0; i < b->nbufs; i++)
+				have |= BufferGetBlockNumber(b->bufs[i]) == blk;
+			need += have ? 0 : 1;
+		}
+		if (b->nbufs + need > MAX_GENERIC_XLOG_PAGES)
+			cagra_batch_finish(b);
+	}
 	while (len > 0)
 	{
 		BlockNumber blkno;
 		uint32		poff;
 
 		cagra_locate(b->meta, id, offset, &blkno, &poff);
-		uint32		chunk = Min(len, BLCKSZ - poff);
+		uint32		chunk = cagra_piece(b->meta, offset, len, poff - CAGRA_PAGE_DATA_START);
 		Page		page = cagra_batch_page(b, blkno);
 
 		memcpy((char *) page + poff, in, chunk);

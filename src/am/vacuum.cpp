@@ -21,15 +21,14 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-/* Blocks that hold node headers: every block (k layout) or each node's
- * first block (p layout). */
+/* The block that holds node `id`'s header. */
 static BlockNumber
-cagra_header_block(const CagraMetaData *meta, uint32 first_id)
+cagra_header_block(const CagraMetaData *meta, uint32 id)
 {
 	BlockNumber blkno;
 	uint32		off;
 
-	cagra_locate(meta, first_id, 0, &blkno, &off);
+	cagra_locate(meta, id, 0, &blkno, &off);
 	return blkno;
 }
 
@@ -44,10 +43,15 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 	uint32		newly = 0;
 
 	*live = 0;
-	for (uint32 first = 0; first < meta->n; first += meta->nodes_per_page)
+	/* the headers of consecutive nodes on one page, page by page (headers
+	 * never cross a page, and their blocks grow with the node id) */
+	for (uint32 first = 0, last; first < meta->n; first = last)
 	{
-		uint32		last = Min(meta->n, first + meta->nodes_per_page);
 		BlockNumber blkno = cagra_header_block(meta, first);
+
+		for (last = first + 1; last < meta->n && cagra_header_block(meta, last) == blkno; last++)
+			;
+
 		Buffer		buf;
 		Page		page;
 		uint32		dead[BLCKSZ / sizeof(CagraNodeHeader)];

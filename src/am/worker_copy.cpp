@@ -16,8 +16,29 @@ typedef struct CagraPageSource
 {
 	Relation	index;
 	const CagraMetaData *meta;
-	char	   *group;			/* one node group: nodes_per_page records */
+	char	   *group;			/* one node group: its pages' data concatenated */
 } CagraPageSource;
+
+/* The pages of node group `g` that hold nodes (the last group's used
+ * pages only) into src->group, one share-locked page at a time. */
+static void
+cagra_read_group(CagraPageSource *src, uint64 g)
+{
+	const CagraMetaData *meta = src->meta;
+	BlockNumber first = (BlockNumber) (1 + g * meta->pages_per_group);
+	BlockNumber end = Min(first + meta->pages_per_group, cagra_blocks_for(meta, meta->n));
+
+	memset(src->group, 0, cagra_group_bytes(meta));
+	for (BlockNumber blkno = first; blkno < end; blkno++)
+	{
+		Buffer		buf = ReadBuffer(src->index, blkno);
+
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		memcpy(src->group + (uint64) (blkno - first) * CAGRA_PAGE_USABLE,
+			   (char *) BufferGetPage(buf) + CAGRA_PAGE_DATA_START, CAGRA_PAGE_USABLE);
+		UnlockReleaseBuffer(buf);
+	}
+}
 
 static void
 cagra_fill_from_pages(void *arg, uint32 n, CagraUploadPayload *p)
@@ -30,7 +51,7 @@ cagra_fill_from_pages(void *arg, uint32 n, CagraUploadPayload *p)
 	uint64	   *tids = cagra_upload_tids(p);
 	uint32		degree = meta->graph_degree;
 	uint32		vbytes = p->format.vector_bytes();
-	uint32		per_group = meta->nodes_per_page;
+	uint32		per_group = meta->nodes_per_group;
 
 	for (uint32 i = 0; i < p->count; i++)
 	{
@@ -38,21 +59,20 @@ cagra_fill_from_pages(void *arg, uint32 n, CagraUploadPayload *p)
 		uint32		in_group = id % per_group;
 
 		if (i == 0 || in_group == 0)
-			cagra_read_record_bytes(src->index, meta, id - in_group, 0, per_group * meta->record_size,
-									src->group);
+			cagra_read_group(src, id / per_group);
 
-		const char *rec = src->group + (uint64) in_group * meta->record_size;
 		CagraNodeHeader hdr;
 		uint32	   *row = rows + (uint64) i * degree;
 
-		memcpy(&hdr, rec, sizeof(hdr));
+		cagra_group_copy_out(meta, src->group, in_group, 0, sizeof(hdr), &hdr);
 		live[i] = cagra_node_is_live(hdr.flags) ? 1 : 0;
 		tids[i] = cagra_pack_tid(&hdr.heap_tid);
-		memcpy(row, rec + CAGRA_ROW_OFFSET, degree * sizeof(uint32));
+		cagra_group_copy_out(meta, src->group, in_group, CAGRA_ROW_OFFSET, degree * sizeof(uint32), row);
 		for (uint32 j = 0; j < degree; j++)
 			if (row[j] >= n)
 				row[j] = cagra::kInvalidNode;	/* appended later */
-		memcpy(vecs + (uint64) i * vbytes, rec + cagra_vector_offset(degree), vbytes);
+		cagra_group_copy_out(meta, src->group, in_group, cagra_vector_offset(degree), vbytes,
+							 vecs + (uint64) i * vbytes);
 		if ((i & 4095) == 4095)
 			CHECK_FOR_INTERRUPTS();
 	}
@@ -88,10 +108,10 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	source.degree = meta->graph_degree;
 	source.entry_count = meta->entry_count;
 	source.entries = meta->entries;
-	source.chunk_nodes = meta->nodes_per_page;
+	source.chunk_nodes = meta->nodes_per_group;
 	source.fill = cagra_fill_from_pages;
 	source.arg = &pages;
-	pages.group = (char *) palloc((Size) meta->nodes_per_page * meta->record_size);
+	pages.group = (char *) palloc((Size) cagra_group_bytes(meta));
 
 	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, ids, dists, tids, copy_n,
 										 why, whylen);

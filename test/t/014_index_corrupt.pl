@@ -1,7 +1,9 @@
 # test/t/014_index_corrupt.pl — a corrupted meta page (or node header) of a
 # cagra index gives a clear error (ERRCODE_INDEX_CORRUPTED, XX002, with a
 # REINDEX hint) from every reader, never a crash; cagra_index_check lists
-# the problem as a row.  The server is stopped, bytes of the index file are
+# the problem as a row.  An index of an older on-disk format is refused by
+# every reader with ERRCODE_FEATURE_NOT_SUPPORTED (0A000) and a REINDEX
+# INDEX hint.  The server is stopped, bytes of the index file are
 # patched, and it is started again.
 use strict;
 use warnings;
@@ -25,12 +27,14 @@ is($nodes, '300', 'index built');
 
 # The meta page: the page header (24 bytes), then CagraMetaData.
 my %field = (
+	version => 24 + 4,
 	dims => 24 + 8,
 	graph_degree => 24 + 16,
 	record_size => 24 + 28,
 	n => 24 + 40,
 	entry_count => 24 + 56,
-	entry0 => 24 + 60);
+	entry0 => 24 + 60,
+	row_stride => 24 + 4160);
 
 sub read_bytes
 {
@@ -98,6 +102,24 @@ for my $c (@cases)
 	is($node->safe_psql('postgres', 'SELECT 1'), '1', "$what: the server runs");
 }
 
+# An index of on-disk format 1 (rows and vectors interleaved): every reader
+# refuses it, naming the formats and the REINDEX that rebuilds it.
+corrupt($field{version}, pack('V', 1));
+{
+	my $old = qr/ERROR:  0A000: index "t_v" has on-disk format 1, this version of cagra reads format 2/;
+	my $scan = err_of("SET enable_seqscan = off; SELECT id FROM t ORDER BY v <-> '[1,1,1,1]' LIMIT 3");
+	like($scan, $old, 'format 1: index scan refused');
+	like($scan, qr/HINT:  Rebuild it with REINDEX INDEX public\.t_v\./, 'format 1: hint');
+	like(err_of("SELECT * FROM cagra_search('t_v', ARRAY['[1,1,1,1]']::vector[], 3)"), $old,
+		'format 1: cagra_search refused');
+	like(err_of("INSERT INTO t VALUES (1000, '[1,2,3,4]')"), $old, 'format 1: insert refused');
+	like(err_of("VACUUM t"), $old, 'format 1: vacuum refused');
+	like(err_of("SELECT * FROM cagra_index_info('t_v')"), $old, 'format 1: cagra_index_info refused');
+	like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
+		qr/on-disk format 1, this version of cagra reads format 2/, 'format 1: cagra_index_check lists it');
+	is($node->safe_psql('postgres', 'SELECT 1'), '1', 'format 1: the server runs');
+}
+
 # A live node's heap TID beyond the table's blocks: node 0's header is at
 # the start of block 1 (after the page header), ItemPointerData first.
 my $heap_blocks = $node->safe_psql('postgres', "SELECT pg_relation_size('t') / 8192");
@@ -111,14 +133,17 @@ like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
 {
 	$node->stop;
 	write_bytes(0, $original);
+	# one page a group here: block 1 + id / k, rows row_stride apart
 	my $npp = unpack('V', read_bytes(24 + 32, 4));
+	my $stride = unpack('V', read_bytes($field{row_stride}, 4));
+	is(unpack('V', read_bytes(24 + 36, 4)), 1, 'one page a node group');
 	my $count = unpack('V', read_bytes($field{entry_count}, 4));
 	my %entry = map { unpack('V', read_bytes($field{entry0} + 4 * $_, 4)) => 1 } 0 .. $count - 1;
 	my ($x) = grep { !$entry{$_} } reverse 0 .. 299;
 	my @saved;
 	for my $id (0 .. 299)
 	{
-		my $row = 8192 * (1 + int($id / $npp)) + 24 + ($id % $npp) * $record_size + 8;
+		my $row = 8192 * (1 + int($id / $npp)) + 24 + ($id % $npp) * $stride + 8;
 		my @edges = unpack('V8', read_bytes($row, 32));
 		push @saved, [ $row, read_bytes($row, 32) ];
 		next unless grep { $_ == $x } @edges;
