@@ -6,6 +6,7 @@
 # pgvector_0.8.0.orig.tar.gz, Debian 13's source), 64 pgbench clients.
 # Run from the repository root, carrying .device:
 #     HARD_N=500000 bash bench/device-hard-sql.sh "$OUT"
+# PGVECTOR=0 leaves pgvector out (cagra alone).
 # Figures go to stdout and OUTDIR/hard-sql.txt.
 set -uo pipefail
 out=${1:-${OUT:-device-hard-sql-out}}
@@ -20,7 +21,7 @@ SKIP_REGRESS=1 SKIP_TAP=1 bash test/device-sql.sh "$out/build" >"$out/build.txt"
   { tail -20 "$out/build.txt"; exit 1; }
 PG_UP_NOSTART=1 source .device/pg-up.sh || exit 1
 pgc=$(command -v pg_config)
-if [ -f .device/pgvector/pgvector_0.8.0.orig.tar.gz ]; then
+if [ "${PGVECTOR:-1}" != 0 ] && [ -f .device/pgvector/pgvector_0.8.0.orig.tar.gz ]; then
   rm -rf /tmp/pgvector-0.8.0 && tar -xzf .device/pgvector/pgvector_0.8.0.orig.tar.gz -C /tmp &&
     make -C /tmp/pgvector-0.8.0 -j "$jobs" PG_CONFIG="$pgc" OPTFLAGS="" with_llvm=no >"$out/pgvector-build.log" 2>&1 &&
     make -C /tmp/pgvector-0.8.0 PG_CONFIG="$pgc" OPTFLAGS="" with_llvm=no install >>"$out/pgvector-build.log" 2>&1 ||
