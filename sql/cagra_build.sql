@@ -131,13 +131,19 @@ DROP INDEX t_small_cpu;
 CREATE INDEX ON t_small USING cagra (v, id);
 CREATE UNIQUE INDEX ON t_small USING cagra (v);
 
--- maintenance_work_mem too small for the build
+-- maintenance_work_mem too small for the whole build: the graph of the rows
+-- that fit is built, the others are inserted one at a time, with a NOTICE
 SET maintenance_work_mem = '1MB';
-CREATE TABLE t_mem (v vector(64));
-INSERT INTO t_mem SELECT array_fill(i::real, ARRAY[64])::vector FROM generate_series(1, 1000) i;
-CREATE INDEX ON t_mem USING cagra (v);
-ANALYZE t_mem;
-CREATE INDEX ON t_mem USING cagra (v);
+CREATE TABLE t_mem (id int, v vector(64));
+INSERT INTO t_mem SELECT i, array(SELECT sin(i * 0.37 + j) FROM generate_series(1, 64) j)::vector
+  FROM generate_series(1, 2000) i;
+CREATE INDEX t_mem_v ON t_mem USING cagra (v);
+SELECT nodes, live_nodes FROM cagra_index_info('t_mem_v');
+SELECT count(*) AS problems FROM cagra_index_check('t_mem_v');
+SET enable_seqscan = off;
+SELECT count(*) AS not_found_first FROM t_mem t
+ WHERE (SELECT id FROM t_mem ORDER BY v <-> t.v LIMIT 1) <> t.id;
+RESET enable_seqscan;
 RESET maintenance_work_mem;
 
 -- an unlogged table (its index has an init fork)

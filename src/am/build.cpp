@@ -46,8 +46,8 @@ typedef struct CagraBuildState
 	uint64		n;
 	uint64		capacity;
 	uint64		skipped_zero;	/* zero or non-finite-norm vectors under cosine, not indexed */
+	uint64		left_over;		/* rows beyond maintenance_work_mem: inserted after the build */
 	double		mem_limit;		/* bytes */
-	double		estimated_rows; /* the table's reltuples, for the memory hint */
 	MemoryContext cxt;
 	MemoryContext tuple_cxt;
 } CagraBuildState;
@@ -62,30 +62,11 @@ cagra_build_bytes_per_node(const CagraBuildState *bs)
 		(double) bs->params.graph_degree * 3 * sizeof(uint32);
 }
 
-static void
-cagra_check_build_memory(const CagraBuildState *bs, uint64 n)
+/* Whether n vectors fit the build's memory (maintenance_work_mem). */
+static bool
+cagra_build_fits(const CagraBuildState *bs, uint64 n)
 {
-	double		per_node = cagra_build_bytes_per_node(bs);
-
-	if (per_node * (double) n <= bs->mem_limit)
-		return;
-	/* suggest enough for the whole table when its size is known */
-	if (bs->estimated_rows > (double) n)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("cagra index build needs more memory than maintenance_work_mem (%d kB) allows",
-						maintenance_work_mem),
-				 errdetail("Each vector of %u dimensions needs about %.0f bytes during the build; the table has about %.0f rows.",
-						   bs->dims, per_node, bs->estimated_rows),
-				 errhint("Raise maintenance_work_mem, for example SET maintenance_work_mem = '%.0fMB'.",
-						 ceil(per_node * bs->estimated_rows * 1.2 / (1024.0 * 1024.0)) + 1)));
-	ereport(ERROR,
-			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			 errmsg("cagra index build needs more memory than maintenance_work_mem (%d kB) allows",
-					maintenance_work_mem),
-			 errdetail("Each vector of %u dimensions needs about %.0f bytes during the build; %llu vectors do not fit.",
-					   bs->dims, per_node, (unsigned long long) n),
-			 errhint("Raise maintenance_work_mem.")));
+	return cagra_build_bytes_per_node(bs) * (double) n <= bs->mem_limit;
 }
 
 static void
@@ -117,12 +98,20 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a cagra index holds at most %u vectors", cagra::kInvalidNode - 2)));
+	if (bs->left_over > 0 || (bs->n == bs->capacity && !cagra_build_fits(bs, bs->n + 1)))
+	{
+		/* beyond maintenance_work_mem: inserted once the graph of the
+		 * others is written (cagra_insert_left_over) */
+		bs->left_over++;
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(bs->tuple_cxt);
+		return;
+	}
 	if (bs->n == bs->capacity)
 	{
 		uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
 		uint64		cap = Min(Max(bs->capacity * 2, (uint64) 1024), fits);
 
-		cagra_check_build_memory(bs, bs->n + 1);
 		cap = Max(cap, bs->n + 1);
 		bs->vectors = (float *) repalloc_huge(bs->vectors, cap * bs->dims * sizeof(float));
 		bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
@@ -387,7 +376,6 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 	cagra::VectorFormat format;
 	bool		on_gpu = false;
 
-	cagra_check_build_memory(bs, bs->n);
 	format.dim = bs->dims;
 	format.metric = bs->metric;
 	if (build_device != CAGRA_DEVICE_CPU)
@@ -400,6 +388,56 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 		built = &cagra_run_core_build(bs, owner)->result;
 	cagra_check_built_graph(bs, *built);
 	return built;
+}
+
+/* ---- rows beyond maintenance_work_mem ---- */
+
+typedef struct CagraLeftOver
+{
+	ItemPointerData *built;		/* TIDs the graph holds, sorted */
+	uint64		nbuilt;
+	uint64		inserted;
+	IndexInfo  *info;
+	Relation	heap;
+} CagraLeftOver;
+
+static int
+cagra_cmp_tid(const void *a, const void *b)
+{
+	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
+}
+
+static void
+cagra_insert_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull, bool tupleIsAlive,
+					  void *state)
+{
+	CagraLeftOver *lo = (CagraLeftOver *) state;
+
+	if (isnull[0] || bsearch(tid, lo->built, lo->nbuilt, sizeof(ItemPointerData), cagra_cmp_tid))
+		return;
+	cagra_insert(index, values, isnull, tid, lo->heap, UNIQUE_CHECK_NO, false, lo->info);
+	if ((++lo->inserted & 255) == 0)
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) lo->inserted);
+}
+
+/* The rows the heap scan left out, inserted one at a time (each insert
+ * needs a search and a few pages: slower, in bounded memory). */
+static uint64
+cagra_insert_left_over(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuildState *bs)
+{
+	CagraLeftOver lo;
+
+	qsort(bs->tids, bs->n, sizeof(ItemPointerData), cagra_cmp_tid);
+	lo.built = bs->tids;
+	lo.nbuilt = bs->n;
+	lo.inserted = 0;
+	lo.info = indexInfo;
+	lo.heap = heap;
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_INSERT);
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->left_over);
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, 0);
+	table_index_build_scan(heap, index, indexInfo, true, false, cagra_insert_callback, &lo, NULL);
+	return lo.inserted;
 }
 
 IndexBuildResult *
@@ -424,7 +462,6 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	bs->params = cagra_build_params(index);
 	bs->halfvec = cagra_index_is_halfvec(index);
 	bs->mem_limit = (double) maintenance_work_mem * 1024.0;
-	bs->estimated_rows = Max((double) heap->rd_rel->reltuples, 0.0);
 	bs->cxt = cxt;
 	bs->tuple_cxt = AllocSetContextCreate(cxt, "cagra build tuple", ALLOCSET_DEFAULT_SIZES);
 	bs->vectors = (float *) palloc(sizeof(float));
@@ -457,6 +494,27 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	if (RelationNeedsWAL(index))
 		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
 
+	uint64		inserted = 0;
+
+	if (bs->left_over > 0)
+	{
+		ereport(NOTICE,
+				(errmsg("cagra index \"%s\": %llu rows fit maintenance_work_mem (%d kB); the graph is built from them and the other %llu rows are inserted one at a time",
+						RelationGetRelationName(index), (unsigned long long) bs->n, maintenance_work_mem,
+						(unsigned long long) bs->left_over),
+				 errdetail("Each vector of %u dimensions needs about %.0f bytes during the build.",
+						   bs->dims, cagra_build_bytes_per_node(bs)),
+				 errhint("Inserting is much slower than building: SET maintenance_work_mem = '%.0fMB' builds this index at once.",
+						 ceil(cagra_build_bytes_per_node(bs) * (double) (bs->n + bs->left_over) * 1.2 /
+							  (1024.0 * 1024.0)) + 1)));
+		if (owner)
+		{
+			cagra_owner_free(owner);	/* the graph is written: its memory is free */
+			owner = NULL;
+		}
+		inserted = cagra_insert_left_over(heap, index, indexInfo, bs);
+	}
+
 	if (bs->skipped_zero > 0)
 		ereport(NOTICE,
 				(errmsg_plural("%llu vector was not indexed: its cosine distance is undefined (a zero vector, or a squared norm beyond the float range)",
@@ -469,7 +527,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	IndexBuildResult *result = (IndexBuildResult *) palloc(sizeof(IndexBuildResult));
 
 	result->heap_tuples = reltuples;
-	result->index_tuples = (double) bs->n;
+	result->index_tuples = (double) (bs->n + inserted);
 	if (owner)
 		cagra_owner_free(owner);
 	MemoryContextDelete(cxt);

@@ -361,3 +361,4 @@ void		cagra_endscan(IndexScanDesc scan);
 #define CAGRA_PHASE_KNN 3
 #define CAGRA_PHASE_PRUNE 4
 #define CAGRA_PHASE_WRITE 5
+#define CAGRA_PHASE_INSERT 6	/* rows beyond maintenance_work_mem */

@@ -237,6 +237,8 @@ cagra_buildphasename(int64 phasenum)
 			return (char *) "optimizing graph";
 		case CAGRA_PHASE_WRITE:
 			return (char *) "writing index pages";
+		case CAGRA_PHASE_INSERT:
+			return (char *) "inserting rows beyond maintenance_work_mem";
 	}
 	return NULL;
 }
