@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/build.h"
 #include "core/update.h"
 #include "type/vector.h"
 
@@ -111,7 +112,9 @@ cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, uin
 	m.n = new_id + 1;
 	m.live++;
 	m.generation++;
-	if (m.entry_count == 0)
+	/* an index that grew by inserts (built empty or small) takes new nodes
+	 * as entries until it has as many as a build would pick */
+	if (m.entry_count < Min(cagra::fixed_entry_count(m.n), (uint32) CAGRA_MAX_ENTRY_NODES))
 		m.entries[m.entry_count++] = new_id;
 	memcpy(cagra_meta_of(metapage), &m, sizeof(m));
 	GenericXLogFinish(state);

@@ -34,10 +34,7 @@ static_assert(kMaxEntryNodes <= kMaxStoredEntries, "an index must be able to kee
 
 uint64_t entry_count(uint64_t n)
 {
-    uint64_t e = 8;
-    while (e * e < 4 * n && e < kMaxEntryNodes)
-        e += 8;
-    return std::min(e, n);
+    return fixed_entry_count(n);
 }
 
 /* n <= degree: every row holds all other nodes, closest first, then
@@ -205,6 +202,14 @@ BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildPa
 }
 
 } // namespace
+
+uint32_t fixed_entry_count(uint64_t n)
+{
+    uint64_t e = 8;
+    while (e * e < 4 * n && e < kMaxEntryNodes)
+        e += 8;
+    return (uint32_t)std::min(e, n);
+}
 
 double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric metric,
                             const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed, uint32_t threads)

@@ -44,6 +44,11 @@ struct BuiltGraph {
     double probe_miss_rate = 0;
 };
 
+/* How many fixed entries a graph of n nodes gets: about 2 sqrt(n), a
+ * multiple of 8, at most 384 (a build picks them by farthest-point
+ * traversal; inserts into a graph that has fewer add themselves). */
+uint32_t fixed_entry_count(uint64_t n);
+
 /* Throws Error(InvalidParameter / InvalidData) with a message a user can act on. */
 void validate_build_params(const BuildParams &params);
 void validate_dataset(const DatasetView &data);
