@@ -378,12 +378,26 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 
 	format.dim = bs->dims;
 	format.metric = bs->metric;
+	cagra::BuiltGraph *from_worker = NULL;
+
 	if (build_device != CAGRA_DEVICE_CPU)
-		built = cagra_worker_build_graph(RelationGetRelationName(bs->index), bs->vectors, bs->n, format,
-										 bs->params, build_device == CAGRA_DEVICE_GPU,
-										 cagra_report_build_phase, bs->cxt, &on_gpu);
-	if (built)
+		from_worker = cagra_worker_build_graph(RelationGetRelationName(bs->index), bs->vectors, bs->n, format,
+											   bs->params, build_device == CAGRA_DEVICE_GPU,
+											   cagra_report_build_phase, bs->cxt, &on_gpu);
+	if (from_worker)
+	{
+		/* the core's connect step over the worker's graph: a link only where
+		 * a node has no way in from the first entry (cheap when there is
+		 * none; the GPU's own connect step has missed a node) */
+		cagra_guard_or_error([&] {
+			cagra::DatasetView view{bs->vectors, bs->n, bs->dims};
+
+			if (!from_worker->entry_nodes.empty())
+				cagra::connect_graph(from_worker->graph, view, bs->metric, from_worker->entry_nodes);
+		});
 		*built_on = on_gpu ? CAGRA_DEVICE_GPU : CAGRA_DEVICE_CPU;
+		built = from_worker;
+	}
 	else
 		built = &cagra_run_core_build(bs, owner)->result;
 	cagra_check_built_graph(bs, *built);
