@@ -25,6 +25,18 @@ BEGIN
                 USING ERRCODE = 'duplicate_object',
                       HINT = 'Install cagra into another schema: CREATE EXTENSION cagra SCHEMA ...;';
         END IF;
+        -- When the type is pgvector's, record that cagra depends on pgvector:
+        -- pg_dump then creates pgvector first on restore (without it, it
+        -- goes by name, cagra first, which makes its own type and leaves no
+        -- room for pgvector's).  The operator classes already depend on
+        -- pgvector's objects; this is the same dependency at the level of
+        -- the extensions, which is what pg_dump orders by.
+        INSERT INTO pg_catalog.pg_depend (classid, objid, objsubid, refclassid, refobjid, refobjsubid, deptype)
+        SELECT 'pg_catalog.pg_extension'::regclass, c.oid, 0, 'pg_catalog.pg_extension'::regclass, v.oid, 0, 'n'
+          FROM pg_catalog.pg_extension c, pg_catalog.pg_extension v, pg_catalog.pg_depend d
+         WHERE c.extname = 'cagra' AND v.extname = 'vector'
+           AND d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = existing
+           AND d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.refobjid = v.oid AND d.deptype = 'e';
         RETURN;
     END IF;
 
