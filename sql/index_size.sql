@@ -16,17 +16,18 @@ CREATE FUNCTION pg_temp.vec(id int, dims int) RETURNS vector LANGUAGE sql IMMUTA
 	  FROM generate_series(1, dims) i
 $$;
 
--- Build an index of `nrows` rows at `dims` dimensions, insert `nins` more,
+-- Build an index of `nrows` rows at `dims` dimensions (vectors stored as
+-- `storage`: 4 or 2 bytes an element), insert `nins` more,
 -- and report the layout, the size against the bound (ratio: the node
 -- pages, the meta page left out, to the nodes' bytes), whether the probed
 -- rows (built and inserted) come first for their own vector, and the check.
 CREATE FUNCTION pg_temp.size_case(ndims int, nrows int, nins int, deg int DEFAULT 32,
-								  ideg int DEFAULT 64)
-RETURNS TABLE (dims int, degree int, nodes bigint, per_group int, group_pages int, pages bigint,
-			   ratio numeric, within_bound boolean, found_self text, problems bigint)
+								  ideg int DEFAULT 64, stored text DEFAULT 'float32')
+RETURNS TABLE (dims int, degree int, storage text, nodes bigint, per_group int, group_pages int,
+			   pages bigint, ratio numeric, within_bound boolean, found_self text, problems bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-	node_bytes bigint := 8 + 4 * deg + 4 * ndims;
+	node_bytes bigint := 8 + 4 * deg + (CASE stored WHEN 'float16' THEN 2 ELSE 4 END) * ndims;
 	probes int[] := ARRAY[1, nrows / 2, nrows, nrows + nins];
 	hits int := 0;
 	p int;
@@ -37,8 +38,8 @@ BEGIN
 	RESET client_min_messages;
 	EXECUTE format('CREATE TABLE size_t (id int, v vector(%s))', ndims);
 	INSERT INTO size_t SELECT i, pg_temp.vec(i, ndims) FROM generate_series(1, nrows) i;
-	EXECUTE format('CREATE INDEX size_t_v ON size_t USING cagra (v) WITH (graph_degree = %s, intermediate_graph_degree = %s)',
-				   deg, ideg);
+	EXECUTE format('CREATE INDEX size_t_v ON size_t USING cagra (v) WITH (graph_degree = %s, intermediate_graph_degree = %s, storage = %s)',
+				   deg, ideg, stored);
 	INSERT INTO size_t SELECT i, pg_temp.vec(i, ndims) FROM generate_series(nrows + 1, nrows + nins) i;
 	FOREACH p IN ARRAY probes LOOP
 		SELECT id INTO got FROM size_t ORDER BY v <-> pg_temp.vec(p, ndims) LIMIT 1;
@@ -47,7 +48,7 @@ BEGIN
 		END IF;
 	END LOOP;
 	RETURN QUERY
-		SELECT i.dimensions, i.graph_degree, i.nodes, i.nodes_per_page, i.pages_per_node, i.pages,
+		SELECT i.dimensions, i.graph_degree, i.storage, i.nodes, i.nodes_per_page, i.pages_per_node, i.pages,
 			   round((i.size_bytes - 8192)::numeric / (i.nodes * node_bytes), 3),
 			   i.size_bytes <= 1.05 * i.nodes * node_bytes + 2 * 8192,
 			   hits || '/' || cardinality(probes),
@@ -63,6 +64,12 @@ SELECT * FROM pg_temp.size_case(1024, 1000, 40);
 SELECT * FROM pg_temp.size_case(1536, 300, 20);
 SELECT * FROM pg_temp.size_case(2000, 200, 10);
 SELECT * FROM pg_temp.size_case(16000, 12, 3);
+-- float16 vectors: half the vector bytes, the same bound, odd dimensions too
+SELECT * FROM pg_temp.size_case(3, 4000, 60, stored => 'float16');
+SELECT * FROM pg_temp.size_case(129, 1000, 40, stored => 'float16');
+SELECT * FROM pg_temp.size_case(1024, 1000, 40, stored => 'float16');
+SELECT * FROM pg_temp.size_case(4001, 100, 10, stored => 'float16');
+SELECT * FROM pg_temp.size_case(16000, 12, 3, stored => 'float16');
 -- rows over two pages of a group, vectors in the tails of the first
 SELECT * FROM pg_temp.size_case(16, 2000, 120, 64, 64);
 -- a degree so large for its vectors that rows are packed across pages

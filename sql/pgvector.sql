@@ -49,7 +49,12 @@ INSERT INTO halves SELECT i, array(SELECT sin(i * 0.37 + j * 0.01) FROM generate
 CREATE INDEX ON halves USING hnsw (h halfvec_l2_ops);
 CREATE INDEX halves_cagra ON halves USING cagra (h halfvec_l2_ops);
 CREATE INDEX halves_cagra_cos ON halves USING cagra (h halfvec_cosine_ops);
-SELECT dimensions, metric, nodes FROM cagra_index_info('halves_cagra');
+-- a halfvec column is stored in float16 unless storage says otherwise
+CREATE INDEX halves_cagra_f32 ON halves USING cagra (h halfvec_l2_ops) WITH (storage = float32);
+SELECT c.relname, i.dimensions, i.metric, i.storage, i.nodes, i.pages
+  FROM (VALUES ('halves_cagra'), ('halves_cagra_cos'), ('halves_cagra_f32')) c(relname),
+	   cagra_index_info(c.relname::regclass) i;
+DROP INDEX halves_cagra_f32;
 CREATE TABLE hq AS SELECT h FROM halves WHERE id = 123;
 SET enable_seqscan = off;
 EXPLAIN (COSTS OFF) SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 3;

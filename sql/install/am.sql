@@ -73,7 +73,8 @@ CREATE FUNCTION cagra_index_info(
         OUT pages bigint,
         OUT size_bytes bigint,
         OUT generation bigint,
-        OUT long_edges boolean)
+        OUT long_edges boolean,
+        OUT storage text)
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.

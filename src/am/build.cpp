@@ -40,6 +40,8 @@ typedef struct CagraBuildState
 	cagra::Metric metric;
 	uint32		dims;			/* 0 until the first vector when the column has no typmod */
 	bool		halfvec;		/* the column is pgvector's halfvec */
+	cagra::ElementType element; /* the storage reloption's element type */
+	double		max_norm;		/* float16: of the stored vectors (CagraMetaData) */
 	cagra::BuildParams params;	/* assembled once: cagra_build_params */
 	float	   *vectors;		/* n x dims, prepared */
 	ItemPointerData *tids;
@@ -117,7 +119,16 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 		bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
 		bs->capacity = cap;
 	}
-	cagra_prepare(bs->metric, x, bs->vectors + bs->n * bs->dims, bs->dims);
+	float	   *prepared = bs->vectors + bs->n * bs->dims;
+
+	cagra_prepare(bs->metric, x, prepared, bs->dims);
+	if (bs->element == cagra::ElementType::Float16)
+	{
+		cagra::VectorFormat format{bs->element, bs->dims, bs->metric};
+
+		cagra_check_storable(index, format, prepared, x);
+		bs->max_norm = Max(bs->max_norm, cagra::vector_norm(prepared, bs->dims));
+	}
 	bs->tids[bs->n] = *tid;
 	bs->n++;
 	if ((bs->n & 1023) == 0)
@@ -263,13 +274,16 @@ cagra_new_buffer(Relation index, ForkNumber fork)
 }
 
 static void
-cagra_fill_meta(CagraMetaData *meta, cagra::Metric metric, uint32 dims, const cagra::BuildParams &params)
+cagra_fill_meta(CagraMetaData *meta, Relation index, uint32 dims)
 {
+	cagra::BuildParams params = cagra_build_params(index);
+
 	memset(meta, 0, sizeof(*meta));
 	meta->magic = CAGRA_MAGIC;
 	meta->version = CAGRA_FORMAT_VERSION;
 	meta->dims = dims;
-	meta->metric = (uint32) metric;
+	meta->metric = (uint32) cagra_index_metric(index);
+	meta->element_type = (uint32) cagra_option_element_type(index);
 	meta->graph_degree = params.graph_degree;
 	meta->intermediate_degree = params.intermediate_degree;
 	meta->build_device = CAGRA_DEVICE_CPU;
@@ -475,6 +489,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	bs->dims = typmod > 0 ? (uint32) typmod : 0;
 	bs->params = cagra_build_params(index);
 	bs->halfvec = cagra_index_is_halfvec(index);
+	bs->element = cagra_option_element_type(index);
 	bs->mem_limit = (double) maintenance_work_mem * 1024.0;
 	bs->cxt = cxt;
 	bs->tuple_cxt = AllocSetContextCreate(cxt, "cagra build tuple", ALLOCSET_DEFAULT_SIZES);
@@ -490,8 +505,9 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	uint32		built_on = CAGRA_DEVICE_CPU;
 	const cagra::BuiltGraph *built = bs->n > 0 ? cagra_build_graph(bs, build_device, &owner, &built_on) : NULL;
 
-	cagra_fill_meta(&meta, bs->metric, bs->dims, bs->params);
+	cagra_fill_meta(&meta, index, bs->dims);
 	meta.n = meta.live = (uint32) bs->n;
+	meta.max_norm = (float4) bs->max_norm;
 	meta.build_device = built_on;
 	if (built)
 	{
@@ -556,8 +572,7 @@ cagra_buildempty(Relation index)
 	int32		typmod = TupleDescAttr(RelationGetDescr(index), 0)->atttypmod;
 	Page		page = (Page) palloc(BLCKSZ);
 
-	cagra_fill_meta(&meta, cagra_index_metric(index), typmod > 0 ? (uint32) typmod : 0,
-					cagra_build_params(index));
+	cagra_fill_meta(&meta, index, typmod > 0 ? (uint32) typmod : 0);
 	cagra_init_meta_page(page, &meta);
 	PageSetChecksumInplace(page, CAGRA_METAPAGE_BLKNO);
 	smgrwrite(RelationGetSmgr(index), INIT_FORKNUM, CAGRA_METAPAGE_BLKNO, (char *) page, true);

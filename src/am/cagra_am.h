@@ -33,6 +33,11 @@ extern "C" {
 #define CAGRA_NODE_LIVE 0x0001
 #define CAGRA_NODE_DELETED 0x0002
 
+/* The storage reloption: auto is float16 for halfvec columns, float32 else. */
+#define CAGRA_STORAGE_AUTO 0
+#define CAGRA_STORAGE_FLOAT32 1
+#define CAGRA_STORAGE_FLOAT16 2
+
 /* Which device built the graph (also the build_device reloption values). */
 #define CAGRA_DEVICE_AUTO 0
 #define CAGRA_DEVICE_GPU 1
@@ -71,6 +76,10 @@ typedef struct CagraMetaData
 	uint32		tail_bytes;		/* vector bytes at the end of each full row page */
 	uint32		hole_bytes;		/* vector bytes in the tails of full row pages */
 	uint32		vector_start;	/* group position of the vector bytes after the hole */
+	/* how vectors are stored: 0 (float32) in indexes made before it existed */
+	uint32		element_type;	/* cagra::ElementType, the storage reloption's choice */
+	float4		max_norm;		/* float16: the largest norm of a stored vector (the
+								 * inner product's rounding bound); else 0 */
 } CagraMetaData;
 
 /* build_flags: the build added long edges (the plain graph could not be
@@ -97,10 +106,25 @@ cagra_format_of(const CagraMetaData *meta)
 {
 	cagra::VectorFormat f;
 
+	f.element = (cagra::ElementType) meta->element_type;
 	f.dim = meta->dims;
 	f.metric = (cagra::Metric) meta->metric;
 	return f;
 }
+
+/*
+ * Whether the index's ORDER BY values are lower bounds that the executor
+ * must recheck on the heap's vector (xs_recheckorderby): float16 storage of
+ * values that float16 rounds (a vector column, or a halfvec one under
+ * cosine, whose unit vectors are rounded again).  A halfvec column under L2
+ * or inner product is stored exactly.
+ */
+bool		cagra_index_rounds_vectors(Relation index, const CagraMetaData *meta);
+
+/* ERROR (22003) unless the index's element type holds every element of
+ * `prepared`; `raw` is the column's value, for the message. */
+void		cagra_check_storable(Relation index, const cagra::VectorFormat &format, const float *prepared,
+								 const float *raw);
 
 #define CAGRA_PAGE_DATA_START MAXALIGN(SizeOfPageHeaderData)
 #define CAGRA_PAGE_USABLE (BLCKSZ - CAGRA_PAGE_DATA_START)
@@ -244,6 +268,7 @@ typedef struct CagraOptions
 	int			graph_degree;
 	int			intermediate_graph_degree;
 	int			build_device;
+	int			storage;		/* CAGRA_STORAGE_* */
 } CagraOptions;
 
 extern relopt_kind cagra_relopt_kind;
@@ -257,6 +282,9 @@ void		cagra_define_search_gucs(void);
 int			cagra_option_graph_degree(Relation index);
 int			cagra_option_intermediate_degree(Relation index);
 int			cagra_option_build_device(Relation index);
+/* The element type a build of `index` stores (storage reloption; auto:
+ * float16 on a halfvec column, float32 else). */
+cagra::ElementType cagra_option_element_type(Relation index);
 cagra::Metric cagra_index_metric(Relation index);
 bool		cagra_index_is_halfvec(Relation index);
 const char *cagra_device_name(uint32 device);

@@ -70,6 +70,13 @@ static relopt_enum_elt_def cagra_device_values[] = {
 	{NULL, 0}
 };
 
+static relopt_enum_elt_def cagra_storage_values[] = {
+	{"auto", CAGRA_STORAGE_AUTO},
+	{"float32", CAGRA_STORAGE_FLOAT32},
+	{"float16", CAGRA_STORAGE_FLOAT16},
+	{NULL, 0}
+};
+
 void
 cagra_init_reloptions(void)
 {
@@ -87,6 +94,11 @@ cagra_init_reloptions(void)
 					   cagra_device_values, CAGRA_DEVICE_AUTO,
 					   "Valid values are \"auto\", \"gpu\" and \"cpu\".",
 					   AccessExclusiveLock);
+	add_enum_reloption(cagra_relopt_kind, "storage",
+					   "Element type of the vectors the index stores",
+					   cagra_storage_values, CAGRA_STORAGE_AUTO,
+					   "Valid values are \"auto\", \"float32\" and \"float16\".",
+					   AccessExclusiveLock);
 }
 
 bytea *
@@ -96,6 +108,7 @@ cagra_options(Datum reloptions, bool validate)
 		{"graph_degree", RELOPT_TYPE_INT, offsetof(CagraOptions, graph_degree)},
 		{"intermediate_graph_degree", RELOPT_TYPE_INT, offsetof(CagraOptions, intermediate_graph_degree)},
 		{"build_device", RELOPT_TYPE_ENUM, offsetof(CagraOptions, build_device)},
+		{"storage", RELOPT_TYPE_ENUM, offsetof(CagraOptions, storage)},
 	};
 	CagraOptions *opts = (CagraOptions *) build_reloptions(reloptions, validate, cagra_relopt_kind,
 														   sizeof(CagraOptions), tab, lengthof(tab));
@@ -137,6 +150,18 @@ cagra_option_build_device(Relation index)
 	CagraOptions *o = cagra_options_of(index);
 
 	return o ? o->build_device : CAGRA_DEVICE_AUTO;
+}
+
+cagra::ElementType
+cagra_option_element_type(Relation index)
+{
+	CagraOptions *o = cagra_options_of(index);
+	int			storage = o ? o->storage : CAGRA_STORAGE_AUTO;
+
+	if (storage == CAGRA_STORAGE_FLOAT16 ||
+		(storage == CAGRA_STORAGE_AUTO && cagra_index_is_halfvec(index)))
+		return cagra::ElementType::Float16;
+	return cagra::ElementType::Float32;
 }
 
 const char *
@@ -195,6 +220,14 @@ bool
 cagra_index_is_halfvec(Relation index)
 {
 	return vector_type_is_halfvec(TupleDescAttr(RelationGetDescr(index), 0)->atttypid);
+}
+
+bool
+cagra_index_rounds_vectors(Relation index, const CagraMetaData *meta)
+{
+	if (meta->element_type != (uint32) cagra::ElementType::Float16)
+		return false;
+	return !cagra_index_is_halfvec(index) || meta->metric == (uint32) cagra::Metric::Cosine;
 }
 
 /* The one place build parameters are assembled: the reloptions, and the

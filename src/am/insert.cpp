@@ -185,6 +185,12 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	float	   *vec = (float *) palloc(meta.dims * sizeof(float));
 
 	cagra_prepare(metric, x, vec, meta.dims);
+	if (meta.element_type == (uint32) cagra::ElementType::Float16)
+	{
+		cagra_check_storable(index, cagra_format_of(&meta), vec, x);
+		/* counted in the meta page with the node (cagra_publish_node) */
+		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
+	}
 
 	uint32		new_id = meta.n;
 	cagra::InsertPlan *plan = cagra_plan_insert(index, &meta, vec, new_id, &st);

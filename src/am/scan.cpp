@@ -81,6 +81,27 @@ typedef struct CagraWorkerRound
 	double		last_value;
 } CagraWorkerRound;
 
+/*
+ * The ORDER BY values a scan returns: the operator's value of each distance
+ * or, when the index rounds vectors to float16, a lower bound of the value
+ * on the heap's vector, which the executor rechecks and re-sorts by
+ * (xs_recheckorderby; docs/storage.md).  Monotone in the distance, so the
+ * order of the results stays that of the distances.
+ */
+typedef struct CagraOrderValues
+{
+	cagra::VectorFormat format;
+	double		query_norm;
+	double		max_norm;
+	bool		lossy;
+} CagraOrderValues;
+
+static double
+cagra_order_value(const CagraOrderValues *o, float distance)
+{
+	return o->format.operator_lower_bound(distance, o->query_norm, o->max_norm);
+}
+
 /* What the scan keeps in scan->opaque (plain C data). */
 typedef struct CagraScanOpaqueData
 {
@@ -92,6 +113,7 @@ typedef struct CagraScanOpaqueData
 	bool		empty;			/* nothing to return (empty index) */
 	bool		null_query;		/* ORDER BY v <-> NULL: any order, NULL values */
 	CagraWorkerRound *worker;	/* the GPU worker's results, returned first */
+	CagraOrderValues order;
 } CagraScanOpaqueData;
 
 typedef CagraScanOpaqueData *CagraScanOpaque;
@@ -169,8 +191,8 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 /* The worker's next live result (TID and operator value); false when none
  * is left. */
 static bool
-cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData *meta, ItemPointer tid,
-						double *value)
+cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData *meta,
+						const CagraOrderValues *order, ItemPointer tid, double *value)
 {
 	while (w->pos < w->count)
 	{
@@ -192,7 +214,7 @@ cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData
 				continue;
 		}
 		*tid = hdr.heap_tid;
-		*value = cagra::operator_value((cagra::Metric) meta->metric, d);
+		*value = cagra_order_value(order, d);
 		w->returned[w->nreturned++] = hdr.heap_tid;
 		w->last_value = *value;
 		return true;
@@ -304,7 +326,7 @@ cagra_next_batch(CagraScanState *s, uint32 want)
 
 /* Heap TID and operator value of the batch's next result. */
 static bool
-cagra_take_result(CagraScanState *s, ItemPointer tid, double *value) noexcept
+cagra_take_result(CagraScanState *s, const CagraOrderValues *order, ItemPointer tid, double *value) noexcept
 {
 	CagraPageAccessor::NodeInfo info;
 	const cagra::Neighbor &nb = s->batch[s->pos++];
@@ -312,7 +334,7 @@ cagra_take_result(CagraScanState *s, ItemPointer tid, double *value) noexcept
 	if (!s->accessor->node_info(nb.id, &info))
 		return false;
 	*tid = info.heap_tid;
-	*value = cagra::operator_value((cagra::Metric) s->meta.metric, nb.distance);
+	*value = cagra_order_value(order, nb.distance);
 	s->returned++;
 	return true;
 }
@@ -348,6 +370,10 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 		cagra_check_dims(scan->indexRelation, meta->dims, dim);
 	}
 	so->raw_query = raw;
+	so->order.format = cagra_format_of(meta);
+	so->order.query_norm = meta->metric == (uint32) cagra::Metric::Cosine ? 1.0 : cagra::vector_norm(raw, meta->dims);
+	so->order.max_norm = meta->max_norm;
+	so->order.lossy = cagra_index_rounds_vectors(scan->indexRelation, meta);
 	/* checked as the core checks them, so a search served by the GPU worker
 	 * fails on bad settings as the CPU one does */
 	cagra_guard_or_error([] { cagra::validate_search_params(cagra_search_params(), 0); });
@@ -362,9 +388,11 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 static bool
 cagra_return_tuple(IndexScanDesc scan, ItemPointer tid, double value, bool null_value)
 {
+	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
+
 	scan->xs_heaptid = *tid;
 	scan->xs_recheck = false;
-	scan->xs_recheckorderby = false;
+	scan->xs_recheckorderby = so->order.lossy && !null_value;
 	scan->xs_orderbyvals[0] = null_value ? (Datum) 0 : Float8GetDatum(value);
 	scan->xs_orderbynulls[0] = null_value;
 	return true;
@@ -397,14 +425,14 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 
 		if (so->worker && !s->searcher)
 		{
-			if (cagra_worker_round_next(so->worker, scan->indexRelation, &so->meta, &tid, &value))
+			if (cagra_worker_round_next(so->worker, scan->indexRelation, &so->meta, &so->order, &tid, &value))
 				return cagra_return_tuple(scan, &tid, value, false);
 			/* the worker's results ran out: continue with the CPU search */
 			cagra_start_search(s, scan->indexRelation, &so->meta, so->raw_query);
 		}
 		if (s->pos < s->batch.size())
 		{
-			if (!cagra_take_result(s, &tid, &value))
+			if (!cagra_take_result(s, &so->order, &tid, &value))
 				elog(ERROR, "cagra scan lost the heap TID of a result");
 			if (so->worker && cagra_worker_round_skips(so->worker, &tid, value))
 				continue;

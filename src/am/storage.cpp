@@ -242,6 +242,11 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 		cagra_meta_problem(report, arg, true, "meta page: unknown metric %u", meta->metric);
 		return false;
 	}
+	if (!cagra::element_type_is_valid(meta->element_type))
+	{
+		cagra_meta_problem(report, arg, true, "meta page: unknown element type %u", meta->element_type);
+		return false;
+	}
 	if (meta->graph_degree < CAGRA_MIN_DEGREE || meta->graph_degree > CAGRA_MAX_DEGREE)
 	{
 		cagra_meta_problem(report, arg, true, "meta page: graph_degree %u out of range", meta->graph_degree);
@@ -431,6 +436,21 @@ cagra_vector_unindexable(cagra::Metric metric, const float *x, int dims)
 	if (metric != cagra::Metric::Cosine)
 		return false;
 	return cagra_is_zero_vector(x, dims) || !std::isfinite(cagra::inner_product(x, x, (uint32) dims));
+}
+
+void
+cagra_check_storable(Relation index, const cagra::VectorFormat &format, const float *prepared, const float *raw)
+{
+	uint32		i = format.first_unstorable(prepared);
+
+	if (i < format.dim)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("value %g of element %u is out of range for index \"%s\" with storage = %s",
+						raw[i], i + 1, RelationGetRelationName(index),
+						cagra::element_type_name(format.element)),
+				 errdetail("float16 holds magnitudes up to %g.", (double) cagra::kHalfMax),
+				 errhint("Rebuild the index WITH (storage = float32).")));
 }
 
 void

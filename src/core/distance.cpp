@@ -1,13 +1,15 @@
 /*
  * distance.cpp — squared L2 and inner product kernels with run-time dispatch
- * (AVX-512, AVX2+FMA, portable), the metric wrapper, vector preparation and
- * the scalar references the tests compare against.
+ * (AVX-512, AVX2+FMA, portable), for float32 stored vectors and float16 ones,
+ * the metric wrapper, vector preparation and the scalar references the tests
+ * compare against.
  *
  * The library is compiled for a baseline x86-64 CPU; the wide kernels carry
  * their own target attribute and are picked once by __builtin_cpu_supports,
  * so one binary runs everywhere and uses what the CPU has.
  */
 #include "distance.h"
+#include "half.h"
 
 #include <cmath>
 
@@ -48,6 +50,26 @@ float ip_portable(const float *a, const float *b, uint32_t dim)
     float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     for (; i < dim; i++)
         sum += a[i] * b[i];
+    return sum;
+}
+
+/* Float32 query against a float16 stored vector: the same sums, each
+ * stored element widened first. */
+float l2_half_portable(const float *a, const uint16_t *b, uint32_t dim)
+{
+    float sum = 0.0f;
+    for (uint32_t i = 0; i < dim; i++) {
+        float d = a[i] - half_to_float(b[i]);
+        sum += d * d;
+    }
+    return sum;
+}
+
+float ip_half_portable(const float *a, const uint16_t *b, uint32_t dim)
+{
+    float sum = 0.0f;
+    for (uint32_t i = 0; i < dim; i++)
+        sum += a[i] * half_to_float(b[i]);
     return sum;
 }
 
@@ -168,11 +190,114 @@ __attribute__((target("avx512f"))) float ip_avx512(const float *a, const float *
     return hsum512(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
+/* Float16 stored vectors: eight (sixteen) halves widened per step by
+ * F16C's vcvtph2ps (AVX-512F has its own form), the rest masked or scalar. */
+__attribute__((target("avx2,fma,f16c"))) float l2_half_avx2(const float *a, const uint16_t *b, uint32_t dim)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+        __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(a + i),
+                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))));
+        __m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(a + i + 8),
+                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8))));
+        s0 = _mm256_fmadd_ps(d0, d0, s0);
+        s1 = _mm256_fmadd_ps(d1, d1, s1);
+    }
+    for (; i + 8 <= dim; i += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))));
+        s0 = _mm256_fmadd_ps(d, d, s0);
+    }
+    float sum = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < dim; i++) {
+        float d = a[i] - half_to_float(b[i]);
+        sum += d * d;
+    }
+    return sum;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float ip_half_avx2(const float *a, const uint16_t *b, uint32_t dim)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8))), s1);
+    }
+    for (; i + 8 <= dim; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), s0);
+    float sum = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < dim; i++)
+        sum += a[i] * half_to_float(b[i]);
+    return sum;
+}
+
+/* GCC 12's _mm512_cvtph_ps passes _mm512_undefined_ps() as its pass-through
+ * operand, which -Wmaybe-uninitialized reports; the mask takes every lane. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) float l2_half_avx512(const float *a, const uint16_t *b, uint32_t dim)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 32 <= dim; i += 32) {
+        __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(a + i),
+                                  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))));
+        __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(a + i + 16),
+                                  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i + 16))));
+        s0 = _mm512_fmadd_ps(d0, d0, s0);
+        s1 = _mm512_fmadd_ps(d1, d1, s1);
+    }
+    for (; i + 16 <= dim; i += 16) {
+        __m512 d = _mm512_sub_ps(_mm512_loadu_ps(a + i),
+                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))));
+        s0 = _mm512_fmadd_ps(d, d, s0);
+    }
+    if (i < dim) {
+        /* the tail through a zeroed copy: masked 16-bit loads need AVX-512BW */
+        __mmask16 m = (__mmask16)((1u << (dim - i)) - 1);
+        alignas(32) uint16_t tail[16] = {0};
+        for (uint32_t j = 0; i + j < dim; j++)
+            tail[j] = b[i + j];
+        __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)tail)));
+        s1 = _mm512_fmadd_ps(d, d, s1);
+    }
+    return hsum512(_mm512_add_ps(s0, s1));
+}
+
+__attribute__((target("avx512f"))) float ip_half_avx512(const float *a, const uint16_t *b, uint32_t dim)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 32 <= dim; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16),
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i + 16))), s1);
+    }
+    for (; i + 16 <= dim; i += 16)
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))), s0);
+    if (i < dim) {
+        __mmask16 m = (__mmask16)((1u << (dim - i)) - 1);
+        alignas(32) uint16_t tail[16] = {0};
+        for (uint32_t j = 0; i + j < dim; j++)
+            tail[j] = b[i + j];
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)tail)),
+                             s1);
+    }
+    return hsum512(_mm512_add_ps(s0, s1));
+}
+#pragma GCC diagnostic pop
+
 #endif /* CAGRA_X86_DISPATCH */
+
+using HalfKernel = float (*)(const float *, const uint16_t *, uint32_t);
 
 struct Kernels {
     PairKernel l2;
     PairKernel ip;
+    HalfKernel l2_half;
+    HalfKernel ip_half;
     const char *name;
 };
 
@@ -181,11 +306,14 @@ Kernels choose_kernels()
 #ifdef CAGRA_X86_DISPATCH
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
-        return {l2_avx512, ip_avx512, "avx512"};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return {l2_avx2, ip_avx2, "avx2"};
+        return {l2_avx512, ip_avx512, l2_half_avx512, ip_half_avx512, "avx512"};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        if (__builtin_cpu_supports("f16c"))
+            return {l2_avx2, ip_avx2, l2_half_avx2, ip_half_avx2, "avx2"};
+        return {l2_avx2, ip_avx2, l2_half_portable, ip_half_portable, "avx2"};
+    }
 #endif
-    return {l2_portable, ip_portable, "portable"};
+    return {l2_portable, ip_portable, l2_half_portable, ip_half_portable, "portable"};
 }
 
 const Kernels &kernels()
@@ -215,6 +343,19 @@ float distance(Metric metric, const float *a, const float *b, uint32_t dim)
         return -kernels().ip(a, b, dim);
     case Metric::Cosine:
         return 1.0f - kernels().ip(a, b, dim);
+    }
+    return 0.0f;
+}
+
+float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t dim)
+{
+    switch (metric) {
+    case Metric::L2:
+        return kernels().l2_half(a, b, dim);
+    case Metric::InnerProduct:
+        return -kernels().ip_half(a, b, dim);
+    case Metric::Cosine:
+        return 1.0f - kernels().ip_half(a, b, dim);
     }
     return 0.0f;
 }

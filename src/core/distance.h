@@ -1,5 +1,6 @@
 /*
- * distance.h — distance kernels on float32 vectors of any dimension.
+ * distance.h — distance kernels on float32 vectors of any dimension, and
+ * from float32 queries to float16 stored vectors.
  *
  * The fast kernels are chosen once at run time (AVX-512, AVX2 or portable
  * code); the scalar reference versions are what the tests compare against.
@@ -15,6 +16,9 @@ float inner_product(const float *a, const float *b, uint32_t dim);
 
 /* Distance of the metric between two vectors prepared by prepare_vector(). */
 float distance(Metric metric, const float *a, const float *b, uint32_t dim);
+
+/* The same from a float32 vector to one stored in float16 (half.h). */
+float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t dim);
 
 using PairKernel = float (*)(const float *, const float *, uint32_t);
 

@@ -12,43 +12,27 @@
 #include <cstring>
 
 #include "distance.h"
+#include "half.h"
 #include "types.h"
 
 namespace cagra {
 
-/* The element type of stored vectors (float32 only so far). */
-enum class ElementType : uint32_t { Float32 = 0 };
+/* The element type of stored vectors: the `storage` reloption. */
+enum class ElementType : uint32_t { Float32 = 0, Float16 = 1 };
 
 constexpr uint32_t element_bytes(ElementType type)
 {
-    return type == ElementType::Float32 ? 4 : 0;
+    return type == ElementType::Float32 ? 4 : type == ElementType::Float16 ? 2 : 0;
 }
 
-/* An IEEE 754 half-precision value (pgvector's halfvec elements) as a float. */
-inline float half_to_float(uint16_t h)
+constexpr bool element_type_is_valid(uint32_t value)
 {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exponent = (h >> 10) & 0x1Fu;
-    uint32_t mantissa = h & 0x3FFu;
-    uint32_t bits;
-    if (exponent == 0x1F) {
-        bits = sign | 0x7F800000u | (mantissa << 13); /* infinity, NaN */
-    } else if (exponent != 0) {
-        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    } else if (mantissa == 0) {
-        bits = sign; /* zero */
-    } else {
-        /* subnormal: shift the mantissa up until it is normal */
-        exponent = 113;
-        while (!(mantissa & 0x400u)) {
-            mantissa <<= 1;
-            exponent--;
-        }
-        bits = sign | (exponent << 23) | ((mantissa & 0x3FFu) << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
+    return value <= (uint32_t)ElementType::Float16;
+}
+
+constexpr const char *element_type_name(ElementType type)
+{
+    return type == ElementType::Float16 ? "float16" : "float32";
 }
 
 /*
@@ -74,18 +58,90 @@ struct VectorFormat {
      * (prepare_vector); queries are prepared the same way. */
     void prepare(const float *in, float *out) const { prepare_vector(metric, in, out, dim); }
 
-    /* A prepared float32 vector written as the index stores it. */
-    void store(const float *prepared, void *out) const { std::memcpy(out, prepared, vector_bytes()); }
+    /* Index of the first element of a prepared vector that the element
+     * type cannot hold (float16: magnitude 65,520 and beyond, which would
+     * round to infinity), or dim when it holds them all. */
+    uint32_t first_unstorable(const float *prepared) const
+    {
+        if (element == ElementType::Float16)
+            for (uint32_t i = 0; i < dim; i++)
+                if (!(std::fabs(prepared[i]) < kHalfOverflow))
+                    return i;
+        return dim;
+    }
+
+    /* A prepared float32 vector written as the index stores it (float16:
+     * rounded to nearest; first_unstorable() says whether it fits). */
+    void store(const float *prepared, void *out) const
+    {
+        if (element == ElementType::Float16) {
+            uint16_t *h = static_cast<uint16_t *>(out);
+            for (uint32_t i = 0; i < dim; i++)
+                h[i] = float_to_half(prepared[i]);
+        } else
+            std::memcpy(out, prepared, vector_bytes());
+    }
 
     /* A stored vector read back as float32. */
-    void load(const void *stored, float *out) const { std::memcpy(out, stored, vector_bytes()); }
+    void load(const void *stored, float *out) const
+    {
+        if (element == ElementType::Float16) {
+            const uint16_t *h = static_cast<const uint16_t *>(stored);
+            for (uint32_t i = 0; i < dim; i++)
+                out[i] = half_to_float(h[i]);
+        } else
+            std::memcpy(out, stored, vector_bytes());
+    }
 
     /* Distance from a prepared query to a stored vector. */
     float distance(const float *query, const void *stored) const
     {
+        if (element == ElementType::Float16)
+            return distance_half(metric, query, static_cast<const uint16_t *>(stored), dim);
         return cagra::distance(metric, query, static_cast<const float *>(stored), dim);
     }
+
+    /*
+     * A lower bound of the SQL operator's value on the vector before it was
+     * stored, from `distance` (this format's) to its stored copy: float16
+     * rounds each element x to h(x) with |x - h(x)| <= 2^-11 |x| (plus
+     * 2^-25 where h(x) is subnormal), so ||x - h(x)|| <= 2^-11 ||x||, and
+     *   L2 (operator ||q - x||):     ||q - x|| >= ||q - h(x)|| - 2^-11 (||q|| + ||q - x||)
+     *   inner product (-<q, x>):     -<q, x> >= -<q, h(x)> - 2^-11 ||q|| max ||x||
+     *   cosine (x of unit length):   1 - <q, x> >= 1 - <q, h(x)> - 2^-11 ||q||
+     * The bound uses twice that constant, and adds the float rounding of
+     * sums over dim terms, so that a value computed another way (pgvector's
+     * operators) is not below it either.  Monotone in `distance`.  Float32
+     * storage is exact: the operator value itself.
+     */
+    double operator_lower_bound(float distance, double query_norm, double max_norm) const
+    {
+        double value = operator_value(metric, distance);
+        if (element != ElementType::Float16)
+            return value;
+        const double c = 2 * kHalfUnitRoundoff + 8 * std::sqrt((double)dim) * std::ldexp(1.0, -24);
+        const double subnormal = std::sqrt((double)dim) * std::ldexp(1.0, -24) * query_norm;
+        switch (metric) {
+        case Metric::L2:
+            value = (value - c * query_norm) / (1 + c) - subnormal;
+            return value > 0 ? value : 0;
+        case Metric::InnerProduct:
+            return value - c * query_norm * max_norm - subnormal;
+        case Metric::Cosine:
+            return value - c * query_norm - subnormal;
+        }
+        return value;
+    }
 };
+
+/* Euclidean norm in double (query norms and the largest stored norm). */
+inline double vector_norm(const float *x, uint32_t dim)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < dim; i++)
+        s += (double)x[i] * x[i];
+    return std::sqrt(s);
+}
 
 inline bool operator==(const VectorFormat &a, const VectorFormat &b)
 {

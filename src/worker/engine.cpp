@@ -54,6 +54,8 @@ cagra_gpu_dtype_of(cagra::ElementType type)
 	{
 		case cagra::ElementType::Float32:
 			return CAGRA_GPU_FLOAT32;
+		case cagra::ElementType::Float16:
+			return CAGRA_GPU_FLOAT16;
 	}
 	return CAGRA_GPU_FLOAT32;
 }

@@ -119,3 +119,122 @@ TEST(Format, HalfToFloat)
     EXPECT_TRUE(std::isnan(cagra::half_to_float(0x7E00)));
     EXPECT_EQ(cagra::half_to_float(0x3555), 0.333251953125f);
 }
+
+/* float_to_half rounds to nearest, ties to even, over every half: each
+ * half's own value comes back unchanged, the midpoints between neighbours
+ * go to the even one, and overflow starts exactly at 65,520. */
+TEST(Format, FloatToHalfRoundsToNearestEven)
+{
+    for (uint32_t h = 0; h < 0x7C00; h++) {
+        float f = half_to_float((uint16_t)h);
+        ASSERT_EQ(float_to_half(f), h) << h;
+        ASSERT_EQ(float_to_half(-f), h | 0x8000u) << h;
+        if (h + 1 < 0x7C00) {
+            float next = half_to_float((uint16_t)(h + 1));
+            float mid = (float)(((double)f + (double)next) / 2);
+            ASSERT_EQ(float_to_half(mid), (h & 1) ? h + 1 : h) << h;
+            ASSERT_EQ(float_to_half(std::nextafter(mid, 0.0f)), h) << h;
+            ASSERT_EQ(float_to_half(std::nextafter(mid, 1e9f)), h + 1) << h;
+        }
+    }
+    EXPECT_EQ(float_to_half(65519.99f), 0x7BFF);
+    EXPECT_EQ(float_to_half(65520.0f), 0x7C00);
+    EXPECT_EQ(float_to_half(-1e30f), 0xFC00);
+    EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000); /* a tie: to even zero */
+    EXPECT_EQ(float_to_half(std::ldexp(1.5f, -25)), 0x0001);
+    EXPECT_TRUE(std::isnan(half_to_float(float_to_half(NAN))));
+}
+
+/* The float16 kernels against the float32 ones on the widened vectors, at
+ * the dimensions (tails) the float32 test covers. */
+TEST(Distance, HalfKernelsMatchWidenedFloat)
+{
+    std::mt19937 rng(11);
+    for (uint32_t d : {1u, 2u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 32u, 33u, 47u, 64u, 100u, 768u, 1023u, 16000u}) {
+        std::vector<float> a = random_vec(d, rng), b = random_vec(d, rng), wide(d);
+        std::vector<uint16_t> h(d + 1);
+        for (uint32_t i = 0; i < d; i++) {
+            h[i + 1] = float_to_half(b[i]);
+            wide[i] = half_to_float(h[i + 1]);
+        }
+        const uint16_t *ph = h.data() + 1; /* unaligned */
+        float scale = (float)d * 4.0f;
+        for (Metric m : {Metric::L2, Metric::InnerProduct})
+            expect_close(distance_half(m, a.data(), ph, d), distance(m, a.data(), wide.data(), d), scale, d);
+    }
+}
+
+/* VectorFormat in float16: half the bytes, store rounds, load widens,
+ * distance is that of the widened vector, first_unstorable finds overflow. */
+TEST(Format, Float16Format)
+{
+    VectorFormat f;
+    f.element = ElementType::Float16;
+    f.dim = 5;
+    f.metric = Metric::L2;
+    EXPECT_EQ(f.vector_bytes(), 10u);
+    float x[5] = {1.0f, 0.1f, -3.25f, 65504.0f, 1e-9f}, back[5];
+    uint16_t stored[5];
+    EXPECT_EQ(f.first_unstorable(x), 5u);
+    f.store(x, stored);
+    f.load(stored, back);
+    EXPECT_EQ(back[0], 1.0f);
+    EXPECT_NEAR(back[1], 0.1f, 0.1f * kHalfUnitRoundoff);
+    EXPECT_EQ(back[2], -3.25f);
+    EXPECT_EQ(back[3], 65504.0f);
+    EXPECT_EQ(back[4], 0.0f);
+    float q[5] = {0, 0, 0, 0, 0};
+    EXPECT_FLOAT_EQ(f.distance(q, stored), l2_squared(q, back, 5));
+    float big[5] = {0, 0, 70000.0f, 0, 0};
+    EXPECT_EQ(f.first_unstorable(big), 2u);
+    f.element = ElementType::Float32;
+    EXPECT_EQ(f.first_unstorable(big), 5u);
+    EXPECT_EQ(f.vector_bytes(), 20u);
+}
+
+/* The float16 lower bound is below the operator's value on the original
+ * vectors (computed in double and with the float32 kernels), for all three
+ * metrics, vectors of very different norms and every tail length; and it
+ * stays close (within 1% of the scale). */
+TEST(Format, Float16LowerBoundHolds)
+{
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> scale_of(-6.0f, 4.0f);
+    for (uint32_t d : {1u, 3u, 16u, 33u, 128u, 768u, 1536u}) {
+        for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {
+            VectorFormat f;
+            f.element = ElementType::Float16;
+            f.dim = d;
+            f.metric = m;
+            std::vector<std::vector<float>> xs;
+            double max_norm = 0;
+            for (int i = 0; i < 50; i++) {
+                std::vector<float> x = random_vec(d, rng);
+                float s = std::pow(10.0f, scale_of(rng));
+                for (float &v : x)
+                    v *= s;
+                prepare_vector(m, x.data(), x.data(), d);
+                max_norm = std::max(max_norm, vector_norm(x.data(), d));
+                xs.push_back(x);
+            }
+            for (int t = 0; t < 20; t++) {
+                std::vector<float> q = random_vec(d, rng);
+                prepare_vector(m, q.data(), q.data(), d);
+                double qn = vector_norm(q.data(), d);
+                for (const auto &x : xs) {
+                    std::vector<uint16_t> h(d);
+                    f.store(x.data(), h.data());
+                    double lower = f.operator_lower_bound(f.distance(q.data(), h.data()), qn, max_norm);
+                    double exact = m == Metric::L2 ? std::sqrt((double)reference::l2_squared(q.data(), x.data(), d))
+                                   : m == Metric::InnerProduct ? -(double)reference::inner_product(q.data(), x.data(), d)
+                                                               : 1.0 - reference::inner_product(q.data(), x.data(), d);
+                    double fast = operator_value(m, distance(m, q.data(), x.data(), d));
+                    ASSERT_LE(lower, exact) << "dim " << d << " metric " << (int)m;
+                    ASSERT_LE(lower, fast) << "dim " << d << " metric " << (int)m;
+                    double scale = m == Metric::InnerProduct ? qn * max_norm : std::max(1.0, exact);
+                    ASSERT_GE(lower, exact - 0.01 * scale) << "dim " << d << " metric " << (int)m;
+                }
+            }
+        }
+    }
+}

@@ -194,6 +194,26 @@ $node->safe_psql('postgres', 'CREATE INDEX big_v ON big USING cagra (v) WITH (gr
 is(status('builds'), $builds0 + 1, 'the cancelled build was stopped, the next one goes through the worker');
 is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('big_v')"), '0', 'and checks clean');
 
+# storage = float16: the worker's copy holds halves, its searches find what
+# the backend's do, and index scans through it come in exact distance order
+$node->safe_psql('postgres', 'CREATE INDEX big_v16 ON big USING cagra (v) WITH (storage = float16)');
+$node->safe_psql('postgres', 'DROP INDEX big_v');
+my $search16 = "SELECT string_agg(query || ':' || ctid::text, ' ' ORDER BY query, distance, ctid)
+                FROM cagra_search('big_v16', ARRAY(SELECT v FROM big WHERE id % 1000 = 0 ORDER BY id), 5)";
+my $uploads16 = status('uploads');
+is($node->safe_psql('postgres', $search16), $node->safe_psql('postgres', "SET cagra.device = cpu; $search16"),
+	'float16 index: cagra_search through the worker as in the backend');
+is(status('uploads'), $uploads16 + 1, 'float16 index copy uploaded to the worker');
+my $order16 = q{SET enable_seqscan = off;
+	SELECT bool_and(d >= prev) FROM (
+	  SELECT d, lag(d, 1, 0::float8) OVER (ORDER BY n) AS prev FROM (
+	    SELECT row_number() OVER () AS n, d FROM (
+	      SELECT v <-> (SELECT v FROM big WHERE id = 777) AS d FROM big
+	       ORDER BY v <-> (SELECT v FROM big WHERE id = 777) LIMIT 20) a) b) c};
+my $queries16 = status('queries');
+is($node->safe_psql('postgres', $order16), 't', 'float16 index scan through the worker: ascending exact distances');
+is(status('queries'), $queries16 + 1, 'that scan was served by the worker');
+
 # build_device = gpu needs a GPU engine, not the CPU one
 ($ret, $out, $err) = $node->psql('postgres', 'CREATE INDEX ON items USING cagra (v) WITH (build_device = gpu)');
 like($err, qr/no cagra GPU worker is available/, 'build_device = gpu refused with the CPU engine');

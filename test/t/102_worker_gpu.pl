@@ -46,6 +46,19 @@ diag("recall\@10: GPU $gpu_recall, CPU $cpu_recall");
 cmp_ok($gpu_recall, '>=', 0.95, 'GPU recall@10 >= 0.95');
 cmp_ok($gpu_recall, '>=', $cpu_recall - 0.02, 'GPU recall close to the CPU recall');
 
+# storage = float16: half the device bytes, the recall of float32
+$node->safe_psql('postgres', 'CREATE INDEX items_v16 ON items USING cagra (v) WITH (build_device = gpu, storage = float16)');
+(my $recall16 = $recall) =~ s/'items_v'/'items_v16'/;
+my $gpu_recall16 = $node->safe_psql('postgres', "SET enable_indexscan = off; $recall16");
+my $mb = $node->safe_psql('postgres', q{
+	SELECT string_agg(round(c.size_mb)::text, '|' ORDER BY r.relname) FROM cagra_worker_cache() c
+	  JOIN pg_class r ON r.oid = c.index WHERE r.relname IN ('items_v', 'items_v16')});
+diag("float16: recall\@10 $gpu_recall16 (float32 $gpu_recall), device MB float32|float16 $mb");
+cmp_ok($gpu_recall16, '>=', $gpu_recall - 0.005, 'float16 recall within 0.005 of float32');
+my ($mb32, $mb16) = split /\|/, $mb;
+cmp_ok($mb16, '<', 0.75 * $mb32, 'float16 copy takes less device memory');
+$node->safe_psql('postgres', 'DROP INDEX items_v16');
+
 $q0 = status('queries');
 my $scan = q{SET cagra.device = gpu; SET enable_seqscan = off;
 	SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE id = 1000) LIMIT 3};
