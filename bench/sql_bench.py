@@ -33,6 +33,8 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --maintenance-work-mem 1GB            for CREATE INDEX
   --opclass l2|ip|cosine                operator class and operator (<->, <#>, <=>);
                                         the ground truth must be of that metric
+  --storage float32,float16             cagra indexes to build and measure, one per
+                                        storage reloption value (default float32)
   --batch 10000                         also time cagra_search with batches of this
                                         many queries (0: skip)
   --batch-clients 8                     with --batch: also run such calls from this
@@ -283,6 +285,8 @@ def main():
     ap.add_argument("--batch-clients", type=int, default=0)
     ap.add_argument("--maintenance-work-mem", default="1GB")
     ap.add_argument("--opclass", choices=["l2", "ip", "cosine"], default="l2")
+    ap.add_argument("--storage", default="float32",
+                    help="comma-separated storage reloption values, one cagra index each")
     args = ap.parse_args()
     args.op = {"l2": "<->", "ip": "<#>", "cosine": "<=>"}[args.opclass]
     db = Db(args.dsn)
@@ -309,26 +313,31 @@ def main():
             "(SELECT id FROM bench_items i ORDER BY i.v %s q.v LIMIT 10) x) s" % (args.exact_queries, args.op))
     print("%-30s recall@10 1.000  %.3f ms/query" % ("exact (seq scan)", (time.time() - t) * 1000.0 / args.exact_queries))
 
-    # cagra
-    db.psql("DROP INDEX IF EXISTS bench_items_cagra")
-    secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_cagra ON bench_items "
-                    "USING cagra (v vector_%s_ops) WITH (graph_degree = %d, intermediate_graph_degree = %d)"
-                    % (args.maintenance_work_mem, args.opclass, args.degree, args.intermediate))
-    size = db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_cagra'))")
-    print("cagra CREATE INDEX (degree %d, intermediate %d): %.1f s, %s" % (args.degree, args.intermediate, secs, size))
-    print("built on: %s" % db.psql("SELECT build_device FROM cagra_index_info('bench_items_cagra')"))
-    for device in args.devices.split(","):
-        for itopk in [int(x) for x in args.itopk.split(",")]:
-            run_method(db, "cagra %s itopk_size %d" % (device, itopk),
-                       [("cagra.device", device), ("cagra.itopk_size", itopk)], args, nq)
-    if args.batch:
-        batch_search(db, args.batch, nq)
-        if args.batch_clients:
-            batch_search_concurrent(db, args.batch, args.batch_clients, args.seconds)
-    if db.psql("SELECT count(*) FROM pg_views WHERE viewname = 'cagra_status'") == "1":
-        print(db.psql("SELECT format('worker: %s, queries %s, batches %s, mean batch %s, fallbacks %s', "
-                      "state, queries, batches, round(mean_batch_size::numeric, 2), fallbacks) FROM cagra_status"))
-    db.psql("DROP INDEX bench_items_cagra")
+    # cagra, once per storage element type
+    for storage in args.storage.split(","):
+        db.psql("DROP INDEX IF EXISTS bench_items_cagra")
+        secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_cagra ON bench_items "
+                        "USING cagra (v vector_%s_ops) WITH (graph_degree = %d, intermediate_graph_degree = %d, "
+                        "storage = %s)" % (args.maintenance_work_mem, args.opclass, args.degree, args.intermediate,
+                                           storage))
+        size = db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_cagra'))")
+        print("cagra CREATE INDEX (degree %d, intermediate %d, storage %s): %.1f s, %s"
+              % (args.degree, args.intermediate, storage, secs, size))
+        print("built on: %s" % db.psql("SELECT build_device FROM cagra_index_info('bench_items_cagra')"))
+        for device in args.devices.split(","):
+            for itopk in [int(x) for x in args.itopk.split(",")]:
+                run_method(db, "cagra %s %s itopk_size %d" % (storage, device, itopk),
+                           [("cagra.device", device), ("cagra.itopk_size", itopk)], args, nq)
+        if args.batch:
+            batch_search(db, args.batch, nq)
+            if args.batch_clients:
+                batch_search_concurrent(db, args.batch, args.batch_clients, args.seconds)
+        if db.psql("SELECT count(*) FROM pg_views WHERE viewname = 'cagra_status'") == "1":
+            print(db.psql("SELECT format('worker: %s, queries %s, batches %s, mean batch %s, fallbacks %s', "
+                          "state, queries, batches, round(mean_batch_size::numeric, 2), fallbacks) FROM cagra_status"))
+            print(db.psql("SELECT coalesce(string_agg(format('worker copy: %s nodes, %s MB on device %s', nodes, "
+                          "round(size_mb::numeric, 1), device), '; '), 'worker copy: none') FROM cagra_worker_cache()"))
+        db.psql("DROP INDEX bench_items_cagra")
 
     # pgvector HNSW, when pgvector is the vector type's owner
     if db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1":
