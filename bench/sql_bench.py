@@ -73,6 +73,34 @@ def copy_binary(rows_id, vecs):
     return b"PGCOPY\n\xff\r\n\0" + b"\0" * 8 + a.tobytes() + b"\xff\xff"
 
 
+# The phases of the CREATE INDEX run by the session named cagra_bench_build,
+# as NOTICEs "phase|epoch|name" at each change, "(done)" once it is gone.
+BUILD_MONITOR_SQL = """
+DO $$
+DECLARE
+    seen boolean := false;
+    last text := '';
+    cur text;
+    waited int := 0;
+BEGIN
+    LOOP
+        PERFORM pg_stat_clear_snapshot();
+        SELECT p.phase INTO cur FROM pg_stat_progress_create_index p JOIN pg_stat_activity a USING (pid)
+         WHERE a.application_name = 'cagra_bench_build';
+        IF cur IS NULL THEN
+            EXIT WHEN seen OR waited > 3000;
+            waited := waited + 1;
+        ELSIF cur IS DISTINCT FROM last THEN
+            RAISE NOTICE 'phase|%|%', extract(epoch FROM clock_timestamp()), cur;
+            last := cur;
+            seen := true;
+        END IF;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RAISE NOTICE 'phase|%|(done)', extract(epoch FROM clock_timestamp());
+END $$"""
+
+
 class Db:
     def __init__(self, dsn):
         self.dsn = dsn
@@ -96,6 +124,29 @@ class Db:
         t = time.time()
         self.psql(sql)
         return time.time() - t
+
+    def timed_build(self, sql):
+        """Run `sql` (a CREATE INDEX) and time it, with the seconds of each
+        phase pg_stat_progress_create_index showed for it, sampled every
+        10 ms by a second session (pg_stat_clear_snapshot() before each read:
+        a transaction otherwise keeps its first view of the statistics).
+        Returns (seconds, [(phase, seconds), ...])."""
+        monitor = subprocess.Popen(
+            ["psql", "-X", "-q", "-At", "-d", self.dsn, "-c", BUILD_MONITOR_SQL],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)  # the monitor is connected and polling
+        t = time.time()
+        self.psql("SET application_name = 'cagra_bench_build'; " + sql)
+        secs = time.time() - t
+        _, err = monitor.communicate(timeout=60)
+        marks = []
+        for line in err.splitlines():
+            m = re.match(r"NOTICE:\s+phase\|([0-9.]+)\|(.*)$", line)
+            if m:
+                marks.append((float(m.group(1)), m.group(2)))
+        phases = [(marks[i][1], marks[i + 1][0] - marks[i][0]) for i in range(len(marks) - 1)
+                  if marks[i][1] != "(done)"]
+        return secs, phases
 
     def backend_pids(self, application_name):
         """pids of the server backends of connections named `application_name`."""
@@ -316,7 +367,7 @@ def main():
     # cagra, once per storage element type
     for storage in args.storage.split(","):
         db.psql("DROP INDEX IF EXISTS bench_items_cagra")
-        secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_cagra ON bench_items "
+        secs, phases = db.timed_build("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_cagra ON bench_items "
                         "USING cagra (v vector_%s_ops) WITH (graph_degree = %d, intermediate_graph_degree = %d, "
                         "storage = %s)" % (args.maintenance_work_mem, args.opclass, args.degree, args.intermediate,
                                            storage))
@@ -324,6 +375,7 @@ def main():
         print("cagra CREATE INDEX (degree %d, intermediate %d, storage %s): %.1f s, %s"
               % (args.degree, args.intermediate, storage, secs, size))
         print("built on: %s" % db.psql("SELECT build_device FROM cagra_index_info('bench_items_cagra')"))
+        print("phases: %s" % ", ".join("%s %.2f s" % p for p in phases))
         for device in args.devices.split(","):
             for itopk in [int(x) for x in args.itopk.split(",")]:
                 run_method(db, "cagra %s %s itopk_size %d" % (storage, device, itopk),
@@ -343,11 +395,12 @@ def main():
     if db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1":
         for m in [int(x) for x in args.hnsw_m.split(",")]:
             efc = 64 if m <= 16 else 128
-            secs = db.timed("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
+            secs, phases = db.timed_build("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
                             "USING hnsw (v vector_%s_ops) WITH (m = %d, ef_construction = %d)"
                             % (args.maintenance_work_mem, args.opclass, m, efc))
             print("pgvector HNSW CREATE INDEX (m %d, ef_construction %d): %.1f s, %s"
                   % (m, efc, secs, db.psql("SELECT pg_size_pretty(pg_relation_size('bench_items_hnsw'))")))
+            print("phases: %s" % ", ".join("%s %.2f s" % p for p in phases))
             for ef in [int(x) for x in args.hnsw_ef.split(",")]:
                 run_method(db, "pgvector hnsw m %d ef_search %d" % (m, ef), [("hnsw.ef_search", ef)], args, nq)
             db.psql("DROP INDEX bench_items_hnsw")

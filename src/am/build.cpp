@@ -188,9 +188,12 @@ cagra_phase_of(uint32 core_phase)
 }
 
 static void
-cagra_report_build_phase(cagra::BuildPhase phase)
+cagra_report_worker_step(CagraWorkerBuildStep step)
 {
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, cagra_phase_of((uint32) phase));
+	int64		phase = step == CAGRA_WORKER_SEND_VECTORS ? CAGRA_PHASE_SEND :
+		step == CAGRA_WORKER_RECEIVE_GRAPH ? CAGRA_PHASE_RECEIVE : CAGRA_PHASE_KNN;
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, phase);
 }
 
 /*
@@ -397,12 +400,13 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 	if (build_device != CAGRA_DEVICE_CPU)
 		from_worker = cagra_worker_build_graph(RelationGetRelationName(bs->index), bs->vectors, bs->n, format,
 											   bs->params, build_device == CAGRA_DEVICE_GPU,
-											   cagra_report_build_phase, bs->cxt, &on_gpu);
+											   cagra_report_worker_step, bs->cxt, &on_gpu);
 	if (from_worker)
 	{
 		/* the core's connect step over the worker's graph: a link only where
 		 * a node has no way in from the first entry (cheap when there is
 		 * none; the GPU's own connect step has missed a node) */
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_CONNECT);
 		cagra_guard_or_error([&] {
 			cagra::DatasetView view{bs->vectors, bs->n, bs->dims};
 
@@ -522,7 +526,10 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
 	cagra_write_pages(index, &meta, bs, built ? &built->graph : NULL);
 	if (RelationNeedsWAL(index))
+	{
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WAL);
 		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
+	}
 
 	uint64		inserted = 0;
 

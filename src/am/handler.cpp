@@ -272,6 +272,14 @@ cagra_buildphasename(int64 phasenum)
 			return (char *) "writing index pages";
 		case CAGRA_PHASE_INSERT:
 			return (char *) "inserting rows beyond maintenance_work_mem";
+		case CAGRA_PHASE_SEND:
+			return (char *) "sending vectors to the GPU worker";
+		case CAGRA_PHASE_RECEIVE:
+			return (char *) "receiving the graph from the GPU worker";
+		case CAGRA_PHASE_CONNECT:
+			return (char *) "connecting the graph";
+		case CAGRA_PHASE_WAL:
+			return (char *) "WAL-logging index pages";
 	}
 	return NULL;
 }

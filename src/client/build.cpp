@@ -90,13 +90,14 @@ cagra_build_call(const CagraBuildRequest *req, CagraRequestKind kind, uint32 fir
 /* Vectors to the worker, the build, rows back into g.  false: why set. */
 static bool
 cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra::BuiltGraph *g,
-					  void (*report_phase) (cagra::BuildPhase), char *why, size_t whylen)
+					  void (*report_step) (CagraWorkerBuildStep), char *why, size_t whylen)
 {
 	Size		header = MAXALIGN(sizeof(CagraBuildPayload));
 	Size		vector_bytes = (Size) req->format.dim * sizeof(float);
 	uint64		per_chunk = Max((CAGRA_CHUNK_BYTES - header) / vector_bytes, (Size) 1);
 	CagraCall	call;
 
+	report_step(CAGRA_WORKER_SEND_VECTORS);
 	for (uint64 first = 0; first < req->n; first += per_chunk)
 	{
 		uint32		count = (uint32) Min(per_chunk, req->n - first);
@@ -108,7 +109,7 @@ cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra:
 		cagra_call_done(&call);
 	}
 
-	report_phase(cagra::BuildPhase::KnnGraph);
+	report_step(CAGRA_WORKER_BUILD_GRAPH);
 	/* no deadline: a build takes as long as it takes; cancel still works */
 	if (!cagra_build_call(req, CAGRA_REQ_BUILD_RUN, 0, 0, 0, NULL, -1, &call, why, whylen))
 		return false;
@@ -133,6 +134,7 @@ cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra:
 	uint64		rows_per_chunk = Max((CAGRA_CHUNK_BYTES - header) / row_bytes, (Size) 1);
 	uint32	   *edges = g->graph.edges.data();
 
+	report_step(CAGRA_WORKER_RECEIVE_GRAPH);
 	for (uint64 first = 0; first < req->n; first += rows_per_chunk)
 	{
 		uint32		count = (uint32) Min(rows_per_chunk, req->n - first);
@@ -158,7 +160,7 @@ cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra:
 cagra::BuiltGraph *
 cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
 						 const cagra::VectorFormat &format, const cagra::BuildParams &params,
-						 bool gpu_required, void (*report_phase) (cagra::BuildPhase),
+						 bool gpu_required, void (*report_step) (CagraWorkerBuildStep),
 						 MemoryContext cxt, bool *on_gpu)
 {
 	static uint64 builds_started = 0;
@@ -187,7 +189,7 @@ cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
 	req.n = n;
 	req.format = format;
 	req.params = params;
-	if (cagra_build_on_worker(&req, vectors, g, report_phase, why, sizeof(why)))
+	if (cagra_build_on_worker(&req, vectors, g, report_step, why, sizeof(why)))
 	{
 		*on_gpu = backend == CAGRA_BACKEND_GPU;
 		return g;

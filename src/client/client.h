@@ -82,16 +82,24 @@ CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource
  * gpu; called before the heap scan). */
 void		cagra_worker_require_gpu_build(const char *index_name);
 
+/* The steps of a build on the worker, as the backend sees them. */
+typedef enum CagraWorkerBuildStep
+{
+	CAGRA_WORKER_SEND_VECTORS,	/* the vectors into the worker's memory */
+	CAGRA_WORKER_BUILD_GRAPH,	/* the worker builds (kNN graph and pruning) */
+	CAGRA_WORKER_RECEIVE_GRAPH	/* the graph's rows back into the backend */
+} CagraWorkerBuildStep;
+
 /*
  * Build the graph of n prepared vectors on the worker.  On success returns
  * a BuiltGraph owned by memory context `cxt` (deleted with it) and sets
  * *on_gpu (false: the worker's CPU engine built it).  NULL: build on the
  * CPU in the backend (a NOTICE said why, when the worker failed); with
- * gpu_required a failure is an ERROR instead.  report_phase(phase) is
- * called as the build on the worker starts its steps.
+ * gpu_required a failure is an ERROR instead.  report_step(step) is
+ * called as each step starts.
  */
 cagra::BuiltGraph *cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
 											const cagra::VectorFormat &format,
 											const cagra::BuildParams &params, bool gpu_required,
-											void (*report_phase) (cagra::BuildPhase phase),
+											void (*report_step) (CagraWorkerBuildStep step),
 											MemoryContext cxt, bool *on_gpu);
