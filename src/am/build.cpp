@@ -49,6 +49,8 @@ typedef struct CagraBuildState
 	uint64		capacity;
 	uint64		skipped_zero;	/* zero or non-finite-norm vectors under cosine, not indexed */
 	uint64		left_over;		/* rows beyond maintenance_work_mem: inserted after the build */
+	uint64		expected;		/* the planner's estimate of the table's rows: the first
+								 * allocation, so the arrays are rarely copied to grow */
 	double		mem_limit;		/* bytes */
 	MemoryContext cxt;
 	MemoryContext tuple_cxt;
@@ -112,7 +114,7 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 	if (bs->n == bs->capacity)
 	{
 		uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
-		uint64		cap = Min(Max(bs->capacity * 2, (uint64) 1024), fits);
+		uint64		cap = Min(Max(Max(bs->capacity * 2, (uint64) 1024), bs->expected), fits);
 
 		cap = Max(cap, bs->n + 1);
 		bs->vectors = (float *) repalloc_huge(bs->vectors, cap * bs->dims * sizeof(float));
@@ -267,15 +269,6 @@ cagra_run_core_build(CagraBuildState *bs, CagraOwner **owner_out)
 
 /* ---- writing the pages ---- */
 
-static Buffer
-cagra_new_buffer(Relation index, ForkNumber fork)
-{
-	Buffer		buf = ReadBufferExtended(index, fork, P_NEW, RBM_NORMAL, NULL);
-
-	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
-	return buf;
-}
-
 static void
 cagra_fill_meta(CagraMetaData *meta, Relation index, uint32 dims)
 {
@@ -326,25 +319,72 @@ cagra_fill_group(const CagraMetaData *meta, const CagraBuildState *bs, const cag
 	pfree(stored);
 }
 
+/*
+ * Pages written straight to the index's file, as nbtree's sorted build does:
+ * no shared buffer per page (each P_NEW extension wrote a zero page first and
+ * left a dirty buffer for the checkpointer), WAL in records of
+ * XLR_MAX_BLOCK_ID full pages as they are written instead of a second pass
+ * over the buffers, and one fsync at the end (a checkpoint during the build
+ * cannot flush pages that are not in shared buffers, and replay from it would
+ * skip their WAL).
+ */
+typedef struct CagraPageWriter
+{
+	Relation	index;
+	bool		wal;
+	int			npages;
+	BlockNumber blknos[XLR_MAX_BLOCK_ID];
+	Page		pages[XLR_MAX_BLOCK_ID];
+	PGAlignedBlock *buf;		/* XLR_MAX_BLOCK_ID pages */
+} CagraPageWriter;
+
+static void
+cagra_writer_flush(CagraPageWriter *w)
+{
+	if (w->npages == 0)
+		return;
+	if (w->wal)
+		log_newpages(&w->index->rd_node, MAIN_FORKNUM, w->npages, w->blknos, w->pages, true);
+	for (int i = 0; i < w->npages; i++)
+	{
+		PageSetChecksumInplace(w->pages[i], w->blknos[i]);
+		smgrextend(RelationGetSmgr(w->index), MAIN_FORKNUM, w->blknos[i], (char *) w->pages[i], true);
+	}
+	w->npages = 0;
+}
+
+/* The page for block `blkno` (the next block of the file), to be filled;
+ * it is written at the next flush. */
+static Page
+cagra_writer_page(CagraPageWriter *w, BlockNumber blkno)
+{
+	if (w->npages == XLR_MAX_BLOCK_ID)
+		cagra_writer_flush(w);
+
+	Page		page = (Page) w->buf[w->npages].data;
+
+	w->blknos[w->npages] = blkno;
+	w->pages[w->npages] = page;
+	w->npages++;
+	return page;
+}
+
 /* The meta page, then blocks 1 .. cagra_blocks_for(n) - 1 in order (whole
  * groups, and the used pages of the last one). */
 static void
 cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildState *bs,
 				  const cagra::Graph *graph)
 {
-	Buffer		buf = cagra_new_buffer(index, MAIN_FORKNUM);
+	CagraPageWriter w;
+	BlockNumber nblocks = bs->n > 0 ? cagra_blocks_for(meta, (uint32) bs->n) : 1;
+	char	   *group = bs->n > 0 ? (char *) palloc(cagra_group_bytes(meta)) : NULL;
 
-	Assert(BufferGetBlockNumber(buf) == CAGRA_METAPAGE_BLKNO);
-	cagra_init_meta_page(BufferGetPage(buf), meta);
-	MarkBufferDirty(buf);
-	UnlockReleaseBuffer(buf);
+	w.index = index;
+	w.wal = RelationNeedsWAL(index);
+	w.npages = 0;
+	w.buf = (PGAlignedBlock *) palloc(sizeof(PGAlignedBlock) * XLR_MAX_BLOCK_ID);
 
-	if (bs->n == 0)
-		return;
-
-	BlockNumber nblocks = cagra_blocks_for(meta, (uint32) bs->n);
-	char	   *group = (char *) palloc(cagra_group_bytes(meta));
-
+	cagra_init_meta_page(cagra_writer_page(&w, CAGRA_METAPAGE_BLKNO), meta);
 	for (BlockNumber blkno = 1; blkno < nblocks; blkno++)
 	{
 		uint64		g = (blkno - 1) / meta->pages_per_group;
@@ -360,19 +400,21 @@ cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildSta
 				CHECK_FOR_INTERRUPTS();
 			}
 		}
-		buf = cagra_new_buffer(index, MAIN_FORKNUM);
-		Page		page = BufferGetPage(buf);
+		Page		page = cagra_writer_page(&w, blkno);
 
-		if (BufferGetBlockNumber(buf) != blkno)
-			elog(ERROR, "cagra build of \"%s\" wrote block %u, expected block %u",
-				 RelationGetRelationName(index), BufferGetBlockNumber(buf), blkno);
 		cagra_init_node_page(page, meta, blkno);
 		memcpy((char *) page + CAGRA_PAGE_DATA_START, group + (uint64) q * CAGRA_PAGE_USABLE,
 			   ((PageHeader) page)->pd_lower - CAGRA_PAGE_DATA_START);
-		MarkBufferDirty(buf);
-		UnlockReleaseBuffer(buf);
 	}
-	pfree(group);
+	cagra_writer_flush(&w);
+	if (w.wal)
+	{
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_SYNC);
+		smgrimmedsync(RelationGetSmgr(index), MAIN_FORKNUM);
+	}
+	pfree(w.buf);
+	if (group)
+		pfree(group);
 }
 
 static void
@@ -500,6 +542,13 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	bs->vectors = (float *) palloc(sizeof(float));
 	bs->tids = (ItemPointerData *) palloc(sizeof(ItemPointerData));
 
+	BlockNumber heap_pages;
+	double		heap_tuples,
+				allvisfrac;
+
+	table_relation_estimate_size(heap, NULL, &heap_pages, &heap_tuples, &allvisfrac);
+	bs->expected = (uint64) Min(heap_tuples * 1.1 + 1024, (double) cagra::kInvalidNode);
+
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_LOAD);
 	double		reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
 												   cagra_build_callback, bs, NULL);
@@ -525,11 +574,6 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
 	cagra_write_pages(index, &meta, bs, built ? &built->graph : NULL);
-	if (RelationNeedsWAL(index))
-	{
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WAL);
-		log_newpage_range(index, MAIN_FORKNUM, 0, RelationGetNumberOfBlocks(index), true);
-	}
 
 	uint64		inserted = 0;
 

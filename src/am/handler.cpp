@@ -269,7 +269,7 @@ cagra_buildphasename(int64 phasenum)
 		case CAGRA_PHASE_PRUNE:
 			return (char *) "optimizing graph";
 		case CAGRA_PHASE_WRITE:
-			return (char *) "writing index pages";
+			return (char *) "writing and WAL-logging index pages";
 		case CAGRA_PHASE_INSERT:
 			return (char *) "inserting rows beyond maintenance_work_mem";
 		case CAGRA_PHASE_SEND:
@@ -278,8 +278,8 @@ cagra_buildphasename(int64 phasenum)
 			return (char *) "receiving the graph from the GPU worker";
 		case CAGRA_PHASE_CONNECT:
 			return (char *) "connecting the graph";
-		case CAGRA_PHASE_WAL:
-			return (char *) "WAL-logging index pages";
+		case CAGRA_PHASE_SYNC:
+			return (char *) "syncing index pages to disk";
 	}
 	return NULL;
 }

@@ -189,7 +189,10 @@ cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
 	req.n = n;
 	req.format = format;
 	req.params = params;
-	if (cagra_build_on_worker(&req, vectors, g, report_step, why, sizeof(why)))
+	bool		built = cagra_build_on_worker(&req, vectors, g, report_step, why, sizeof(why));
+
+	cagra_mailbox_trim();
+	if (built)
 	{
 		*on_gpu = backend == CAGRA_BACKEND_GPU;
 		return g;

@@ -40,14 +40,14 @@ static dsm_segment *cagra_mailbox = NULL;
 static Size cagra_mailbox_size = 0;
 
 /* The mailbox, grown (doubling from CAGRA_MAILBOX_BYTES) to hold `size`;
- * NULL for requests beyond CAGRA_MAILBOX_MAX_BYTES.  The worker unmaps a
- * backend's old mailbox when it maps the new one. */
+ * NULL for requests beyond `max_size`.  The worker unmaps a backend's old
+ * mailbox when it maps the new one. */
 static dsm_segment *
-cagra_get_mailbox(Size size)
+cagra_get_mailbox(Size size, Size max_size)
 {
 	if (cagra_mailbox && cagra_mailbox_size >= size)
 		return cagra_mailbox;
-	if (size > CAGRA_MAILBOX_MAX_BYTES)
+	if (size > max_size)
 		return NULL;
 
 	Size		want = CAGRA_MAILBOX_BYTES;
@@ -83,7 +83,11 @@ cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
 	memset((void *) call, 0, sizeof(*call));
 	call->kind = kind;
 	call->size = size;
-	if (cagra_get_mailbox(size))
+	/* a build's chunks reuse one large mailbox (cagra_mailbox_trim gives it
+	 * back after the build): a fresh segment per chunk cost more in page
+	 * faults on both sides than the copies themselves */
+	if (cagra_get_mailbox(size, kind == CAGRA_REQ_BUILD_DATA || kind == CAGRA_REQ_BUILD_FETCH
+						  ? CAGRA_CHUNK_BYTES : CAGRA_MAILBOX_MAX_BYTES))
 	{
 		call->seg = cagra_mailbox;
 		call->in_mailbox = true;
@@ -95,6 +99,17 @@ cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
 		return false;
 	call->payload = dsm_segment_address(call->seg);
 	return true;
+}
+
+void
+cagra_mailbox_trim(void)
+{
+	if (cagra_mailbox && cagra_mailbox_size > CAGRA_MAILBOX_MAX_BYTES)
+	{
+		dsm_detach(cagra_mailbox);
+		cagra_mailbox = NULL;
+		cagra_mailbox_size = 0;
+	}
 }
 
 void

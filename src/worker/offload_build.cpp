@@ -40,7 +40,7 @@ struct CagraBuildJobState
 	bool		built = false;
 	int			device = 0;
 	bool		long_edges = false;
-	std::vector<float> vectors;
+	std::unique_ptr<float[]> vectors;	/* n x dim; not zeroed: every chunk fills its part */
 	std::vector<uint32_t> rows;
 	std::vector<uint32_t> entries;
 };
@@ -100,7 +100,7 @@ cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t
 		j->n = p->n;
 		j->format = p->format;
 		j->params = p->params;
-		j->vectors.resize(p->n * p->format.dim);
+		j->vectors.reset(new float[p->n * p->format.dim]);
 		builds[id] = std::move(j);
 	}
 	auto		it = builds.find(id);
@@ -113,7 +113,7 @@ cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t
 	}
 	CagraBuildJobState &j = *it->second;
 
-	memcpy(j.vectors.data() + (size_t) p->first * j.format.dim, cagra_build_body(p),
+	memcpy(j.vectors.get() + (size_t) p->first * j.format.dim, cagra_build_body(p),
 		   (size_t) p->count * j.format.dim * sizeof(float));
 	j.received += p->count;
 	return CAGRA_REPLY_OK;
@@ -172,7 +172,7 @@ cagra_lane_run(CagraBuildLane *l) noexcept
 {
 	CagraBuildJobState &j = *l->job;
 
-	l->reply = cagra_engine_build(j.vectors.data(), j.n, j.format, j.params, &l->control, &j.rows,
+	l->reply = cagra_engine_build(j.vectors.get(), j.n, j.format, j.params, &l->control, &j.rows,
 								  &j.entries, &j.device, &j.long_edges, &l->msg);
 	l->finished = true;
 
@@ -275,7 +275,7 @@ cagra_lane_answer(CagraWorkerShared *sh, CagraBuildLane *l)
 	CagraRequestSlot *s = &sh->slots[l->slot];
 	CagraBuildJobState &j = *l->job;
 
-	std::vector<float>().swap(j.vectors);
+	j.vectors.reset();
 	s->reply = l->reply;
 	strlcpy(s->message, l->control.requested() ? "the build was cancelled" : l->msg.c_str(), sizeof(s->message));
 	if (l->reply == CAGRA_REPLY_OK)
