@@ -65,6 +65,18 @@ float l2_half_portable(const float *a, const uint16_t *b, uint32_t dim)
     return sum;
 }
 
+void to_halves_portable(const float *in, uint16_t *out, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = float_to_half(in[i]);
+}
+
+void from_halves_portable(const uint16_t *in, float *out, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = half_to_float(in[i]);
+}
+
 float ip_half_portable(const float *a, const uint16_t *b, uint32_t dim)
 {
     float sum = 0.0f;
@@ -190,6 +202,26 @@ __attribute__((target("avx512f"))) float ip_avx512(const float *a, const float *
     return hsum512(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
+/* Whole vectors to and from float16, eight elements per instruction
+ * (vcvtps2ph rounds to nearest even, as float_to_half does). */
+__attribute__((target("avx2,f16c"))) void to_halves_f16c(const float *in, uint16_t *out, uint32_t n)
+{
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        out[i] = float_to_half(in[i]);
+}
+
+__attribute__((target("avx2,f16c"))) void from_halves_f16c(const uint16_t *in, float *out, uint32_t n)
+{
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
+    for (; i < n; i++)
+        out[i] = half_to_float(in[i]);
+}
+
 /* Float16 stored vectors: eight (sixteen) halves widened per step by
  * F16C's vcvtph2ps (AVX-512F has its own form), the rest masked or scalar. */
 __attribute__((target("avx2,fma,f16c"))) float l2_half_avx2(const float *a, const uint16_t *b, uint32_t dim)
@@ -292,12 +324,16 @@ __attribute__((target("avx512f"))) float ip_half_avx512(const float *a, const ui
 #endif /* CAGRA_X86_DISPATCH */
 
 using HalfKernel = float (*)(const float *, const uint16_t *, uint32_t);
+using ToHalves = void (*)(const float *, uint16_t *, uint32_t);
+using FromHalves = void (*)(const uint16_t *, float *, uint32_t);
 
 struct Kernels {
     PairKernel l2;
     PairKernel ip;
     HalfKernel l2_half;
     HalfKernel ip_half;
+    ToHalves to_halves;
+    FromHalves from_halves;
     const char *name;
 };
 
@@ -306,14 +342,16 @@ Kernels choose_kernels()
 #ifdef CAGRA_X86_DISPATCH
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
-        return {l2_avx512, ip_avx512, l2_half_avx512, ip_half_avx512, "avx512"};
+        return {l2_avx512, ip_avx512, l2_half_avx512, ip_half_avx512, to_halves_f16c, from_halves_f16c, "avx512"};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         if (__builtin_cpu_supports("f16c"))
-            return {l2_avx2, ip_avx2, l2_half_avx2, ip_half_avx2, "avx2"};
-        return {l2_avx2, ip_avx2, l2_half_portable, ip_half_portable, "avx2"};
+            return {l2_avx2, ip_avx2, l2_half_avx2, ip_half_avx2, to_halves_f16c, from_halves_f16c, "avx2"};
+        return {l2_avx2, ip_avx2, l2_half_portable, ip_half_portable, to_halves_portable, from_halves_portable,
+                "avx2"};
     }
 #endif
-    return {l2_portable, ip_portable, l2_half_portable, ip_half_portable, "portable"};
+    return {l2_portable, ip_portable, l2_half_portable, ip_half_portable, to_halves_portable, from_halves_portable,
+            "portable"};
 }
 
 const Kernels &kernels()
@@ -358,6 +396,16 @@ float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t d
         return 1.0f - kernels().ip_half(a, b, dim);
     }
     return 0.0f;
+}
+
+void floats_to_halves(const float *in, uint16_t *out, uint32_t n)
+{
+    kernels().to_halves(in, out, n);
+}
+
+void halves_to_floats(const uint16_t *in, float *out, uint32_t n)
+{
+    kernels().from_halves(in, out, n);
 }
 
 MetricKernel metric_kernel(Metric metric)

@@ -20,6 +20,11 @@ float distance(Metric metric, const float *a, const float *b, uint32_t dim);
 /* The same from a float32 vector to one stored in float16 (half.h). */
 float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t dim);
 
+/* n floats to float16 (rounded as float_to_half does) and back, with F16C
+ * where the CPU has it. */
+void floats_to_halves(const float *in, uint16_t *out, uint32_t n);
+void halves_to_floats(const uint16_t *in, float *out, uint32_t n);
+
 using PairKernel = float (*)(const float *, const float *, uint32_t);
 
 /* The dispatched kernel behind a metric, for hot loops that want no switch

@@ -63,10 +63,16 @@ struct VectorFormat {
      * round to infinity), or dim when it holds them all. */
     uint32_t first_unstorable(const float *prepared) const
     {
-        if (element == ElementType::Float16)
-            for (uint32_t i = 0; i < dim; i++)
-                if (!(std::fabs(prepared[i]) < kHalfOverflow))
-                    return i;
+        if (element != ElementType::Float16)
+            return dim;
+        float largest = 0; /* one branch-free pass; the search only on failure */
+        for (uint32_t i = 0; i < dim; i++)
+            largest = std::fmax(largest, std::fabs(prepared[i]));
+        if (largest < kHalfOverflow)
+            return dim;
+        for (uint32_t i = 0; i < dim; i++)
+            if (!(std::fabs(prepared[i]) < kHalfOverflow))
+                return i;
         return dim;
     }
 
@@ -74,22 +80,18 @@ struct VectorFormat {
      * rounded to nearest; first_unstorable() says whether it fits). */
     void store(const float *prepared, void *out) const
     {
-        if (element == ElementType::Float16) {
-            uint16_t *h = static_cast<uint16_t *>(out);
-            for (uint32_t i = 0; i < dim; i++)
-                h[i] = float_to_half(prepared[i]);
-        } else
+        if (element == ElementType::Float16)
+            floats_to_halves(prepared, static_cast<uint16_t *>(out), dim);
+        else
             std::memcpy(out, prepared, vector_bytes());
     }
 
     /* A stored vector read back as float32. */
     void load(const void *stored, float *out) const
     {
-        if (element == ElementType::Float16) {
-            const uint16_t *h = static_cast<const uint16_t *>(stored);
-            for (uint32_t i = 0; i < dim; i++)
-                out[i] = half_to_float(h[i]);
-        } else
+        if (element == ElementType::Float16)
+            halves_to_floats(static_cast<const uint16_t *>(stored), out, dim);
+        else
             std::memcpy(out, stored, vector_bytes());
     }
 
@@ -134,13 +136,11 @@ struct VectorFormat {
     }
 };
 
-/* Euclidean norm in double (query norms and the largest stored norm). */
+/* Euclidean norm (query norms and the largest stored norm; float sums
+ * suffice for the bounds, which carry twice the constant they need). */
 inline double vector_norm(const float *x, uint32_t dim)
 {
-    double s = 0;
-    for (uint32_t i = 0; i < dim; i++)
-        s += (double)x[i] * x[i];
-    return std::sqrt(s);
+    return std::sqrt((double)inner_product(x, x, dim));
 }
 
 inline bool operator==(const VectorFormat &a, const VectorFormat &b)
