@@ -18,8 +18,18 @@
 #include "core/build.h"
 #include "type/vector.h"
 
+#include <sys/statvfs.h>
+
 extern "C" {
+#include "access/parallel.h"
+#include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
+#include "optimizer/optimizer.h"
+#include "storage/dsm.h"
+#include "storage/dsm_impl.h"
+#include "storage/spin.h"
+#include "utils/snapmgr.h"
 #include "access/xlog.h"
 #include "access/xloginsert.h"
 #include "catalog/index.h"
@@ -73,71 +83,342 @@ cagra_build_fits(const CagraBuildState *bs, uint64 n)
 	return cagra_build_bytes_per_node(bs) * (double) n <= bs->mem_limit;
 }
 
+/*
+ * The column value of a row as floats, or NULL when the row is not indexed
+ * (NULL value; under cosine a zero vector or one of non-finite norm, which
+ * *skipped counts).  ERROR on a vector of other dimensions.  Called in the
+ * build's tuple context.
+ */
+static const float *
+cagra_row_floats(Relation index, Datum value, bool isnull, bool halfvec, cagra::Metric metric, uint32 *dims,
+				 uint64 *skipped)
+{
+	int			dim;
+
+	if (isnull)
+		return NULL;
+
+	const float *x = vector_datum_floats(value, halfvec, &dim);
+
+	if (*dims == 0)
+		*dims = dim;
+	cagra_check_dims(index, *dims, dim);
+	if (cagra_vector_unindexable(metric, x, dim))
+	{
+		(*skipped)++;
+		return NULL;
+	}
+	return x;
+}
+
+/* `x` prepared into `out`; with float16 storage, ERROR unless it fits, and
+ * *max_norm raised to its norm. */
+static void
+cagra_store_row(Relation index, const cagra::VectorFormat &format, const float *x, float *out, double *max_norm)
+{
+	cagra_prepare(format.metric, x, out, format.dim);
+	if (format.element == cagra::ElementType::Float16)
+	{
+		cagra_check_storable(index, format, out, x);
+		*max_norm = Max(*max_norm, cagra::vector_norm(out, format.dim));
+	}
+}
+
 static void
 cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 					 bool tupleIsAlive, void *state)
 {
 	CagraBuildState *bs = (CagraBuildState *) state;
-
-	if (isnull[0])
-		return;
-
 	MemoryContext old = MemoryContextSwitchTo(bs->tuple_cxt);
-	int			dim;
-	const float *x = vector_datum_floats(values[0], bs->halfvec, &dim);
+	const float *x = cagra_row_floats(index, values[0], isnull[0], bs->halfvec, bs->metric, &bs->dims,
+									  &bs->skipped_zero);
 
-	if (bs->dims == 0)
-		bs->dims = dim;
-	cagra_check_dims(index, bs->dims, dim);
-
-	if (cagra_vector_unindexable(bs->metric, x, dim))
+	if (x == NULL)
 	{
-		bs->skipped_zero++;
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(bs->tuple_cxt);
-		return;
+		/* not indexed */
 	}
-
-	if (bs->n >= (uint64) cagra::kInvalidNode - 1)
+	else if (bs->n >= (uint64) cagra::kInvalidNode - 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a cagra index holds at most %u vectors", cagra::kInvalidNode - 2)));
-	if (bs->left_over > 0 || (bs->n == bs->capacity && !cagra_build_fits(bs, bs->n + 1)))
+	else if (bs->left_over > 0 || (bs->n == bs->capacity && !cagra_build_fits(bs, bs->n + 1)))
 	{
 		/* beyond maintenance_work_mem: inserted once the graph of the
 		 * others is written (cagra_insert_left_over) */
 		bs->left_over++;
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(bs->tuple_cxt);
-		return;
 	}
-	if (bs->n == bs->capacity)
+	else
 	{
-		uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
-		uint64		cap = Min(Max(Max(bs->capacity * 2, (uint64) 1024), bs->expected), fits);
+		if (bs->n == bs->capacity)
+		{
+			uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
+			uint64		cap = Min(Max(Max(bs->capacity * 2, (uint64) 1024), bs->expected), fits);
 
-		cap = Max(cap, bs->n + 1);
-		bs->vectors = (float *) repalloc_huge(bs->vectors, cap * bs->dims * sizeof(float));
-		bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
-		bs->capacity = cap;
-	}
-	float	   *prepared = bs->vectors + bs->n * bs->dims;
-
-	cagra_prepare(bs->metric, x, prepared, bs->dims);
-	if (bs->element == cagra::ElementType::Float16)
-	{
+			cap = Max(cap, bs->n + 1);
+			bs->vectors = (float *) repalloc_huge(bs->vectors, cap * bs->dims * sizeof(float));
+			bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
+			bs->capacity = cap;
+		}
 		cagra::VectorFormat format{bs->element, bs->dims, bs->metric};
 
-		cagra_check_storable(index, format, prepared, x);
-		bs->max_norm = Max(bs->max_norm, cagra::vector_norm(prepared, bs->dims));
+		cagra_store_row(index, format, x, bs->vectors + bs->n * bs->dims, &bs->max_norm);
+		bs->tids[bs->n] = *tid;
+		bs->n++;
+		if ((bs->n & 1023) == 0)
+			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) bs->n);
 	}
-	bs->tids[bs->n] = *tid;
-	bs->n++;
-	if ((bs->n & 1023) == 0)
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) bs->n);
-
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(bs->tuple_cxt);
+}
+
+/*
+ * ---- the heap scan in parallel ----
+ *
+ * With parallel maintenance workers (plan_create_index_workers), a known
+ * number of dimensions and statistics for the table, the leader and the
+ * workers scan the heap together (a parallel table scan, as nbtree's
+ * parallel build does) and each takes slots from a shared counter in one
+ * dynamic shared memory segment of vectors and TIDs, sized for the table's
+ * estimated rows within maintenance_work_mem; that segment is then the
+ * build's arrays.  Rows beyond it are left over, as past
+ * maintenance_work_mem.  Slots come in scan order per participant, so node
+ * ids follow no particular order (nothing depends on it).
+ */
+#define CAGRA_PARALLEL_KEY_SHARED UINT64CONST(0xCA6A000000000001)
+
+typedef struct CagraParallelBuild
+{
+	Oid			heaprelid;
+	Oid			indexrelid;
+	bool		isconcurrent;
+	bool		halfvec;
+	uint32		dims;
+	uint32		metric;
+	uint32		element;
+	uint64		capacity;		/* slots in the rows segment */
+	dsm_handle	rows;			/* capacity vectors, then capacity TIDs */
+	pg_atomic_uint64 next;		/* slots handed out; past capacity: left over */
+	slock_t		mutex;			/* protects the sums below */
+	double		reltuples;
+	uint64		skipped;
+	double		max_norm;
+	/* a ParallelTableScanDescData follows, at BUFFERALIGN(sizeof(...)) */
+} CagraParallelBuild;
+
+static ParallelTableScanDesc
+cagra_parallel_scan_desc(CagraParallelBuild *shared)
+{
+	return (ParallelTableScanDesc) ((char *) shared + BUFFERALIGN(sizeof(CagraParallelBuild)));
+}
+
+static ItemPointerData *
+cagra_parallel_tids(const CagraParallelBuild *shared, float *vectors)
+{
+	return (ItemPointerData *) (vectors + shared->capacity * shared->dims);
+}
+
+/* One participant's view of the scan. */
+typedef struct CagraParallelScan
+{
+	CagraParallelBuild *shared;
+	float	   *vectors;
+	ItemPointerData *tids;
+	cagra::VectorFormat format;
+	uint64		skipped;
+	double		max_norm;
+	MemoryContext tuple_cxt;
+	bool		leader;
+} CagraParallelScan;
+
+static void
+cagra_parallel_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+						bool tupleIsAlive, void *state)
+{
+	CagraParallelScan *ps = (CagraParallelScan *) state;
+	MemoryContext old = MemoryContextSwitchTo(ps->tuple_cxt);
+	uint32		dims = ps->format.dim;
+	const float *x = cagra_row_floats(index, values[0], isnull[0], ps->shared->halfvec, ps->format.metric, &dims,
+									  &ps->skipped);
+
+	if (x != NULL)
+	{
+		uint64		slot = pg_atomic_fetch_add_u64(&ps->shared->next, 1);
+
+		if (slot < ps->shared->capacity)
+		{
+			cagra_store_row(index, ps->format, x, ps->vectors + slot * dims, &ps->max_norm);
+			ps->tids[slot] = *tid;
+			if (ps->leader && (slot & 1023) == 0)
+				pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) slot);
+		}
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(ps->tuple_cxt);
+}
+
+/* Scan this participant's share of the heap into the rows segment. */
+static void
+cagra_parallel_participate(CagraParallelBuild *shared, float *vectors, Relation heap, Relation index,
+						   IndexInfo *indexInfo, bool leader)
+{
+	CagraParallelScan ps;
+
+	ps.shared = shared;
+	ps.vectors = vectors;
+	ps.tids = cagra_parallel_tids(shared, vectors);
+	ps.format = cagra::VectorFormat{(cagra::ElementType) shared->element, shared->dims,
+									(cagra::Metric) shared->metric};
+	ps.skipped = 0;
+	ps.max_norm = 0;
+	ps.leader = leader;
+	ps.tuple_cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra parallel build tuple",
+										 ALLOCSET_DEFAULT_SIZES);
+
+	TableScanDesc scan = table_beginscan_parallel(heap, cagra_parallel_scan_desc(shared));
+	double		reltuples = table_index_build_scan(heap, index, indexInfo, true, leader,
+												   cagra_parallel_callback, &ps, scan);
+
+	SpinLockAcquire(&shared->mutex);
+	shared->reltuples += reltuples;
+	shared->skipped += ps.skipped;
+	shared->max_norm = Max(shared->max_norm, ps.max_norm);
+	SpinLockRelease(&shared->mutex);
+	MemoryContextDelete(ps.tuple_cxt);
+}
+
+/* A parallel worker's part (named in CreateParallelContext). */
+extern "C" PGDLLEXPORT void cagra_parallel_build_main(dsm_segment *seg, shm_toc *toc);
+
+void
+cagra_parallel_build_main(dsm_segment *seg, shm_toc *toc)
+{
+	CagraParallelBuild *shared = (CagraParallelBuild *) shm_toc_lookup(toc, CAGRA_PARALLEL_KEY_SHARED, false);
+	/* the lock modes index.c took in the leader (group locking shares them) */
+	LOCKMODE	heap_lock = shared->isconcurrent ? ShareUpdateExclusiveLock : ShareLock;
+	LOCKMODE	index_lock = shared->isconcurrent ? RowExclusiveLock : AccessExclusiveLock;
+	Relation	heap = table_open(shared->heaprelid, heap_lock);
+	Relation	index = index_open(shared->indexrelid, index_lock);
+	IndexInfo  *indexInfo = BuildIndexInfo(index);
+	dsm_segment *rows = dsm_attach(shared->rows);
+
+	if (rows == NULL)
+		elog(ERROR, "cagra parallel build: could not attach to the rows segment");
+	indexInfo->ii_Concurrent = shared->isconcurrent;
+	cagra_parallel_participate(shared, (float *) dsm_segment_address(rows), heap, index, indexInfo, false);
+	dsm_detach(rows);
+	index_close(index, index_lock);
+	table_close(heap, heap_lock);
+}
+
+/* Whether a segment of `bytes` can be had: POSIX shared memory lives in
+ * /dev/shm, whose size is often small in containers, and a segment that
+ * does not fit there fails with an ERROR rather than a NULL. */
+static bool
+cagra_dsm_has_room(Size bytes)
+{
+	if (dynamic_shared_memory_type == DSM_IMPL_MMAP)
+		return true;
+	if (dynamic_shared_memory_type != DSM_IMPL_POSIX)
+		return false;
+
+	struct statvfs st;
+
+	return statvfs("/dev/shm", &st) == 0 &&
+		(double) st.f_bavail * (double) st.f_frsize > (double) bytes * 1.1 + 64.0 * 1024 * 1024;
+}
+
+/*
+ * Scan the heap with parallel workers into a rows segment that becomes the
+ * build's arrays (*rows_seg; detached by the caller).  false, with nothing
+ * done, when a parallel scan does not apply: no workers to be had, the
+ * dimensions unknown before the first row, no statistics to size the
+ * segment by, or no room for it.
+ */
+static bool
+cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuildState *bs,
+						 double *reltuples, dsm_segment **rows_seg)
+{
+	if (bs->dims == 0 || heap->rd_rel->reltuples < 0 || !IsNormalProcessingMode())
+		return false;
+
+	int			nworkers = plan_create_index_workers(RelationGetRelid(heap), RelationGetRelid(index));
+
+	if (nworkers <= 0)
+		return false;
+
+	uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
+	uint64		capacity = Min(Min((uint64) (bs->expected * 1.15) + 10000, fits), (uint64) cagra::kInvalidNode - 2);
+	Size		rows_bytes = (Size) capacity * (bs->dims * sizeof(float) + sizeof(ItemPointerData));
+
+	if (capacity == 0 || !cagra_dsm_has_room(rows_bytes))
+		return false;
+
+	Snapshot	snapshot = indexInfo->ii_Concurrent ? RegisterSnapshot(GetTransactionSnapshot()) : SnapshotAny;
+
+	EnterParallelMode();
+
+	ParallelContext *pcxt = CreateParallelContext("cagra", "cagra_parallel_build_main", nworkers);
+	Size		shared_bytes = add_size(BUFFERALIGN(sizeof(CagraParallelBuild)),
+										table_parallelscan_estimate(heap, snapshot));
+
+	shm_toc_estimate_chunk(&pcxt->estimator, shared_bytes);
+	shm_toc_estimate_keys(&pcxt->estimator, 1);
+	InitializeParallelDSM(pcxt);
+	if (pcxt->seg == NULL)
+	{
+		DestroyParallelContext(pcxt);
+		ExitParallelMode();
+		if (IsMVCCSnapshot(snapshot))
+			UnregisterSnapshot(snapshot);
+		return false;
+	}
+
+	dsm_segment *rows = dsm_create(rows_bytes, 0);
+	CagraParallelBuild *shared = (CagraParallelBuild *) shm_toc_allocate(pcxt->toc, shared_bytes);
+
+	shared->heaprelid = RelationGetRelid(heap);
+	shared->indexrelid = RelationGetRelid(index);
+	shared->isconcurrent = indexInfo->ii_Concurrent;
+	shared->halfvec = bs->halfvec;
+	shared->dims = bs->dims;
+	shared->metric = (uint32) bs->metric;
+	shared->element = (uint32) bs->element;
+	shared->capacity = capacity;
+	shared->rows = dsm_segment_handle(rows);
+	pg_atomic_init_u64(&shared->next, 0);
+	SpinLockInit(&shared->mutex);
+	shared->reltuples = 0;
+	shared->skipped = 0;
+	shared->max_norm = 0;
+	table_parallelscan_initialize(heap, cagra_parallel_scan_desc(shared), snapshot);
+	shm_toc_insert(pcxt->toc, CAGRA_PARALLEL_KEY_SHARED, shared);
+
+	LaunchParallelWorkers(pcxt);
+	cagra_parallel_participate(shared, (float *) dsm_segment_address(rows), heap, index, indexInfo, true);
+	WaitForParallelWorkersToFinish(pcxt);
+
+	uint64		handed = pg_atomic_read_u64(&shared->next);
+
+	ereport(DEBUG1,
+			(errmsg_internal("cagra build of \"%s\": heap scanned by %d parallel workers and the leader, %llu rows in a segment of %llu",
+							 RelationGetRelationName(index), pcxt->nworkers_launched,
+							 (unsigned long long) handed, (unsigned long long) capacity)));
+
+	bs->vectors = (float *) dsm_segment_address(rows);
+	bs->tids = cagra_parallel_tids(shared, bs->vectors);
+	bs->capacity = capacity;
+	bs->n = Min(handed, capacity);
+	bs->left_over = handed - bs->n;
+	bs->skipped_zero = shared->skipped;
+	bs->max_norm = shared->max_norm;
+	*reltuples = shared->reltuples;
+	*rows_seg = rows;
+
+	DestroyParallelContext(pcxt);
+	ExitParallelMode();
+	if (IsMVCCSnapshot(snapshot))
+		UnregisterSnapshot(snapshot);
+	return true;
 }
 
 /* ---- the core build on its own threads ---- */
@@ -550,8 +831,12 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	bs->expected = (uint64) Min(heap_tuples * 1.1 + 1024, (double) cagra::kInvalidNode);
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_LOAD);
-	double		reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
-												   cagra_build_callback, bs, NULL);
+
+	double		reltuples = 0;
+	dsm_segment *rows_seg = NULL;
+
+	if (!cagra_parallel_heap_scan(heap, index, indexInfo, bs, &reltuples, &rows_seg))
+		reltuples = table_index_build_scan(heap, index, indexInfo, true, true, cagra_build_callback, bs, NULL);
 
 	CagraMetaData meta;
 	CagraOwner *owner = NULL;
@@ -611,6 +896,8 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	result->index_tuples = (double) (bs->n + inserted);
 	if (owner)
 		cagra_owner_free(owner);
+	if (rows_seg)
+		dsm_detach(rows_seg);
 	MemoryContextDelete(cxt);
 	return result;
 }

@@ -1,0 +1,98 @@
+# test/t/017_parallel_build.pl — CREATE INDEX scans the heap with parallel
+# maintenance workers when the table has statistics: every row is indexed
+# once, the index checks clean and finds what a serial build finds; rows
+# beyond maintenance_work_mem are inserted afterwards as in a serial build;
+# an error in a worker (a value float16 cannot hold) fails the build and
+# leaves no index; CREATE INDEX CONCURRENTLY scans in parallel too; a table
+# never analyzed is scanned serially.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('parallel');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+max_parallel_maintenance_workers = 2
+max_worker_processes = 8
+autovacuum = off
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION cagra;
+	CREATE TABLE items (id int, v vector(64));
+	INSERT INTO items SELECT i, (SELECT array_agg(sin(i * 0.01 * d + d) + cos(i * 0.37 + d) * 0.1)
+	                              FROM generate_series(1, 64) d WHERE i > 0)::vector
+	  FROM generate_series(1, 60000) i;
+	VACUUM ANALYZE items;
+	CREATE TABLE q AS SELECT id, v FROM items WHERE id % 1000 = 0;
+});
+
+# the build's DEBUG1 line says whether the heap was scanned in parallel
+sub build
+{
+	my ($sql, $settings) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SET client_min_messages = debug1; SET maintenance_work_mem = '256MB'; $settings; $sql");
+	my $parallel = $err =~ /heap scanned by (\d+) parallel workers and the leader, (\d+) rows/ ? $1 : -1;
+	return ($ret, $parallel, $err);
+}
+
+my $self_hits = q{SET enable_seqscan = off;
+	SELECT count(*) FILTER (WHERE (SELECT id FROM items ORDER BY v <-> q.v LIMIT 1) = q.id) FROM q};
+
+my ($ret, $workers, $err) = build('CREATE INDEX items_par ON items USING cagra (v)', '');
+is($ret, 0, 'parallel build succeeds');
+cmp_ok($workers, '>=', 1, "heap scanned by $workers parallel workers and the leader");
+is($node->safe_psql('postgres', "SELECT nodes || '|' || live_nodes FROM cagra_index_info('items_par')"),
+	'60000|60000', 'every row indexed once');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM cagra_index_check('items_par')}), '0', 'index checks clean');
+is($node->safe_psql('postgres', $self_hits), '60', 'each probe row finds itself first');
+
+($ret, $workers, $err) = build('CREATE INDEX items_ser ON items USING cagra (v)',
+	'SET max_parallel_maintenance_workers = 0');
+is($workers, -1, 'with max_parallel_maintenance_workers = 0 the scan is serial');
+$node->safe_psql('postgres', 'DROP INDEX items_par');
+is($node->safe_psql('postgres', $self_hits), '60', 'the serial build finds the same');
+$node->safe_psql('postgres', 'DROP INDEX items_ser');
+
+# rows beyond the segment that maintenance_work_mem allows: inserted after
+my ($r2, $out2, $err2) = $node->psql('postgres', q{
+	SET client_min_messages = debug1; SET maintenance_work_mem = '64MB';
+	CREATE INDEX items_small ON items USING cagra (v)});
+like($err2, qr/heap scanned by \d+ parallel workers/, 'small maintenance_work_mem: still a parallel scan');
+like($err2, qr/rows fit maintenance_work_mem .* the other \d+ rows are inserted one at a time/,
+	'with the NOTICE for the rows beyond it');
+is($node->safe_psql('postgres', "SELECT nodes FROM cagra_index_info('items_small')"), '60000',
+	'and every row in the index');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM cagra_index_check('items_small')}), '0', 'checking clean');
+$node->safe_psql('postgres', 'DROP INDEX items_small');
+
+# an ERROR in a participant fails the build, leaving nothing
+$node->safe_psql('postgres', q{UPDATE items SET v = (SELECT array_agg(CASE WHEN d = 5 THEN 70000 ELSE 1 END)
+                                                      FROM generate_series(1, 64) d)::vector WHERE id = 45000});
+($ret, $workers, $err) = build('CREATE INDEX items_f16 ON items USING cagra (v) WITH (storage = float16)', '');
+isnt($ret, 0, 'float16 build with an out-of-range value fails');
+like($err, qr/value 70000 of element 5 is out of range for index "items_f16" with storage = float16/,
+	'with the out-of-range message');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_class WHERE relname = 'items_f16'"), '0', 'no index left');
+
+# CREATE INDEX CONCURRENTLY (an MVCC snapshot for the parallel scan)
+$node->safe_psql('postgres', 'DELETE FROM items WHERE id = 45000');
+($ret, $workers, $err) = build('CREATE INDEX CONCURRENTLY items_cic ON items USING cagra (v)', '');
+is($ret, 0, 'CREATE INDEX CONCURRENTLY succeeds');
+cmp_ok($workers, '>=', 1, 'and scans in parallel');
+is($node->safe_psql('postgres', "SELECT live_nodes FROM cagra_index_info('items_cic')"), '59999',
+	'with the rows its snapshot sees');
+is($node->safe_psql('postgres', q{SELECT indisvalid FROM pg_index WHERE indexrelid = 'items_cic'::regclass}), 't',
+	'and is valid');
+
+# a table never analyzed: no estimate to size the segment by, a serial scan
+$node->safe_psql('postgres', 'CREATE TABLE fresh AS SELECT * FROM items');
+($ret, $workers, $err) = build('CREATE INDEX fresh_v ON fresh USING cagra (v)', '');
+is($ret, 0, 'a table without statistics builds');
+is($workers, -1, 'serially');
+
+$node->stop;
+done_testing();
