@@ -64,6 +64,7 @@ typedef struct CagraBuildState
 	double		mem_limit;		/* bytes */
 	MemoryContext cxt;
 	MemoryContext tuple_cxt;
+	dsm_segment *rows_seg;		/* holds vectors and tids after a parallel scan, else NULL */
 } CagraBuildState;
 
 /* Bytes the build needs per indexed vector: the vector, its TID, the kNN
@@ -329,14 +330,14 @@ cagra_dsm_has_room(Size bytes)
 
 /*
  * Scan the heap with parallel workers into a rows segment that becomes the
- * build's arrays (*rows_seg; detached by the caller).  false, with nothing
+ * build's arrays (bs->rows_seg; detached by the caller).  false, with nothing
  * done, when a parallel scan does not apply: no workers to be had, the
  * dimensions unknown before the first row, no statistics to size the
  * segment by, or no room for it.
  */
 static bool
 cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuildState *bs,
-						 double *reltuples, dsm_segment **rows_seg)
+						 double *reltuples)
 {
 	if (bs->dims == 0 || heap->rd_rel->reltuples < 0 || !IsNormalProcessingMode())
 		return false;
@@ -412,7 +413,7 @@ cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, Ca
 	bs->skipped_zero = shared->skipped;
 	bs->max_norm = shared->max_norm;
 	*reltuples = shared->reltuples;
-	*rows_seg = rows;
+	bs->rows_seg = rows;
 
 	DestroyParallelContext(pcxt);
 	ExitParallelMode();
@@ -721,7 +722,8 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 	cagra::BuiltGraph *from_worker = NULL;
 
 	if (build_device != CAGRA_DEVICE_CPU)
-		from_worker = cagra_worker_build_graph(RelationGetRelationName(bs->index), bs->vectors, bs->n, format,
+		from_worker = cagra_worker_build_graph(RelationGetRelationName(bs->index), bs->vectors, bs->rows_seg,
+											   bs->n, format,
 											   bs->params, build_device == CAGRA_DEVICE_GPU,
 											   cagra_report_worker_step, bs->cxt, &on_gpu);
 	if (from_worker)
@@ -833,9 +835,8 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_LOAD);
 
 	double		reltuples = 0;
-	dsm_segment *rows_seg = NULL;
 
-	if (!cagra_parallel_heap_scan(heap, index, indexInfo, bs, &reltuples, &rows_seg))
+	if (!cagra_parallel_heap_scan(heap, index, indexInfo, bs, &reltuples))
 		reltuples = table_index_build_scan(heap, index, indexInfo, true, true, cagra_build_callback, bs, NULL);
 
 	CagraMetaData meta;
@@ -896,8 +897,8 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	result->index_tuples = (double) (bs->n + inserted);
 	if (owner)
 		cagra_owner_free(owner);
-	if (rows_seg)
-		dsm_detach(rows_seg);
+	if (bs->rows_seg)
+		dsm_detach(bs->rows_seg);
 	MemoryContextDelete(cxt);
 	return result;
 }

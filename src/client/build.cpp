@@ -49,6 +49,7 @@ typedef struct CagraBuildRequest
 {
 	uint64		build_id;
 	uint64		n;
+	dsm_segment *vectors_seg;	/* holds the vectors, or NULL */
 	cagra::VectorFormat format;
 	cagra::BuildParams params;
 } CagraBuildRequest;
@@ -71,6 +72,14 @@ cagra_build_call(const CagraBuildRequest *req, CagraRequestKind kind, uint32 fir
 	p->params = req->params;
 	p->first = first;
 	p->count = count;
+	p->segment = DSM_HANDLE_INVALID;
+	p->segment_offset = 0;
+	if (kind == CAGRA_REQ_BUILD_DATA && req->vectors_seg)
+	{
+		p->segment = dsm_segment_handle(req->vectors_seg);
+		p->segment_offset = (uint64) ((const char *) in - (const char *) dsm_segment_address(req->vectors_seg));
+		in = NULL;
+	}
 	if (in)
 		memcpy(cagra_build_body(p), in, body);
 	call->build_id = req->build_id;
@@ -98,16 +107,30 @@ cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra:
 	CagraCall	call;
 
 	report_step(CAGRA_WORKER_SEND_VECTORS);
-	for (uint64 first = 0; first < req->n; first += per_chunk)
+	if (req->vectors_seg)
 	{
-		uint32		count = (uint32) Min(per_chunk, req->n - first);
+		/* one call: the worker copies them from where they are, at 2 ms a
+		 * megabyte beyond the usual deadline */
+		int			timeout = cagra_worker_timeout_ms < 0 ? -1 :
+			(int) Min((double) cagra_worker_timeout_ms + (double) req->n * vector_bytes / 500000.0,
+					  (double) INT_MAX);
 
-		if (!cagra_build_call(req, CAGRA_REQ_BUILD_DATA, (uint32) first, count,
-							  (Size) count * vector_bytes, vectors + first * req->format.dim,
-							  cagra_worker_timeout_ms, &call, why, whylen))
+		if (!cagra_build_call(req, CAGRA_REQ_BUILD_DATA, 0, (uint32) req->n, 0, vectors, timeout, &call, why,
+							  whylen))
 			return false;
 		cagra_call_done(&call);
 	}
+	else
+		for (uint64 first = 0; first < req->n; first += per_chunk)
+		{
+			uint32		count = (uint32) Min(per_chunk, req->n - first);
+
+			if (!cagra_build_call(req, CAGRA_REQ_BUILD_DATA, (uint32) first, count,
+								  (Size) count * vector_bytes, vectors + first * req->format.dim,
+								  cagra_worker_timeout_ms, &call, why, whylen))
+				return false;
+			cagra_call_done(&call);
+		}
 
 	report_step(CAGRA_WORKER_BUILD_GRAPH);
 	/* no deadline: a build takes as long as it takes; cancel still works */
@@ -158,7 +181,7 @@ cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra:
 }
 
 cagra::BuiltGraph *
-cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
+cagra_worker_build_graph(const char *index_name, const float *vectors, dsm_segment *vectors_seg, uint64 n,
 						 const cagra::VectorFormat &format, const cagra::BuildParams &params,
 						 bool gpu_required, void (*report_step) (CagraWorkerBuildStep),
 						 MemoryContext cxt, bool *on_gpu)
@@ -187,6 +210,7 @@ cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
 
 	req.build_id = ++builds_started;
 	req.n = n;
+	req.vectors_seg = vectors_seg;
 	req.format = format;
 	req.params = params;
 	bool		built = cagra_build_on_worker(&req, vectors, g, report_step, why, sizeof(why));

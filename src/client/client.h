@@ -96,9 +96,11 @@ typedef enum CagraWorkerBuildStep
  * *on_gpu (false: the worker's CPU engine built it).  NULL: build on the
  * CPU in the backend (a NOTICE said why, when the worker failed); with
  * gpu_required a failure is an ERROR instead.  report_step(step) is
- * called as each step starts.
+ * called as each step starts.  When `vectors` lie in DSM segment
+ * `vectors_seg` (else NULL) the worker reads them there.
  */
-cagra::BuiltGraph *cagra_worker_build_graph(const char *index_name, const float *vectors, uint64 n,
+cagra::BuiltGraph *cagra_worker_build_graph(const char *index_name, const float *vectors,
+											dsm_segment *vectors_seg, uint64 n,
 											const cagra::VectorFormat &format,
 											const cagra::BuildParams &params, bool gpu_required,
 											void (*report_step) (CagraWorkerBuildStep step),

@@ -327,6 +327,11 @@ typedef struct CagraBuildPayload
 	cagra::BuildParams params;
 	uint32		first;
 	uint32		count;
+	/* DATA: DSM_HANDLE_INVALID, the vectors follow the header; else they
+	 * are at `segment_offset` in that segment (a parallel build's rows,
+	 * which the worker copies from without a copy in the backend) */
+	dsm_handle	segment;
+	uint64		segment_offset;
 	uint32		entry_count;	/* RUN reply */
 	uint32		entries[CAGRA_MAX_ENTRY_NODES];
 	int32		device;			/* RUN reply: the device that built it */

@@ -112,9 +112,26 @@ cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t
 		return CAGRA_REPLY_ERROR;
 	}
 	CagraBuildJobState &j = *it->second;
+	size_t		bytes = (size_t) p->count * j.format.dim * sizeof(float);
+	float	   *dst = j.vectors.get() + (size_t) p->first * j.format.dim;
 
-	memcpy(j.vectors.get() + (size_t) p->first * j.format.dim, cagra_build_body(p),
-		   (size_t) p->count * j.format.dim * sizeof(float));
+	if (p->segment == DSM_HANDLE_INVALID)
+		memcpy(dst, cagra_build_body(p), bytes);
+	else
+	{
+		/* a parallel build's rows segment, attached for the copy */
+		dsm_segment *seg = dsm_attach(p->segment);
+
+		if (seg == NULL || p->segment_offset + bytes > dsm_segment_map_length(seg))
+		{
+			if (seg)
+				dsm_detach(seg);
+			strlcpy(msg, "the build's vectors segment is gone or too small", msglen);
+			return CAGRA_REPLY_ERROR;
+		}
+		memcpy(dst, (const char *) dsm_segment_address(seg) + p->segment_offset, bytes);
+		dsm_detach(seg);
+	}
 	j.received += p->count;
 	return CAGRA_REPLY_OK;
 }

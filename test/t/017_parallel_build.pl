@@ -4,7 +4,9 @@
 # beyond maintenance_work_mem are inserted afterwards as in a serial build;
 # an error in a worker (a value float16 cannot hold) fails the build and
 # leaves no index; CREATE INDEX CONCURRENTLY scans in parallel too; a table
-# never analyzed is scanned serially.
+# never analyzed is scanned serially.  The worker (its CPU engine here)
+# builds the graphs: a parallel scan's vectors reach it in the scan's own
+# shared memory segment, a serial scan's in chunks.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -17,10 +19,14 @@ $node->append_conf('postgresql.conf', qq{
 max_parallel_maintenance_workers = 2
 max_worker_processes = 8
 autovacuum = off
+shared_preload_libraries = 'cagra'
+cagra.worker_backend = cpu
 });
 $node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
+$node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
+  or die 'worker not running';
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION cagra;
 	CREATE TABLE items (id int, v vector(64));
 	INSERT INTO items SELECT i, (SELECT array_agg(sin(i * 0.01 * d + d) + cos(i * 0.37 + d) * 0.1)
 	                              FROM generate_series(1, 64) d WHERE i > 0)::vector
@@ -49,10 +55,14 @@ is($node->safe_psql('postgres', "SELECT nodes || '|' || live_nodes FROM cagra_in
 	'60000|60000', 'every row indexed once');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM cagra_index_check('items_par')}), '0', 'index checks clean');
 is($node->safe_psql('postgres', $self_hits), '60', 'each probe row finds itself first');
+is($node->safe_psql('postgres', 'SELECT builds || \'|\' || fallbacks FROM cagra_status'), '1|0',
+	'the worker built it from the scan\'s segment');
 
 ($ret, $workers, $err) = build('CREATE INDEX items_ser ON items USING cagra (v)',
 	'SET max_parallel_maintenance_workers = 0');
 is($workers, -1, 'with max_parallel_maintenance_workers = 0 the scan is serial');
+is($node->safe_psql('postgres', 'SELECT builds || \'|\' || fallbacks FROM cagra_status'), '2|0',
+	'the worker built it from chunks');
 $node->safe_psql('postgres', 'DROP INDEX items_par');
 is($node->safe_psql('postgres', $self_hits), '60', 'the serial build finds the same');
 $node->safe_psql('postgres', 'DROP INDEX items_ser');
