@@ -52,7 +52,8 @@ SET enable_seqscan = off;
 
 -- deleted nodes are never returned, even once vacuum has let the heap reuse
 -- their TIDs for new rows (entry nodes included: the scan caches their
--- vectors, not their flags)
+-- vectors, not their flags); the new rows take the slots vacuum freed
+-- (sql/slot_reuse.sql), so the index does not grow
 CREATE TABLE t_reuse (id int, v vector(2)) WITH (autovacuum_enabled = off);
 INSERT INTO t_reuse SELECT i, ARRAY[i % 20, i / 20]::vector FROM generate_series(1, 400) i;
 CREATE INDEX t_reuse_idx ON t_reuse USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16);

@@ -74,7 +74,8 @@ CREATE FUNCTION cagra_index_info(
         OUT size_bytes bigint,
         OUT generation bigint,
         OUT long_edges boolean,
-        OUT storage text)
+        OUT storage text,
+        OUT reused_slots bigint)
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.

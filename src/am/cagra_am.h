@@ -21,6 +21,7 @@ extern "C" {
 
 #include "boundary/boundary.h"
 #include "core/format.h"
+#include "protocol/protocol.h"
 
 /* ---- on-disk format ---- */
 
@@ -80,7 +81,19 @@ typedef struct CagraMetaData
 	uint32		element_type;	/* cagra::ElementType, the storage reloption's choice */
 	float4		max_norm;		/* float16: the largest norm of a stored vector (the
 								 * inner product's rounding bound); else 0 */
+	/* slots vacuum freed, taken again by inserts (docs/storage.md) */
+	uint32		reuse_next;		/* where the next insert looks for a deleted slot */
+	uint64		reused;			/* inserts into a deleted slot so far */
+	uint32		reuse_log[CAGRA_REUSE_LOG];	/* slot of such insert r at (r - 1) % LOG */
 } CagraMetaData;
+
+/* Whether a worker copy lacks nodes the meta page has: appended ones, or
+ * slots reused since it was made (cagra_merge_tail searches both). */
+static inline bool
+cagra_copy_is_partial(const CagraMetaData *meta, const CagraCopyExtent *copy)
+{
+	return copy->n < meta->n || copy->reused < meta->reused;
+}
 
 /* build_flags: the build added long edges (the plain graph could not be
  * navigated between its clusters: docs/tuning.md) */

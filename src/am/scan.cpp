@@ -138,7 +138,7 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 {
 	CagraSearchRequest req;
 	char		why[256];
-	uint32		copy_n;
+	CagraCopyExtent copy;
 
 	if (!cagra_worker_wanted("search"))
 		return NULL;
@@ -167,7 +167,7 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 	w->count = req.k;
 
 	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, query, w->ids, w->dists, w->tids,
-												 &copy_n, why, sizeof(why));
+												 &copy, why, sizeof(why));
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
@@ -176,14 +176,14 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 		pfree(query);
 		return NULL;
 	}
-	/* the tail's nodes have no copy TID; other snapshots want the headers */
-	if (copy_n < meta->n || !mvcc_snapshot)
+	/* the nodes it lacks have no copy TID; other snapshots want the headers */
+	if (cagra_copy_is_partial(meta, &copy) || !mvcc_snapshot)
 	{
 		pfree(w->tids);
 		w->tids = NULL;
 	}
-	if (copy_n < meta->n)
-		cagra_merge_tail(index, meta, copy_n, 1, query, NULL, req.k, w->ids, w->dists);
+	if (cagra_copy_is_partial(meta, &copy))
+		cagra_merge_tail(index, meta, &copy, 1, query, NULL, req.k, w->ids, w->dists);
 	pfree(query);
 	return w;
 }

@@ -197,7 +197,7 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 	{
 		CagraSearchRequest req;
 		char		why[256];
-		uint32		copy_n;
+		CagraCopyExtent copy;
 
 		req.k = c->kk;
 		req.params = cagra_search_params();
@@ -206,13 +206,13 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 		uint64	   *copy_tids = (uint64 *) cagra_scratch(CAGRA_SCRATCH_COPY_TIDS,
 															sizeof(uint64) * (Size) c->nq * c->kk);
 		CagraOffload r = cagra_search_through_worker(index, meta, &req, (uint32) c->nq, queries, c->ids,
-													 c->dists, copy_tids, &copy_n, why, sizeof(why));
+													 c->dists, copy_tids, &copy, why, sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
 			/* the merge moves candidates: their copy TIDs would not follow */
-			if (copy_n < meta->n)
-				cagra_merge_tail(index, meta, copy_n, c->nq, queries, present, c->kk, c->ids, c->dists);
+			if (cagra_copy_is_partial(meta, &copy))
+				cagra_merge_tail(index, meta, &copy, c->nq, queries, present, c->kk, c->ids, c->dists);
 			else
 				c->copy_tids = copy_tids;
 			return;

@@ -6,8 +6,8 @@
  * page's live count in one WAL record; (2) if the index has deleted
  * nodes, rewrite the rows that point at them (core plan_repair); (3) bump
  * the generation in the meta page, before returning, so that no cached copy
- * can hand out a TID the heap is about to release.  Deleted slots are not
- * reused; REINDEX compacts.
+ * can hand out a TID the heap is about to release, and point inserts back
+ * at the start for deleted slots to reuse (insert.cpp).
  */
 #include "am/accessor.h"
 
@@ -163,7 +163,8 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 	cagra_owner_free(owner);
 }
 
-/* Phase 3: the live count and a new generation. */
+/* Phase 3: the live count, a new generation, and the reuse cursor at the
+ * start (the deleted slots are repaired: inserts may take them). */
 static void
 cagra_finish_vacuum(Relation index, uint32 live)
 {
@@ -174,6 +175,7 @@ cagra_finish_vacuum(Relation index, uint32 live)
 	memcpy(&m, cagra_meta_of(BufferGetPage(metabuf)), sizeof(m));
 	m.live = live;
 	m.generation++;
+	m.reuse_next = 0;
 	cagra_write_meta(index, metabuf, &m);
 	UnlockReleaseBuffer(metabuf);
 }

@@ -89,13 +89,14 @@ cagra_copy_key(Relation index, const CagraMetaData *meta)
 	key.relfilenode = index->rd_node.relNode;
 	key.generation = meta->generation;
 	key.n = meta->n;
+	key.reused = meta->reused;
 	return key;
 }
 
 CagraOffload
 cagra_search_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
 							uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
-							uint32 *copy_n, char *why, size_t whylen)
+							CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	CagraIndexKey key = cagra_copy_key(index, meta);
 	CagraPageSource pages;
@@ -113,7 +114,7 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	source.arg = &pages;
 	pages.group = (char *) palloc((Size) cagra_group_bytes(meta));
 
-	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, ids, dists, tids, copy_n,
+	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, ids, dists, tids, copy,
 										 why, whylen);
 
 	pfree(pages.group);
@@ -123,11 +124,14 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 /* ---- nodes the copy lacks ---- */
 
 void
-cagra_merge_tail(Relation index, const CagraMetaData *meta, uint32 from, int nq, const float *queries,
-				 const bool *present, uint32 kk, uint32 *ids, float *dists)
+cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
+				 const float *queries, const bool *present, uint32 kk, uint32 *ids, float *dists)
 {
 	cagra::VectorFormat format = cagra_format_of(meta);
-	uint32		span = meta->n - from;
+	uint32		from = Min(copy->n, meta->n);
+	uint64		reused_from = Min(copy->reused, meta->reused);
+	uint32		nreused = (uint32) Min(meta->reused - reused_from, (uint64) CAGRA_REUSE_LOG);
+	uint32		span = meta->n - from + nreused;
 	uint32	   *tail_ids = (uint32 *) palloc(sizeof(uint32) * Max(span, (uint32) 1));
 	char	   *vecs = (char *) palloc_extended((Size) Max(span, (uint32) 1) * format.vector_bytes(),
 												MCXT_ALLOC_HUGE);
@@ -136,9 +140,15 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, uint32 from, int nq,
 	uint32		ntail = 0;
 	CagraStatus st;
 
-	for (uint32 id = from; id < meta->n; id++)
+	for (uint32 i = 0; i < span; i++)
 	{
+		/* the appended nodes, then the reused slots (all below `from`) */
+		uint32		id = i < meta->n - from ? from + i
+			: meta->reuse_log[(reused_from + (i - (meta->n - from))) % CAGRA_REUSE_LOG];
 		CagraNodeHeader hdr;
+
+		if (id >= from && i >= meta->n - from)
+			continue;
 
 		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
 		if (!cagra_node_is_live(hdr.flags))
@@ -165,6 +175,13 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, uint32 from, int nq,
 			uint32		pos = kk - 1;
 
 			if (!(d[t] < rowd[kk - 1]))
+				continue;
+
+			bool		present_already = false;
+
+			for (uint32 j = 0; j < kk && !present_already; j++)
+				present_already = row[j] == tail_ids[t];
+			if (present_already)
 				continue;
 			/* insert into the sorted row, dropping the last */
 			while (pos > 0 && rowd[pos - 1] > d[t])

@@ -14,14 +14,16 @@
  * the index copy uploaded from the pages of `index` when the worker asks. */
 CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *meta,
 										 const CagraSearchRequest *req, uint32 nq, const float *queries,
-										 uint32 *ids, float *dists, uint64 *tids, uint32 *copy_n,
+										 uint32 *ids, float *dists, uint64 *tids, CagraCopyExtent *copy,
 										 char *why, size_t whylen);
 
 /*
- * Nodes [from, meta->n) were appended after the worker's copy was made:
- * read their vectors once, then merge the exact nearest of them into every
- * present query's sorted row of kk (ids below `from`; present NULL: all).
+ * What the worker's copy lacks (cagra_copy_is_partial): nodes [copy->n,
+ * meta->n), appended after it was made, and the slots of inserts
+ * copy->reused + 1 .. meta->reused (reuse_log).  Read their vectors once,
+ * then merge the exact nearest of the live ones into every present query's
+ * sorted row of kk (present NULL: all), never twice the same id.
  */
-void		cagra_merge_tail(Relation index, const CagraMetaData *meta, uint32 from, int nq,
+void		cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
 							 const float *queries, const bool *present, uint32 kk, uint32 *ids,
 							 float *dists);

@@ -62,8 +62,9 @@ typedef struct CagraCopySource
  * nq prepared queries against the copy of `key` (uploaded from `source`
  * first when the worker asks for it): nq x req->k node ids
  * (cagra::kInvalidNode padding), distances and, unless tids is NULL, the
- * heap TIDs the worker's copy has for them (cagra_pack_tid); *copy_n: nodes
- * the copy holds (nodes from there to key->n are the caller's to search).
+ * heap TIDs the worker's copy has for them (cagra_pack_tid); *copy: what
+ * the copy holds (nodes from copy->n to key->n, and slots reused after
+ * copy->reused, are the caller's to search).
  *
  * The copy is of the generation the meta page showed after the caller's
  * snapshot was taken, so under an MVCC snapshot its TIDs may be used
@@ -73,7 +74,7 @@ typedef struct CagraCopySource
  */
 CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source,
 								 const CagraSearchRequest *req, uint32 nq, const float *queries,
-								 uint32 *ids, float *dists, uint64 *tids, uint32 *copy_n,
+								 uint32 *ids, float *dists, uint64 *tids, CagraCopyExtent *copy,
 								 char *why, size_t whylen);
 
 /* ---- builds ---- */

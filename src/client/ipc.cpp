@@ -207,7 +207,7 @@ cagra_check_slot(CagraCall *call, int idx, uint64 generation, CagraCallOutcome *
 	if (s->state == CAGRA_SLOT_DONE)
 	{
 		call->reply = s->reply;
-		call->copy_n = s->copy_n;
+		call->copy = s->copy;
 		strlcpy(call->message, s->message, sizeof(call->message));
 		s->state = CAGRA_SLOT_FREE;
 		*outcome = CAGRA_CALL_ANSWERED;

@@ -30,7 +30,7 @@ typedef struct CagraCall
 	uint64		build_id;
 	/* the answer */
 	CagraReply	reply;
-	uint32		copy_n;
+	CagraCopyExtent copy;
 	char		message[256];
 } CagraCall;
 

@@ -124,7 +124,7 @@ cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *w
 static CagraOffload
 cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const CagraSearchRequest *req,
 				   uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
-				   uint32 *copy_n, char *why, size_t whylen)
+				   CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	uint32		dim = src->format.dim;
 
@@ -155,7 +155,7 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 			memcpy(dists, cagra_search_distances(p), (Size) nq * req->k * sizeof(float));
 			if (tids)
 				memcpy(tids, cagra_search_tids(p), (Size) nq * req->k * sizeof(uint64));
-			*copy_n = call.copy_n;
+			*copy = call.copy;
 			cagra_call_done(&call);
 			return CAGRA_OFFLOAD_OK;
 		}
@@ -189,25 +189,28 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 CagraOffload
 cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
 					uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
-					uint32 *copy_n, char *why, size_t whylen)
+					CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	Size		per_query = (Size) source->format.dim * sizeof(float) + (Size) req->k * 16;
 	uint32		chunk = (uint32) Max((Size) 1, (CAGRA_CHUNK_BYTES - 64) / per_query);
 
-	*copy_n = key->n;
+	copy->n = key->n;
+	copy->reused = key->reused;
 	for (uint32 first = 0; first < nq; first += chunk)
 	{
 		uint32		count = Min(chunk, nq - first);
-		uint32		got_n;
+		CagraCopyExtent got;
 		Size		at = (Size) first * req->k;
 		CagraOffload r = cagra_search_chunk(key, source, req, count,
 											queries + (Size) first * source->format.dim,
-											ids + at, dists + at, tids ? tids + at : NULL, &got_n,
+											ids + at, dists + at, tids ? tids + at : NULL, &got,
 											why, whylen);
 
 		if (r != CAGRA_OFFLOAD_OK)
 			return r;
-		*copy_n = Min(*copy_n, got_n);
+		/* chunks may meet different copies: the oldest extent covers all */
+		copy->n = Min(copy->n, got.n);
+		copy->reused = Min(copy->reused, got.reused);
 	}
 	return CAGRA_OFFLOAD_OK;
 }

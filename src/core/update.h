@@ -30,13 +30,21 @@ struct RowRewrite {
     std::vector<uint32_t> row;
 };
 
+/* Every node may be a neighbour. */
+struct AnyNode {
+    bool operator()(uint32_t) const { return true; }
+};
+
 /* Plan the insert of `vec` (prepared) as node `new_id` (normally g.size();
- * if new_id < g.size() that node is never chosen as its own neighbour).
- * Rows are padded with kInvalidNode only while the graph has no more than
- * degree other nodes. */
-template <class Accessor>
+ * if new_id < g.size(), a slot taken again, that node is never chosen as its
+ * own neighbour and rows that still hold an edge to it get no second one).
+ * Only nodes with accept(id) become its neighbours; `accepted` says how
+ * many nodes besides new_id it accepts (kInvalidNode: all).  Rows are padded
+ * with kInvalidNode only while the graph has no more than degree such nodes. */
+template <class Accessor, class Accept = AnyNode>
 InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
-                       const std::vector<uint32_t> &entry_nodes = {});
+                       const std::vector<uint32_t> &entry_nodes = {}, Accept accept = Accept(),
+                       uint32_t accepted = kInvalidNode);
 
 /* Plan the repair of every live row that holds an edge to a node with
  * removed(id): its live edges stay, the removed ones are replaced by the

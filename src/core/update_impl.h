@@ -78,16 +78,16 @@ inline SearchParams candidate_params(const SearchParams &params, uint32_t want)
 
 } // namespace detail
 
-template <class Accessor>
+template <class Accessor, class Accept>
 InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
-                       const std::vector<uint32_t> &entry_nodes)
+                       const std::vector<uint32_t> &entry_nodes, Accept accept, uint32_t accepted)
 {
     const uint32_t degree = g.degree();
     const uint32_t n = g.size();
     validate_search_params(params, 0);
-    const uint32_t others = new_id < n ? n - 1 : n;
+    const uint32_t others = std::min(new_id < n ? n - 1 : n, accepted);
     const uint32_t want = std::min(others, std::max(2 * degree, params.itopk_size));
-    auto not_self = [new_id](uint32_t id) { return id != new_id; };
+    auto not_self = [new_id, &accept](uint32_t id) { return id != new_id && accept(id); };
 
     std::vector<Neighbor> cands;
     if (want > 0) {
@@ -119,6 +119,8 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
         if (b == kInvalidNode)
             break;
         const uint32_t *row = g.neighbors(b, row_scratch.data());
+        if (std::find(row, row + degree, new_id) != row + degree)
+            continue; /* an edge from before the slot was taken again */
         uint32_t slot = kInvalidNode;
         for (uint32_t s = 0; s < degree && slot == kInvalidNode; s++)
             if (row[s] == kInvalidNode)

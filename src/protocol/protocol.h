@@ -104,7 +104,23 @@ typedef struct CagraIndexKey
 	Oid			relfilenode;	/* changes on REINDEX, TRUNCATE */
 	uint64		generation;		/* meta page generation */
 	uint32		n;				/* nodes at that generation */
+	uint64		reused;			/* inserts into vacuumed slots by then (CagraMetaData) */
 } CagraIndexKey;
+
+/* The meta page logs the slots of the last this many inserts into slots
+ * vacuum freed (CagraMetaData.reuse_log): a copy older by at most that many
+ * such inserts (and a few appended nodes) still serves, the backend
+ * searching those slots itself. */
+#define CAGRA_REUSE_LOG 256
+
+/* What a copy searched holds: nodes 0 .. n-1 as they were after `reused`
+ * inserts into vacuumed slots.  Nodes appended since, and slots reused
+ * since, are the backend's to search (cagra_merge_tail). */
+typedef struct CagraCopyExtent
+{
+	uint32		n;
+	uint64		reused;
+} CagraCopyExtent;
 
 /* What a search asks for: searches of one index with equal requests are
  * batched into one launch. */
@@ -135,7 +151,7 @@ typedef struct CagraRequestSlot
 	CagraIndexKey key;			/* SEARCH, UPLOAD */
 	CagraSearchRequest search;	/* SEARCH */
 	uint32		nq;				/* SEARCH: queries in the payload */
-	uint32		copy_n;			/* SEARCH reply: nodes of the copy searched */
+	CagraCopyExtent copy;		/* SEARCH reply: what the copy searched holds */
 	uint64		build_id;		/* BUILD_*: the backend's build */
 	char		message[256];
 } CagraRequestSlot;

@@ -273,7 +273,8 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 				continue;
 			}
 			s->reply = r;
-			s->copy_n = copy->key.n;
+			s->copy.n = copy->key.n;
+			s->copy.reused = copy->key.reused;
 			strlcpy(s->message, msg.c_str(), sizeof(s->message));
 			if (r == CAGRA_REPLY_OK)
 			{

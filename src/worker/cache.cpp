@@ -4,9 +4,10 @@
  *
  * One copy per index (db, index oid, relfilenode).  A search may use it when
  * its generation equals the backend's, or when the difference is explained
- * by appended nodes alone (every insert adds one node and one generation;
- * vacuum adds a generation and no node), in which case the backend searches
- * the appended tail itself and merges.  Anything else is a miss: one backend
+ * by inserts alone (every insert adds one generation and either appends a
+ * node or reuses a slot vacuum freed, which the meta page counts; vacuum adds
+ * a generation and neither), in which case the backend searches the appended
+ * tail and the reused slots itself and merges.  Anything else is a miss: one backend
  * is told to upload the current contents (NEED_INDEX), concurrent askers
  * search on the CPU meanwhile (LOADING).  A copy larger than the limit is
  * remembered (TOO_LARGE) so that nobody uploads it again and again.
@@ -92,13 +93,17 @@ cagra_tail_limit(uint32_t n)
 static CagraCopyMatch
 cagra_copy_match(const CagraIndexCopy &c, const CagraIndexKey &key)
 {
-	if (c.key.generation == key.generation && c.key.n == key.n)
+	if (c.key.generation == key.generation && c.key.n == key.n && c.key.reused == key.reused)
 		return CAGRA_COPY_EXACT;
 	/* signed differences: the copy may be older or newer than the asker */
 	int64_t		dgen = (int64_t) key.generation - (int64_t) c.key.generation;
 	int64_t		dn = (int64_t) key.n - (int64_t) c.key.n;
+	int64_t		dreused = (int64_t) key.reused - (int64_t) c.key.reused;
 
-	if (dgen == dn && key.n >= c.key.n && key.n - c.key.n <= cagra_tail_limit(c.key.n))
+	/* every generation since the copy an insert: appended, or into a slot
+	 * vacuum freed (the meta page logs the last CAGRA_REUSE_LOG of those) */
+	if (dn >= 0 && dreused >= 0 && dgen == dn + dreused && dreused <= CAGRA_REUSE_LOG &&
+		dn + dreused <= cagra_tail_limit(c.key.n))
 		return CAGRA_COPY_INSERTS_ONLY;
 	return CAGRA_COPY_NONE;
 }

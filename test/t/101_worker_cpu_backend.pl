@@ -86,7 +86,15 @@ $node->safe_psql('postgres', 'DELETE FROM items WHERE id = 1234');
 $node->safe_psql('postgres', 'VACUUM items');
 unlike($node->safe_psql('postgres', $scan), qr/\b1234\b/, 'deleted row not returned after VACUUM');
 is(status('uploads'), '2', 'vacuum made the worker load a new copy');
+# the row comes back into the slot vacuum freed: the copy still serves (the
+# backend searches the reused slot itself), no new upload
 $node->safe_psql('postgres', q{INSERT INTO items VALUES (1234, (SELECT v FROM q))});
+is($node->safe_psql('postgres', "SELECT reused_slots > 0 FROM cagra_index_info('items_v')"), 't',
+	'the insert took a slot vacuum freed');
+$before = status('queries');
+like($node->safe_psql('postgres', $scan), qr/^(1234,5001|5001,1234),/, 'the row in the reused slot is found');
+is(status('queries'), $before + 1, 'through the worker');
+is(status('uploads'), '2', 'without a new copy');
 
 # --- batching of several sessions ------------------------------------------------
 $node->append_conf('postgresql.conf', "cagra.batch_window = 1000000\n");
