@@ -11,7 +11,16 @@
  * about itopk_size node expansions of graph_degree distances each, reading
  * that share of the index pages (hot graph pages, counted as sequential and
  * never more than the table's own pages: the table's vectors are often in
- * TOAST, which the sequential scan's cost leaves out).
+ * TOAST, which the sequential scan's cost leaves out).  Rows beyond the
+ * first batch continue the search: about graph_degree distances each.
+ *
+ * Filters the scan does not answer (the table's conditions less those its
+ * predicate implies) are checked on the rows it returns, so a LIMIT k needs
+ * k / selectivity of them; the planner's LIMIT fraction scales the run cost
+ * by that.  A scan stops after cagra.max_scan_tuples rows: when the rows
+ * that pass the filter among those are fewer than the LIMIT asks for, the
+ * path would return too few rows, and is costed as disabled so that a plan
+ * that finds them all (a bitmap or sequential scan and a sort) wins.
  */
 #include "am/cagra_am.h"
 
@@ -58,8 +67,16 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	get_tablespace_page_costs(info->reltablespace, &spc_random_page_cost, &spc_seq_page_cost);
 
 	Cost		search = visited * (cpu_operator_cost + cpu_index_tuple_cost) + pages * spc_seq_page_cost;
+	Selectivity filtered = clauselist_selectivity(root, info->indrestrictinfo, info->rel->relid, JOIN_INNER,
+												  NULL);
+	double		passing = Min(tuples, (double) cagra_max_scan_tuples) * filtered;
 
 	*indexStartupCost = search;
-	*indexTotalCost = search + tuples * cpu_index_tuple_cost;
+	*indexTotalCost = search + tuples * (cpu_index_tuple_cost + degree * cpu_operator_cost);
+	if (root->limit_tuples > 0 && passing < root->limit_tuples && filtered < 1.0)
+	{
+		*indexStartupCost += disable_cost;
+		*indexTotalCost += disable_cost;
+	}
 	*indexPages = pages;
 }
