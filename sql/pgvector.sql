@@ -39,6 +39,10 @@ CREATE INDEX items_cagra_ip ON items USING cagra (embedding vector_ip_ops);
 CREATE INDEX items_cagra_cos ON items USING cagra (embedding vector_cosine_ops);
 SELECT id FROM items ORDER BY embedding <#> (SELECT v FROM q) LIMIT 1;
 SELECT id FROM items ORDER BY embedding <=> (SELECT v FROM q) LIMIT 1;
+-- pgvector's L1 operator, as pgvector-python's l1_distance sends it
+CREATE INDEX items_cagra_l1 ON items USING cagra (embedding vector_l1_ops);
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <+> (SELECT v FROM q) LIMIT 1;
+SELECT id FROM items ORDER BY embedding <+> (SELECT v FROM q) LIMIT 1;
 SELECT count(*) FROM cagra_search('items_cagra', ARRAY(SELECT v FROM q), 5);
 RESET enable_seqscan;
 
@@ -49,6 +53,7 @@ INSERT INTO halves SELECT i, array(SELECT sin(i * 0.37 + j * 0.01) FROM generate
 CREATE INDEX ON halves USING hnsw (h halfvec_l2_ops);
 CREATE INDEX halves_cagra ON halves USING cagra (h halfvec_l2_ops);
 CREATE INDEX halves_cagra_cos ON halves USING cagra (h halfvec_cosine_ops);
+CREATE INDEX halves_cagra_l1 ON halves USING cagra (h halfvec_l1_ops);
 -- a halfvec column is stored in float16 unless storage says otherwise
 CREATE INDEX halves_cagra_f32 ON halves USING cagra (h halfvec_l2_ops) WITH (storage = float32);
 SELECT c.relname, i.dimensions, i.metric, i.storage, i.nodes, i.pages
@@ -60,6 +65,7 @@ SET enable_seqscan = off;
 EXPLAIN (COSTS OFF) SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 3;
 SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 1;
 SELECT id FROM halves ORDER BY h <=> (SELECT h FROM hq) LIMIT 1;
+SELECT id FROM halves ORDER BY h <+> (SELECT h FROM hq) LIMIT 1;
 INSERT INTO halves VALUES (1000, (SELECT h FROM hq));
 SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 2) s;
 RESET enable_seqscan;

@@ -15,6 +15,8 @@ CREATE FUNCTION cagra_ip_support(internal) RETURNS integer
     AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION cagra_cosine_support(internal) RETURNS integer
     AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION cagra_l1_support(internal) RETURNS integer
+    AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 CREATE OPERATOR CLASS vector_l2_ops
     DEFAULT FOR TYPE vector USING cagra AS
@@ -31,8 +33,22 @@ CREATE OPERATOR CLASS vector_cosine_ops
     OPERATOR 1 <=> (vector, vector) FOR ORDER BY float_ops,
     FUNCTION 1 cagra_cosine_support(internal);
 
+-- L1 (taxicab) distance; built and searched on the CPU (the GPU library has
+-- no L1 kernels yet).  Only where the vector type has the <+> operator
+-- (cagra's own type and pgvector's do; another type named vector may not).
+DO $l1$
+BEGIN
+    IF to_regoperator('<+>(vector,vector)') IS NOT NULL THEN
+        CREATE OPERATOR CLASS vector_l1_ops
+            FOR TYPE vector USING cagra AS
+            OPERATOR 1 <+> (vector, vector) FOR ORDER BY float_ops,
+            FUNCTION 1 cagra_l1_support(internal);
+    END IF;
+END
+$l1$;
+
 -- pgvector's halfvec, when pgvector is installed: the same operator classes
--- (its <->, <#>, <=> on halfvec); the index reads the elements as floats and
+-- (its <->, <#>, <=>, <+> on halfvec); the index reads the elements as floats and
 -- takes up to 16,000 dimensions (pgvector's HNSW stops at 4,000).
 DO $halfvec$
 BEGIN
@@ -51,6 +67,10 @@ BEGIN
             FOR TYPE halfvec USING cagra AS
             OPERATOR 1 <=> (halfvec, halfvec) FOR ORDER BY float_ops,
             FUNCTION 1 cagra_cosine_support(internal);
+        CREATE OPERATOR CLASS halfvec_l1_ops
+            FOR TYPE halfvec USING cagra AS
+            OPERATOR 1 <+> (halfvec, halfvec) FOR ORDER BY float_ops,
+            FUNCTION 1 cagra_l1_support(internal);
         $ddl$;
     END IF;
 END

@@ -28,6 +28,7 @@ PG_FUNCTION_INFO_V1(cagra_handler);
 PG_FUNCTION_INFO_V1(cagra_l2_support);
 PG_FUNCTION_INFO_V1(cagra_ip_support);
 PG_FUNCTION_INFO_V1(cagra_cosine_support);
+PG_FUNCTION_INFO_V1(cagra_l1_support);
 }
 
 relopt_kind cagra_relopt_kind;
@@ -199,6 +200,12 @@ Datum
 cagra_cosine_support(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT32((int32) cagra::Metric::Cosine);
+}
+
+Datum
+cagra_l1_support(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32((int32) cagra::Metric::L1);
 }
 
 cagra::Metric

@@ -371,7 +371,7 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 	}
 	so->raw_query = raw;
 	so->order.format = cagra_format_of(meta);
-	so->order.query_norm = meta->metric == (uint32) cagra::Metric::Cosine ? 1.0 : cagra::vector_norm(raw, meta->dims);
+	so->order.query_norm = so->order.format.bound_norm(raw);	/* prepared == raw but under cosine */
 	so->order.max_norm = meta->max_norm;
 	so->order.lossy = cagra_index_rounds_vectors(scan->indexRelation, meta);
 	/* checked as the core checks them, so a search served by the GPU worker

@@ -1,5 +1,5 @@
 /*
- * distance.cpp — squared L2 and inner product kernels with run-time dispatch
+ * distance.cpp — squared L2, inner product and L1 kernels with run-time dispatch
  * (AVX-512, AVX2+FMA, portable), for float32 stored vectors and float16 ones,
  * the metric wrapper, vector preparation and the scalar references the tests
  * compare against.
@@ -50,6 +50,27 @@ float ip_portable(const float *a, const float *b, uint32_t dim)
     float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     for (; i < dim; i++)
         sum += a[i] * b[i];
+    return sum;
+}
+
+float l1_portable(const float *a, const float *b, uint32_t dim)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += std::fabs(a[i + j] - b[i + j]);
+    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < dim; i++)
+        sum += std::fabs(a[i] - b[i]);
+    return sum;
+}
+
+float l1_half_portable(const float *a, const uint16_t *b, uint32_t dim)
+{
+    float sum = 0.0f;
+    for (uint32_t i = 0; i < dim; i++)
+        sum += std::fabs(a[i] - half_to_float(b[i]));
     return sum;
 }
 
@@ -202,6 +223,38 @@ __attribute__((target("avx512f"))) float ip_avx512(const float *a, const float *
     return hsum512(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
+/* L1: the absolute value by clearing the sign bit. */
+__attribute__((target("avx2,fma"))) float l1_avx2(const float *a, const float *b, uint32_t dim)
+{
+    const __m256 mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+        s0 = _mm256_add_ps(s0, _mm256_and_ps(mask, _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i))));
+        s1 = _mm256_add_ps(s1, _mm256_and_ps(mask, _mm256_sub_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8))));
+    }
+    for (; i + 8 <= dim; i += 8)
+        s0 = _mm256_add_ps(s0, _mm256_and_ps(mask, _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i))));
+    float sum = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < dim; i++)
+        sum += std::fabs(a[i] - b[i]);
+    return sum;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float l1_half_avx2(const float *a, const uint16_t *b, uint32_t dim)
+{
+    const __m256 mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 s0 = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        s0 = _mm256_add_ps(s0, _mm256_and_ps(mask, _mm256_sub_ps(_mm256_loadu_ps(a + i),
+                                                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))))));
+    float sum = hsum256(s0);
+    for (; i < dim; i++)
+        sum += std::fabs(a[i] - half_to_float(b[i]));
+    return sum;
+}
+
 /* Whole vectors to and from float16, eight elements per instruction
  * (vcvtps2ph rounds to nearest even, as float_to_half does). */
 __attribute__((target("avx2,f16c"))) void to_halves_f16c(const float *in, uint16_t *out, uint32_t n)
@@ -330,8 +383,10 @@ using FromHalves = void (*)(const uint16_t *, float *, uint32_t);
 struct Kernels {
     PairKernel l2;
     PairKernel ip;
+    PairKernel l1;
     HalfKernel l2_half;
     HalfKernel ip_half;
+    HalfKernel l1_half;
     ToHalves to_halves;
     FromHalves from_halves;
     const char *name;
@@ -342,16 +397,18 @@ Kernels choose_kernels()
 #ifdef CAGRA_X86_DISPATCH
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
-        return {l2_avx512, ip_avx512, l2_half_avx512, ip_half_avx512, to_halves_f16c, from_halves_f16c, "avx512"};
+        return {l2_avx512,      ip_avx512,      l1_avx2,        l2_half_avx512,   ip_half_avx512,
+                l1_half_avx2,   to_halves_f16c, from_halves_f16c, "avx512"};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         if (__builtin_cpu_supports("f16c"))
-            return {l2_avx2, ip_avx2, l2_half_avx2, ip_half_avx2, to_halves_f16c, from_halves_f16c, "avx2"};
-        return {l2_avx2, ip_avx2, l2_half_portable, ip_half_portable, to_halves_portable, from_halves_portable,
-                "avx2"};
+            return {l2_avx2,      ip_avx2,        l1_avx2,          l2_half_avx2, ip_half_avx2,
+                    l1_half_avx2, to_halves_f16c, from_halves_f16c, "avx2"};
+        return {l2_avx2,          ip_avx2,            l1_avx2,              l2_half_portable, ip_half_portable,
+                l1_half_portable, to_halves_portable, from_halves_portable, "avx2"};
     }
 #endif
-    return {l2_portable, ip_portable, l2_half_portable, ip_half_portable, to_halves_portable, from_halves_portable,
-            "portable"};
+    return {l2_portable,      ip_portable,        l1_portable,          l2_half_portable, ip_half_portable,
+            l1_half_portable, to_halves_portable, from_halves_portable, "portable"};
 }
 
 const Kernels &kernels()
@@ -381,6 +438,8 @@ float distance(Metric metric, const float *a, const float *b, uint32_t dim)
         return -kernels().ip(a, b, dim);
     case Metric::Cosine:
         return 1.0f - kernels().ip(a, b, dim);
+    case Metric::L1:
+        return kernels().l1(a, b, dim);
     }
     return 0.0f;
 }
@@ -394,6 +453,8 @@ float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t d
         return -kernels().ip_half(a, b, dim);
     case Metric::Cosine:
         return 1.0f - kernels().ip_half(a, b, dim);
+    case Metric::L1:
+        return kernels().l1_half(a, b, dim);
     }
     return 0.0f;
 }
@@ -417,6 +478,8 @@ MetricKernel metric_kernel(Metric metric)
         return {kernels().ip, -1.0f, 0.0f};
     case Metric::Cosine:
         return {kernels().ip, -1.0f, 1.0f};
+    case Metric::L1:
+        return {kernels().l1, 1.0f, 0.0f};
     }
     return {kernels().l2, 1.0f, 0.0f};
 }
@@ -461,6 +524,14 @@ float inner_product(const float *a, const float *b, uint32_t dim)
     double sum = 0.0;
     for (uint32_t i = 0; i < dim; i++)
         sum += (double)a[i] * (double)b[i];
+    return (float)sum;
+}
+
+float l1_distance(const float *a, const float *b, uint32_t dim)
+{
+    double sum = 0.0;
+    for (uint32_t i = 0; i < dim; i++)
+        sum += std::fabs((double)a[i] - (double)b[i]);
     return (float)sum;
 }
 

@@ -29,7 +29,8 @@ using PairKernel = float (*)(const float *, const float *, uint32_t);
 
 /* The dispatched kernel behind a metric, for hot loops that want no switch
  * per call: distance = offset + sign * fn(a, b, dim)
- * (L2: l2_squared, 1, 0; inner product: dot, -1, 0; cosine: dot, -1, 1). */
+ * (L2: l2_squared, 1, 0; inner product: dot, -1, 0; cosine: dot, -1, 1;
+ * L1: sum of absolute differences, 1, 0). */
 struct MetricKernel {
     PairKernel fn;
     float sign;
@@ -49,6 +50,7 @@ const char *distance_kernel_name();
 namespace reference {
 float l2_squared(const float *a, const float *b, uint32_t dim);
 float inner_product(const float *a, const float *b, uint32_t dim);
+float l1_distance(const float *a, const float *b, uint32_t dim);
 float cosine_distance(const float *a, const float *b, uint32_t dim); /* unprepared inputs */
 } // namespace reference
 

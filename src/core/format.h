@@ -111,6 +111,7 @@ struct VectorFormat {
      *   L2 (operator ||q - x||):     ||q - x|| >= ||q - h(x)|| - 2^-11 (||q|| + ||q - x||)
      *   inner product (-<q, x>):     -<q, x> >= -<q, h(x)> - 2^-11 ||q|| max ||x||
      *   cosine (x of unit length):   1 - <q, x> >= 1 - <q, h(x)> - 2^-11 ||q||
+ *   L1 (operator |q - x|_1):     |q - x|_1 >= |q - h(x)|_1 - 2^-11 (|q|_1 + |q - x|_1)
      * The bound uses twice that constant, and adds the float rounding of
      * sums over dim terms, so that a value computed another way (pgvector's
      * operators) is not below it either.  Monotone in `distance`.  Float32
@@ -131,8 +132,26 @@ struct VectorFormat {
             return value - c * query_norm * max_norm - subnormal;
         case Metric::Cosine:
             return value - c * query_norm - subnormal;
+        case Metric::L1:
+            value = (value - c * query_norm) / (1 + c) - (double)dim * std::ldexp(1.0, -25);
+            return value > 0 ? value : 0;
         }
         return value;
+    }
+
+    /* The norm of a prepared query that operator_lower_bound wants: |q|_1
+     * under L1, 1 under cosine (a unit vector), ||q|| otherwise. */
+    double bound_norm(const float *query) const
+    {
+        if (metric == Metric::Cosine)
+            return 1.0;
+        if (metric == Metric::L1) {
+            double s = 0;
+            for (uint32_t i = 0; i < dim; i++)
+                s += std::fabs((double)query[i]);
+            return s;
+        }
+        return std::sqrt((double)inner_product(query, query, dim));
     }
 };
 

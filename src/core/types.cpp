@@ -14,6 +14,8 @@ const char *metric_name(Metric m)
         return "inner_product";
     case Metric::Cosine:
         return "cosine";
+    case Metric::L1:
+        return "l1";
     }
     return "unknown";
 }

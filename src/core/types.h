@@ -42,9 +42,10 @@ constexpr uint32_t kInvalidNode = 0xFFFFFFFFu;
  *   Cosine        1 - cos(a, b); vectors are normalised once by
  *                 prepare_vector() and then compared as 1 - dot(a, b).
  *                 A zero vector stays zero (distance 1 to everything).
+ *   L1            taxicab distance, sum |a - b| (pgvector's <+>)
  */
-enum class Metric : uint32_t { L2 = 0, InnerProduct = 1, Cosine = 2 };
-constexpr uint32_t kMetricCount = 3;
+enum class Metric : uint32_t { L2 = 0, InnerProduct = 1, Cosine = 2, L1 = 3 };
+constexpr uint32_t kMetricCount = 4;
 
 const char *metric_name(Metric m);
 

@@ -53,6 +53,8 @@ TEST(Distance, KernelsMatchReferenceAtManyDimensions)
         expect_close(inner_product(pa, pb, d), ipr, scale, d);
         expect_close(distance(Metric::L2, pa, pb, d), l2r, scale, d);
         expect_close(distance(Metric::InnerProduct, pa, pb, d), -ipr, scale, d);
+        expect_close(distance(Metric::L1, pa, pb, d), reference::l1_distance(pa, pb, d), scale, d);
+        expect_close(metric_kernel(Metric::L1)(pa, pb, d), reference::l1_distance(pa, pb, d), scale, d);
         MetricKernel mk = metric_kernel(Metric::InnerProduct);
         expect_close(mk(pa, pb, d), -ipr, scale, d);
 
@@ -159,7 +161,7 @@ TEST(Distance, HalfKernelsMatchWidenedFloat)
         }
         const uint16_t *ph = h.data() + 1; /* unaligned */
         float scale = (float)d * 4.0f;
-        for (Metric m : {Metric::L2, Metric::InnerProduct})
+        for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::L1})
             expect_close(distance_half(m, a.data(), ph, d), distance(m, a.data(), wide.data(), d), scale, d);
     }
 }
@@ -201,7 +203,7 @@ TEST(Format, Float16LowerBoundHolds)
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> scale_of(-6.0f, 4.0f);
     for (uint32_t d : {1u, 3u, 16u, 33u, 128u, 768u, 1536u}) {
-        for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {
+        for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::Cosine, Metric::L1}) {
             VectorFormat f;
             f.element = ElementType::Float16;
             f.dim = d;
@@ -220,18 +222,20 @@ TEST(Format, Float16LowerBoundHolds)
             for (int t = 0; t < 20; t++) {
                 std::vector<float> q = random_vec(d, rng);
                 prepare_vector(m, q.data(), q.data(), d);
-                double qn = vector_norm(q.data(), d);
+                double qn = f.bound_norm(q.data());
                 for (const auto &x : xs) {
                     std::vector<uint16_t> h(d);
                     f.store(x.data(), h.data());
                     double lower = f.operator_lower_bound(f.distance(q.data(), h.data()), qn, max_norm);
                     double exact = m == Metric::L2 ? std::sqrt((double)reference::l2_squared(q.data(), x.data(), d))
                                    : m == Metric::InnerProduct ? -(double)reference::inner_product(q.data(), x.data(), d)
+                                   : m == Metric::L1           ? (double)reference::l1_distance(q.data(), x.data(), d)
                                                                : 1.0 - reference::inner_product(q.data(), x.data(), d);
                     double fast = operator_value(m, distance(m, q.data(), x.data(), d));
                     ASSERT_LE(lower, exact) << "dim " << d << " metric " << (int)m;
                     ASSERT_LE(lower, fast) << "dim " << d << " metric " << (int)m;
-                    double scale = m == Metric::InnerProduct ? qn * max_norm : std::max(1.0, exact);
+                    double scale = m == Metric::InnerProduct ? vector_norm(q.data(), d) * max_norm
+                                                             : std::max(1.0, exact);
                     ASSERT_GE(lower, exact - 0.01 * scale) << "dim " << d << " metric " << (int)m;
                 }
             }
