@@ -41,8 +41,24 @@ struct CagraBuildJobState
 	int			device = 0;
 	bool		long_edges = false;
 	std::unique_ptr<float[]> vectors;	/* n x dim; not zeroed: every chunk fills its part */
+	dsm_segment *vectors_seg = nullptr; /* or the backend's segment that holds them */
+	const float *vectors_in_seg = nullptr;
 	std::vector<uint32_t> rows;
 	std::vector<uint32_t> entries;
+
+	const float *data() const { return vectors_seg ? vectors_in_seg : vectors.get(); }
+
+	/* the vectors are not needed any more (on the main thread: DSM calls) */
+	void drop_vectors()
+	{
+		vectors.reset();
+		if (vectors_seg)
+			dsm_detach(vectors_seg);
+		vectors_seg = nullptr;
+		vectors_in_seg = nullptr;
+	}
+
+	~CagraBuildJobState() { drop_vectors(); }
 };
 
 typedef std::pair<pid_t, uint64> CagraBuildId;
@@ -100,7 +116,9 @@ cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t
 		j->n = p->n;
 		j->format = p->format;
 		j->params = p->params;
-		j->vectors.reset(new float[p->n * p->format.dim]);
+		/* a parallel build's segment is read where it is (below) */
+		if (p->segment == DSM_HANDLE_INVALID)
+			j->vectors.reset(new float[p->n * p->format.dim]);
 		builds[id] = std::move(j);
 	}
 	auto		it = builds.find(id);
@@ -113,24 +131,33 @@ cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t
 	}
 	CagraBuildJobState &j = *it->second;
 	size_t		bytes = (size_t) p->count * j.format.dim * sizeof(float);
-	float	   *dst = j.vectors.get() + (size_t) p->first * j.format.dim;
 
 	if (p->segment == DSM_HANDLE_INVALID)
-		memcpy(dst, cagra_build_body(p), bytes);
+	{
+		if (!j.vectors)
+		{
+			strlcpy(msg, "build chunk out of sequence", msglen);
+			return CAGRA_REPLY_ERROR;
+		}
+		memcpy(j.vectors.get() + (size_t) p->first * j.format.dim, cagra_build_body(p), bytes);
+	}
 	else
 	{
-		/* a parallel build's rows segment, attached for the copy */
-		dsm_segment *seg = dsm_attach(p->segment);
+		/* a parallel build's rows segment, all vectors at once: kept mapped
+		 * and read in place until the build is answered (the backend's own
+		 * detach on a cancel leaves this mapping valid) */
+		dsm_segment *seg = p->first == 0 && p->count == j.n ? dsm_attach(p->segment) : NULL;
 
 		if (seg == NULL || p->segment_offset + bytes > dsm_segment_map_length(seg))
 		{
 			if (seg)
 				dsm_detach(seg);
-			strlcpy(msg, "the build's vectors segment is gone or too small", msglen);
+			strlcpy(msg, "the build's vectors segment is gone or does not hold them", msglen);
 			return CAGRA_REPLY_ERROR;
 		}
-		memcpy(dst, (const char *) dsm_segment_address(seg) + p->segment_offset, bytes);
-		dsm_detach(seg);
+		dsm_pin_mapping(seg);	/* past the request's resource owner */
+		j.vectors_seg = seg;
+		j.vectors_in_seg = (const float *) ((const char *) dsm_segment_address(seg) + p->segment_offset);
 	}
 	j.received += p->count;
 	return CAGRA_REPLY_OK;
@@ -189,7 +216,7 @@ cagra_lane_run(CagraBuildLane *l) noexcept
 {
 	CagraBuildJobState &j = *l->job;
 
-	l->reply = cagra_engine_build(j.vectors.get(), j.n, j.format, j.params, &l->control, &j.rows,
+	l->reply = cagra_engine_build(j.data(), j.n, j.format, j.params, &l->control, &j.rows,
 								  &j.entries, &j.device, &j.long_edges, &l->msg);
 	l->finished = true;
 
@@ -292,7 +319,7 @@ cagra_lane_answer(CagraWorkerShared *sh, CagraBuildLane *l)
 	CagraRequestSlot *s = &sh->slots[l->slot];
 	CagraBuildJobState &j = *l->job;
 
-	j.vectors.reset();
+	j.drop_vectors();
 	s->reply = l->reply;
 	strlcpy(s->message, l->control.requested() ? "the build was cancelled" : l->msg.c_str(), sizeof(s->message));
 	if (l->reply == CAGRA_REPLY_OK)
