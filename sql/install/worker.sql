@@ -57,3 +57,9 @@ CREATE FUNCTION cagra_search(index regclass, queries vector[], k integer,
         OUT query integer, OUT ctid tid, OUT distance float8)
     RETURNS SETOF record
     AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE STRICT;
+-- Only among the rows `allowed` names (their ctids): a filter the caller
+-- computed, e.g. ARRAY(SELECT ctid FROM items WHERE tenant = 7).
+CREATE FUNCTION cagra_search(index regclass, queries vector[], k integer, allowed tid[],
+        OUT query integer, OUT ctid tid, OUT distance float8)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'cagra_search' LANGUAGE C VOLATILE STRICT;

@@ -11,11 +11,17 @@
  * part is one batch.  The caller needs SELECT on the columns the index
  * reads, and row-level security must not apply to it: the function returns
  * rows without the policies' filter (docs/reference.md).
+ *
+ * With a fourth argument, `allowed` (tid[]), only rows it names are
+ * returned: their nodes become a filter, and the search is exact over them
+ * when they are few (at most cagra_exact_filter_limit), else a traversal
+ * that returns only them.  Filtered searches run in the backend.
  */
 #include "am/accessor.h"
 #include "am/search_resolve.h"
 #include "am/worker_copy.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/search.h"
@@ -23,6 +29,7 @@
 
 extern "C" {
 #include "access/heapam.h"
+#include "catalog/pg_type_d.h"
 #include "access/htup_details.h"
 #include "access/tupmacs.h"
 #include "access/relation.h"
@@ -50,10 +57,29 @@ PG_FUNCTION_INFO_V1(cagra_search);
 }
 
 
-/* The CPU path for one query: up to k live node ids and distances. */
+/* The nodes a filtered search may return: one bit per node id. */
+typedef struct CagraAllowed
+{
+	uint64	   *bits;
+	uint32		count;			/* bits set */
+	uint32	   *ids;			/* the set bits' ids, ascending */
+} CagraAllowed;
+
+static inline bool
+cagra_allowed_has(const CagraAllowed *a, uint32 id)
+{
+	return (a->bits[id >> 6] >> (id & 63)) & 1;
+}
+
+/* At most this many allowed nodes are searched exactly (every distance);
+ * more are searched by a filtered traversal. */
+static const uint32 cagra_exact_filter_limit = 20000;
+
+/* The CPU path for one query: up to k live node ids and distances (only
+ * allowed nodes, unless allowed is NULL). */
 static void
 cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *query, uint32 k,
-					   uint32 *ids, float *dists, CagraStatus *st) noexcept
+					   const CagraAllowed *allowed, uint32 *ids, float *dists, CagraStatus *st) noexcept
 {
 	cagra_guard(st, [&] {
 		/* pinned pages and the entry-vector cache, as an index scan has */
@@ -64,10 +90,11 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		s = cagra_new_searcher(acc, query, params, entries);
 		std::vector<cagra::Neighbor> out(k);
-		auto		live = [&acc](uint32_t id) {
+		auto		live = [&acc, allowed](uint32_t id) {
 			CagraPageAccessor::NodeInfo info;
 
-			return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
+			return (!allowed || cagra_allowed_has(allowed, id)) && acc.node_info(id, &info) &&
+				cagra_node_is_live(info.flags);
 		};
 		uint32		got = s->next(k, live, out.data());
 
@@ -187,13 +214,144 @@ cagra_collect_queries(Relation index, const CagraMetaData *meta, ArrayIterator i
 	return queries;
 }
 
+static int
+cagra_cmp_tids(const void *a, const void *b)
+{
+	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
+}
+
+/*
+ * The live nodes whose heap TID is among `tids` (a tid[]; NULL elements
+ * ignored).  A TID may name any member of a HOT chain, as a row's ctid does
+ * after a HOT update; the index holds the chain's root, so each TID is
+ * mapped to its root first (heap_get_root_tuples, one share-locked page at
+ * a time).  Then every node header is read once.
+ */
+static CagraAllowed *
+cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, ArrayType *tids)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+	BlockNumber nblocks = RelationGetNumberOfBlocks(heap);
+	OffsetNumber roots[MaxHeapTuplesPerPage];
+
+	deconstruct_array(tids, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT, &elems, &nulls, &nelems);
+
+	ItemPointerData *set = (ItemPointerData *) palloc(sizeof(ItemPointerData) * Max(nelems, 1));
+	int			nset = 0;
+
+	for (int i = 0; i < nelems; i++)
+		if (!nulls[i])
+			set[nset++] = *(ItemPointer) DatumGetPointer(elems[i]);
+	qsort(set, nset, sizeof(ItemPointerData), cagra_cmp_tids);
+	for (int i = 0; i < nset;)
+	{
+		BlockNumber blk = ItemPointerGetBlockNumber(&set[i]);
+		int			end = i;
+
+		while (end < nset && ItemPointerGetBlockNumber(&set[end]) == blk)
+			end++;
+		if (blk < nblocks)
+		{
+			Buffer		buf = ReadBuffer(heap, blk);
+
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			heap_get_root_tuples(BufferGetPage(buf), roots);
+			UnlockReleaseBuffer(buf);
+			for (int j = i; j < end; j++)
+			{
+				OffsetNumber off = ItemPointerGetOffsetNumber(&set[j]);
+
+				if (off >= FirstOffsetNumber && off <= MaxHeapTuplesPerPage &&
+					roots[off - 1] != InvalidOffsetNumber)
+					ItemPointerSetOffsetNumber(&set[j], roots[off - 1]);
+			}
+		}
+		i = end;
+	}
+	qsort(set, nset, sizeof(ItemPointerData), cagra_cmp_tids);
+
+	CagraAllowed *a = (CagraAllowed *) palloc0(sizeof(CagraAllowed));
+
+	a->bits = (uint64 *) palloc_extended(sizeof(uint64) * ((Size) meta->n / 64 + 1), MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	a->ids = (uint32 *) palloc_extended(sizeof(uint32) * (Size) Max(Min(nset, (int) meta->n), 1), MCXT_ALLOC_HUGE);
+	for (uint32 id = 0; id < meta->n && nset > 0 && a->count < (uint32) nset; id++)
+	{
+		CagraNodeHeader hdr;
+
+		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+		if (cagra_node_is_live(hdr.flags) &&
+			bsearch(&hdr.heap_tid, set, nset, sizeof(ItemPointerData), cagra_cmp_tids))
+		{
+			a->bits[id >> 6] |= UINT64CONST(1) << (id & 63);
+			a->ids[a->count++] = id;
+		}
+		if ((id & 4095) == 4095)
+			CHECK_FOR_INTERRUPTS();
+	}
+	pfree(set);
+	return a;
+}
+
+/* Every query against every allowed node: the kk nearest of them. */
+static void
+cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *queries, const bool *present,
+					const CagraAllowed *allowed, CagraCandidates *c)
+{
+	cagra::VectorFormat format = cagra_format_of(meta);
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+	char	   *vecs = (char *) palloc_extended((Size) Max(allowed->count, (uint32) 1) * format.vector_bytes(),
+												MCXT_ALLOC_HUGE);
+	float	   *d = (float *) palloc(sizeof(float) * Max(allowed->count, (uint32) 1));
+	uint32	   *order = (uint32 *) palloc(sizeof(uint32) * Max(allowed->count, (uint32) 1));
+	CagraStatus st;
+
+	for (uint32 i = 0; i < allowed->count; i++)
+		cagra_read_record_bytes(index, meta, allowed->ids[i], voff, format.vector_bytes(),
+								vecs + (Size) i * format.vector_bytes());
+	for (int q = 0; q < c->nq; q++)
+	{
+		const float *query = queries + (Size) q * meta->dims;
+		uint32		take = Min(allowed->count, c->kk);
+
+		if (!present[q])
+			continue;
+		if (!cagra_guard(&st, [&] {
+				for (uint32 i = 0; i < allowed->count; i++)
+				{
+					d[i] = format.distance(query, vecs + (Size) i * format.vector_bytes());
+					order[i] = i;
+				}
+				std::partial_sort(order, order + take, order + allowed->count,
+								  [d](uint32 a, uint32 b) { return d[a] < d[b]; });
+			}))
+			cagra_report_status(&st);
+		for (uint32 i = 0; i < take; i++)
+		{
+			c->ids[(Size) q * c->kk + i] = allowed->ids[order[i]];
+			c->dists[(Size) q * c->kk + i] = d[order[i]];
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	pfree(vecs);
+	pfree(d);
+	pfree(order);
+}
+
 /* Candidates of every query into c->ids/dists: on the worker when it can,
- * else on the CPU. */
+ * else on the CPU; only allowed nodes when `allowed` is not NULL (then in
+ * the backend: exactly when they are few, else by a filtered traversal). */
 static void
 cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
-						const bool *present, CagraCandidates *c)
+						const bool *present, const CagraAllowed *allowed, CagraCandidates *c)
 {
-	if (cagra_worker_wanted("search"))
+	if (allowed && allowed->count <= cagra_exact_filter_limit)
+	{
+		cagra_exact_allowed(index, meta, queries, present, allowed, c);
+		return;
+	}
+	if (!allowed && cagra_worker_wanted("search"))
 	{
 		CagraSearchRequest req;
 		char		why[256];
@@ -225,7 +383,7 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 
 		if (!present[q])
 			continue;
-		cagra_cpu_search_query(index, meta, queries + (Size) q * meta->dims, c->kk,
+		cagra_cpu_search_query(index, meta, queries + (Size) q * meta->dims, c->kk, allowed,
 							   c->ids + (Size) q * c->kk, c->dists + (Size) q * c->kk, &st);
 		if (!st.ok)
 			cagra_report_status(&st);
@@ -347,7 +505,12 @@ cagra_search(PG_FUNCTION_ARGS)
 	int			nitems = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 
 	cagra_read_meta(index, &meta);
-	if (meta.n > 0 && meta.live > 0 && nitems > 0)
+
+	CagraAllowed *allowed = NULL;
+
+	if (PG_NARGS() > 3 && meta.n > 0)
+		allowed = cagra_allowed_nodes(index, heap, &meta, PG_GETARG_ARRAYTYPE_P(3));
+	if (meta.n > 0 && meta.live > 0 && nitems > 0 && (!allowed || allowed->count > 0))
 	{
 		/* more candidates than k: some may be invisible to this snapshot */
 		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));
@@ -380,7 +543,7 @@ cagra_search(PG_FUNCTION_ARGS)
 			for (Size i = 0; i < total; i++)
 				c.ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
 
-			cagra_search_candidates(index, &meta, queries, present, &c);
+			cagra_search_candidates(index, &meta, queries, present, allowed, &c);
 			cagra_resolve(index, &meta, heap, snapshot, present, (uint32) k, &c);
 			/* the rows are copied into the tuplestore, which lives outside partcxt */
 			cagra_emit_results(rsinfo, &former, &meta, present, first, (uint32) k, &c);
