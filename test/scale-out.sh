@@ -3,7 +3,7 @@
 # manual try of docs/scale-out.md: one PostgreSQL cluster per shard, each with
 # a plain table `items` and its own cagra index, and a coordinator whose
 # partitioned table `items` (LIST by tenant) has one postgres_fdw foreign
-# table partition per shard.  Nothing is installed: cagra must already be
+# table partition per shard, and the functions of test/scale-out-functions.sql.  Nothing is installed: cagra must already be
 # installed into the PostgreSQL that pg_config names.
 #
 #   bash test/scale-out.sh            # set up and start; prints how to connect
@@ -92,9 +92,12 @@ CREATE FOREIGN TABLE items_s$i PARTITION OF items FOR VALUES IN ($i)
 SQL
     done
     echo "ANALYZE items;"
+    # items_knn, items_batch_knn (docs/scale-out.md)
+    cat "$(dirname "${BASH_SOURCE[0]}")/scale-out-functions.sql"
 } | psql_at "$PORT"
 
 echo "coordinator: psql -h $DIR -p $PORT postgres"
 for i in $(seq 1 "$SHARDS"); do echo "shard $i:     psql -h $DIR -p $((PORT + i)) postgres"; done
+echo "try: SELECT * FROM items_knn((SELECT v FROM items WHERE tenant = 1 AND id = 1), 10);"
 echo "try: EXPLAIN VERBOSE SELECT tenant, id FROM items ORDER BY v <-> (SELECT v FROM items WHERE tenant = 1 AND id = 1) LIMIT 10;"
 echo "stop: bash $0 stop; remove: bash $0 clean"
