@@ -34,7 +34,7 @@ END
 $$;
 
 SET enable_seqscan = off;
-EXPLAIN (COSTS OFF) SELECT id FROM l1t ORDER BY v <+> (SELECT q FROM l1q LIMIT 1) LIMIT 10;
+EXPLAIN (COSTS OFF) SELECT id FROM l1t ORDER BY v <+> '[1,0,0,0,0,0,0,0,0,0,0,0]' LIMIT 10;
 SELECT pg_temp.same_order() AS l1_same_order;
 SELECT id, round((v <+> '[0,0,0,0,0,0,0,0,0,0,0,0]')::numeric, 4) AS l1 FROM l1t ORDER BY v <+> '[0,0,0,0,0,0,0,0,0,0,0,0]' LIMIT 3;
 RESET enable_seqscan;
