@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include "boundary/boundary.h"
+#include "boundary/pg_compat.h"
 #include "core/format.h"
 
 /* ---- on-disk format ---- */
@@ -308,7 +309,7 @@ Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Bu
  */
 typedef struct CagraBufferHints
 {
-	RelFileNode node;
+	CagraRelFileId node;
 	Buffer	   *hints;
 	BlockNumber size;
 } CagraBufferHints;
