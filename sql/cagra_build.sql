@@ -181,11 +181,26 @@ VACUUM t_wide;
 SELECT id FROM t_wide ORDER BY v <-> array_fill(33.2::real, ARRAY[16000])::vector LIMIT 3;
 SELECT * FROM cagra_index_check('t_wide_idx');
 
+-- EXPLAIN (COSTS OFF), with an InitPlan's value named as PostgreSQL 17 names
+-- it, "(InitPlan 1).col1" (15: "InitPlan 1 (returns $0)" and "$0"), so that
+-- the output is the same on both; the plans here have one InitPlan, of one
+-- column.
+CREATE FUNCTION pg_temp.explain(query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+	line text;
+BEGIN
+	FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
+		line := regexp_replace(line, '^(\s*InitPlan \d+) \(returns \$\d+\)$', '\1');
+		RETURN NEXT regexp_replace(line, '\$0\M', '(InitPlan 1).col1', 'g');
+	END LOOP;
+END
+$$;
+
 -- a NULL query vector (not a constant, so the index is used): rows come
 -- with NULL distances, in no particular order
 SELECT count(*), count(d) FROM (SELECT id, v <-> (SELECT NULL::vector) AS d FROM t_small
   ORDER BY v <-> (SELECT NULL::vector) LIMIT 50) s;
-EXPLAIN (COSTS OFF) SELECT id FROM t_small ORDER BY v <-> (SELECT NULL::vector) LIMIT 50;
+SELECT pg_temp.explain($q$SELECT id FROM t_small ORDER BY v <-> (SELECT NULL::vector) LIMIT 50$q$) AS "QUERY PLAN";
 
 -- the index is never used without an ORDER BY distance
 RESET enable_seqscan;

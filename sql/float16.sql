@@ -51,8 +51,22 @@ BEGIN
 END
 $$;
 
+-- EXPLAIN (COSTS OFF), with an InitPlan's value named as PostgreSQL 17 names
+-- it, "(InitPlan 1).col1" (15: "InitPlan 1 (returns $0)" and "$0"), so that
+-- the output is the same on both; the plans here have one InitPlan, of one
+-- column.
+CREATE FUNCTION pg_temp.explain(query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+	line text;
+BEGIN
+	FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
+		line := regexp_replace(line, '^(\s*InitPlan \d+) \(returns \$\d+\)$', '\1');
+		RETURN NEXT regexp_replace(line, '\$0\M', '(InitPlan 1).col1', 'g');
+	END LOOP;
+END
+$$;
 SET enable_seqscan = off;
-EXPLAIN (COSTS OFF) SELECT id FROM f16 ORDER BY v <-> (SELECT q FROM queries LIMIT 1) LIMIT 10;
+SELECT pg_temp.explain($q$SELECT id FROM f16 ORDER BY v <-> (SELECT q FROM queries LIMIT 1) LIMIT 10$q$) AS "QUERY PLAN";
 SELECT pg_temp.same_order('<->') AS l2_same_order;
 -- the closer row of a pair comes first, at its exact distance
 SELECT id, round((v <-> pg_temp.base(7, 0.002))::numeric, 6) AS distance

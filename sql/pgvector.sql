@@ -19,6 +19,21 @@ SELECT e.extname AS owner_of_vector
 SELECT opcname, amname FROM pg_opclass c JOIN pg_am a ON a.oid = c.opcmethod
  WHERE amname IN ('cagra', 'hnsw') ORDER BY amname, opcname;
 
+-- EXPLAIN (COSTS OFF), with an InitPlan's value named as PostgreSQL 17 names
+-- it, "(InitPlan 1).col1" (15: "InitPlan 1 (returns $0)" and "$0"), so that
+-- the output is the same on both; the plans here have one InitPlan, of one
+-- column.
+CREATE FUNCTION pg_temp.explain(query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+	line text;
+BEGIN
+	FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
+		line := regexp_replace(line, '^(\s*InitPlan \d+) \(returns \$\d+\)$', '\1');
+		RETURN NEXT regexp_replace(line, '\$0\M', '(InitPlan 1).col1', 'g');
+	END LOOP;
+END
+$$;
+
 SELECT setseed(0.5);
 CREATE TABLE items (id int PRIMARY KEY, embedding vector(8));
 INSERT INTO items SELECT i, array(SELECT sin(i * 0.7 + j) + random() * 0.01 FROM generate_series(1, 8) j)::vector
@@ -26,13 +41,13 @@ INSERT INTO items SELECT i, array(SELECT sin(i * 0.7 + j) + random() * 0.01 FROM
 CREATE INDEX items_hnsw ON items USING hnsw (embedding vector_l2_ops);
 CREATE TABLE q AS SELECT embedding AS v FROM items WHERE id = 777;
 SET enable_seqscan = off;
-EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5;
+SELECT pg_temp.explain($q$SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5$q$) AS "QUERY PLAN";
 CREATE TEMP TABLE hnsw_ids AS SELECT array_agg(id) AS ids FROM (SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5) s;
 
 -- the same column, USING cagra: the same queries answered
 CREATE INDEX items_cagra ON items USING cagra (embedding vector_l2_ops);
 DROP INDEX items_hnsw;
-EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5;
+SELECT pg_temp.explain($q$SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5$q$) AS "QUERY PLAN";
 SELECT (SELECT array_agg(id) FROM (SELECT id FROM items ORDER BY embedding <-> (SELECT v FROM q) LIMIT 5) s)
        = (SELECT ids FROM hnsw_ids) AS same_rows_as_hnsw;
 CREATE INDEX items_cagra_ip ON items USING cagra (embedding vector_ip_ops);
@@ -62,7 +77,7 @@ SELECT c.relname, i.dimensions, i.metric, i.storage, i.nodes, i.pages
 DROP INDEX halves_cagra_f32;
 CREATE TABLE hq AS SELECT h FROM halves WHERE id = 123;
 SET enable_seqscan = off;
-EXPLAIN (COSTS OFF) SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 3;
+SELECT pg_temp.explain($q$SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 3$q$) AS "QUERY PLAN";
 SELECT id FROM halves ORDER BY h <-> (SELECT h FROM hq) LIMIT 1;
 SELECT id FROM halves ORDER BY h <=> (SELECT h FROM hq) LIMIT 1;
 SELECT id FROM halves ORDER BY h <+> (SELECT h FROM hq) LIMIT 1;

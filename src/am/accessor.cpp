@@ -23,7 +23,7 @@ extern "C" {
  */
 struct CagraEntryVectors
 {
-	RelFileNode node;
+	CagraRelFileId node;
 	uint32_t	count = 0;
 	uint32_t	dims = 0;
 	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id */
@@ -51,12 +51,13 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 	if (meta.entry_count == 0 || (size_t) meta.entry_count * meta.dims * sizeof(float) > kEntryCacheBytes)
 		return nullptr;
 	for (const auto &e : cagra_entry_cache)
-		if (RelFileNodeEquals(e->node, index->rd_node) && e->count == meta.entry_count && e->dims == meta.dims)
+		if (CAGRA_REL_FILE_ID_EQUALS(e->node, CAGRA_REL_FILE_ID(index)) && e->count == meta.entry_count &&
+			e->dims == meta.dims)
 			return e;
 
 	auto		e = std::make_shared<CagraEntryVectors>();
 
-	e->node = index->rd_node;
+	e->node = CAGRA_REL_FILE_ID(index);
 	e->count = meta.entry_count;
 	e->dims = meta.dims;
 	e->vectors.resize((size_t) meta.entry_count * meta.dims);

@@ -626,7 +626,7 @@ cagra_writer_flush(CagraPageWriter *w)
 	if (w->npages == 0)
 		return;
 	if (w->wal)
-		log_newpages(&w->index->rd_node, MAIN_FORKNUM, w->npages, w->blknos, w->pages, true);
+		log_newpages(&CAGRA_REL_FILE_ID(w->index), MAIN_FORKNUM, w->npages, w->blknos, w->pages, true);
 	for (int i = 0; i < w->npages; i++)
 	{
 		PageSetChecksumInplace(w->pages[i], w->blknos[i]);
@@ -915,7 +915,7 @@ cagra_buildempty(Relation index)
 	cagra_init_meta_page(page, &meta);
 	PageSetChecksumInplace(page, CAGRA_METAPAGE_BLKNO);
 	smgrwrite(RelationGetSmgr(index), INIT_FORKNUM, CAGRA_METAPAGE_BLKNO, (char *) page, true);
-	log_newpage(&RelationGetSmgr(index)->smgr_rnode.node, INIT_FORKNUM, CAGRA_METAPAGE_BLKNO,
+	log_newpage(&CAGRA_REL_FILE_ID(index), INIT_FORKNUM, CAGRA_METAPAGE_BLKNO,
 				page, true);
 	smgrimmedsync(RelationGetSmgr(index), INIT_FORKNUM);
 	pfree(page);

@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include "boundary/boundary.h"
+#include "boundary/pg_compat.h"
 #include "core/format.h"
 #include "protocol/protocol.h"
 
@@ -321,7 +322,7 @@ Buffer		cagra_read_locked_buffer(Relation index, BlockNumber blkno, int mode, Bu
  */
 typedef struct CagraBufferHints
 {
-	RelFileNode node;
+	CagraRelFileId node;
 	Buffer	   *hints;
 	BlockNumber size;
 } CagraBufferHints;

@@ -510,7 +510,7 @@ cagra_pin_hinted(Relation rel, BlockNumber blkno, Buffer *hint)
 
 	/* a buffer that held the block before can be pinned without a lookup in
 	 * the shared buffer mapping table */
-	if (hint && *hint != InvalidBuffer && ReadRecentBuffer(rel->rd_node, MAIN_FORKNUM, blkno, *hint))
+	if (hint && *hint != InvalidBuffer && ReadRecentBuffer(CAGRA_REL_FILE_ID(rel), MAIN_FORKNUM, blkno, *hint))
 		return *hint;
 	buf = ReadBuffer(rel, blkno);
 	if (hint)
@@ -521,7 +521,7 @@ cagra_pin_hinted(Relation rel, BlockNumber blkno, Buffer *hint)
 Buffer *
 cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, BlockNumber nblocks)
 {
-	if (!h->hints || !RelFileNodeEquals(h->node, rel->rd_node) || h->size < nblocks)
+	if (!h->hints || !CAGRA_REL_FILE_ID_EQUALS(h->node, CAGRA_REL_FILE_ID(rel)) || h->size < nblocks)
 	{
 		/* room to grow, so that a relation growing between searches does
 		 * not cost an allocation each time */
@@ -532,13 +532,13 @@ cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, BlockNumber
 
 		if (fresh == NULL)
 			return NULL;
-		if (h->hints && RelFileNodeEquals(h->node, rel->rd_node))
+		if (h->hints && CAGRA_REL_FILE_ID_EQUALS(h->node, CAGRA_REL_FILE_ID(rel)))
 			memcpy(fresh, h->hints, Min(h->size, size) * sizeof(Buffer));
 		if (h->hints)
 			pfree(h->hints);
 		h->hints = fresh;
 		h->size = size;
-		h->node = rel->rd_node;
+		h->node = CAGRA_REL_FILE_ID(rel);
 	}
 	return blkno < h->size ? &h->hints[blkno] : NULL;
 }

@@ -86,7 +86,7 @@ cagra_copy_key(Relation index, const CagraMetaData *meta)
 	memset(&key, 0, sizeof(key));
 	key.db = MyDatabaseId;
 	key.index = RelationGetRelid(index);
-	key.relfilenode = index->rd_node.relNode;
+	key.relfilenode = CAGRA_REL_FILE_NUMBER(index);
 	key.generation = meta->generation;
 	key.n = meta->n;
 	key.reused = meta->reused;

@@ -9,6 +9,7 @@
 #include "worker/cache.h"
 #include "worker/batch.h"
 #include "worker/offload_build.h"
+#include "boundary/pg_compat.h"
 
 extern "C" {
 #include "miscadmin.h"
@@ -134,7 +135,7 @@ cagra_worker_wait_set(void)
 {
 	int			search_fd = cagra_worker_search_event_fd();
 	int			build_fd = cagra_worker_build_event_fd();
-	WaitEventSet *set = CreateWaitEventSet(TopMemoryContext, 4);
+	WaitEventSet *set = cagra_create_process_wait_event_set(4);
 
 	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
