@@ -56,7 +56,7 @@ SELECT id FROM items ORDER BY embedding <#> (SELECT v FROM q) LIMIT 1;
 SELECT id FROM items ORDER BY embedding <=> (SELECT v FROM q) LIMIT 1;
 -- pgvector's L1 operator, as pgvector-python's l1_distance sends it
 CREATE INDEX items_cagra_l1 ON items USING cagra (embedding vector_l1_ops);
-EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <+> (SELECT v FROM q) LIMIT 1;
+SELECT pg_temp.explain($q$SELECT id FROM items ORDER BY embedding <+> (SELECT v FROM q) LIMIT 1$q$) AS "QUERY PLAN";
 SELECT id FROM items ORDER BY embedding <+> (SELECT v FROM q) LIMIT 1;
 SELECT count(*) FROM cagra_search('items_cagra', ARRAY(SELECT v FROM q), 5);
 RESET enable_seqscan;

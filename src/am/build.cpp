@@ -1,12 +1,12 @@
 /*
  * build.cpp — ambuild and ambuildempty.
  *
- * The heap scan collects prepared vectors and heap TIDs in memory (bounded
- * by maintenance_work_mem); the GPU worker builds the graph when it runs,
- * otherwise the core builds it here on its own threads
- * while this (the only PostgreSQL) thread reports progress and watches for
- * interrupts, then the pages are written through shared buffers and
- * WAL-logged in bulk with log_newpage_range.
+ * The heap scan (with parallel workers when it can) collects prepared
+ * vectors and heap TIDs in memory (bounded by maintenance_work_mem); the GPU
+ * worker builds the graph when it runs, otherwise the core builds it here on
+ * its own threads while this (the only PostgreSQL) thread reports progress
+ * and watches for interrupts; then the pages are written straight to the
+ * file, WAL-logged 32 at a time, and synced (docs/storage.md).
  */
 #include "am/cagra_am.h"
 
