@@ -20,9 +20,11 @@ BEGIN
                              inhrelid::regclass), ' UNION ALL ' ORDER BY inhrelid)
       INTO sql
       FROM pg_inherits WHERE inhparent = 'items'::regclass;
-    -- the tie-break (tenant, id) makes the plan Append + Sort rather than
-    -- Merge Append, so the shards are asked at the same time
-    RETURN QUERY EXECUTE 'SELECT * FROM (' || sql || ') u ORDER BY distance, tenant, id LIMIT $2'
+    -- a sort key no shard's output is sorted by (distance + 0, then the
+    -- tie-break) makes the plan Append + Sort rather than a Merge Append
+    -- (which PostgreSQL 17 picks for ORDER BY distance, with an Incremental
+    -- Sort for the tie-break): only an Append runs the shards asynchronously
+    RETURN QUERY EXECUTE 'SELECT * FROM (' || sql || ') u ORDER BY distance + 0, tenant, id LIMIT $2'
         USING q, k;
 END
 $fn$;
