@@ -54,4 +54,33 @@ SELECT f, (pg_temp.against_exact(f)).nrows, (pg_temp.against_exact(f)).all_pass,
 	   (pg_temp.against_exact(f)).recall >= 0.9 AS recall_ok
   FROM unnest(ARRAY['category < 50', 'rare', 'category = 42', 'category IN (1, 2, 3)',
                     'rare OR category = 9']) f;
-DROP TABLE fp;
+-- a join that supplies the filter: the categories of one group
+CREATE TABLE fp_group (category int, grp text);
+INSERT INTO fp_group SELECT c, CASE WHEN c % 10 = 3 THEN 'threes' ELSE 'other' END FROM generate_series(0, 99) c;
+ANALYZE fp_group;
+SELECT count(*) AS nrows, bool_and(category % 10 = 3) AS all_pass FROM (
+	SELECT f.id, f.category FROM fp f JOIN fp_group g USING (category) WHERE g.grp = 'threes'
+	 ORDER BY f.v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s;
+SELECT (SELECT array_agg(id) FROM (SELECT f.id FROM fp f JOIN fp_group g USING (category) WHERE g.grp = 'threes'
+		 ORDER BY f.v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s)
+	 = (SELECT array_agg(id) FROM (SELECT id FROM fp WHERE category % 10 = 3
+		 ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s) AS same_as_exact;
+
+-- row-level security: the policy is a filter like any other, through the
+-- index or not; a role sees min(10, its rows) rows, all its own
+CREATE ROLE fp_reader;
+GRANT SELECT ON fp TO fp_reader;
+ALTER TABLE fp ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fp_one ON fp FOR SELECT TO fp_reader USING (category = 1 OR rare);
+SET ROLE fp_reader;
+SELECT count(*) AS nrows, bool_and(category = 1 OR rare) AS all_allowed FROM (
+	SELECT id, category, rare FROM fp ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SELECT count(*) AS nrows, bool_and(category = 1 OR rare) AS all_allowed FROM (
+	SELECT id, category, rare FROM fp ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+RESET ROLE;
+DROP TABLE fp, fp_group;
+DROP ROLE fp_reader;
