@@ -7,7 +7,7 @@
  * nodes, rewrite the rows that point at them (core plan_repair); (3) bump
  * the generation in the meta page, before returning, so that no cached copy
  * can hand out a TID the heap is about to release, and point inserts back
- * at the start for deleted slots to reuse (insert.cpp).
+ * at the first deleted slot for inserts to reuse (insert.cpp).
  */
 #include "am/accessor.h"
 
@@ -164,9 +164,10 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 }
 
 /* Phase 3: the live count, a new generation, and the reuse cursor at the
- * start (the deleted slots are repaired: inserts may take them). */
+ * first deleted slot (they are repaired: inserts may take them), so that
+ * inserts do not read the headers of the live nodes before it. */
 static void
-cagra_finish_vacuum(Relation index, uint32 live)
+cagra_finish_vacuum(Relation index, uint32 live, uint32 first_deleted)
 {
 	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
 	CagraMetaData m;
@@ -175,7 +176,7 @@ cagra_finish_vacuum(Relation index, uint32 live)
 	memcpy(&m, cagra_meta_of(BufferGetPage(metabuf)), sizeof(m));
 	m.live = live;
 	m.generation++;
-	m.reuse_next = 0;
+	m.reuse_next = first_deleted;
 	cagra_write_meta(index, metabuf, &m);
 	UnlockReleaseBuffer(metabuf);
 }
@@ -194,6 +195,7 @@ cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	cagra_read_meta(index, &meta);
 
 	uint32		live = 0;
+	uint32		first_deleted = meta.n;
 
 	if (meta.n > 0)
 	{
@@ -206,10 +208,14 @@ cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 		stats->tuples_removed += newly;
 		if (live < meta.n)
 			cagra_repair(index, &meta, removed);
+		/* the lowest deleted id (removed[] marks old and new ones) */
+		first_deleted = 0;
+		while (first_deleted < meta.n && !removed[first_deleted])
+			first_deleted++;
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(cxt);
 	}
-	cagra_finish_vacuum(index, live);
+	cagra_finish_vacuum(index, live, first_deleted);
 	cagra_unlock_writers(index, ExclusiveLock);
 
 	stats->num_index_tuples = live;
