@@ -3,27 +3,41 @@
 worker goes.  On a cluster with cagra preloaded: loads a texmex set (or
 reuses the tables of bench/sql_bench.py with --skip-load), builds the index,
 then for each cagra.batch_window and client count runs pgbench (prepared
-ORDER BY ... LIMIT 10, cagra.itopk_size 32) and reads the worker's counters
-before and after (cagra_status: queries, batches, queue_time_ms,
-search_time_ms).  Per query it prints the mean latency pgbench saw, the time
-the search waited in the worker's queue (batch window and busy threads
-included), the launch it rode in (engine time of its batch), and the rest:
-the backend's own work, the wake-ups on both sides, pgbench and the client
-protocol.  Prints figures; asserts nothing.
+ORDER BY ... LIMIT 10 at --itopk) and reads cagra_worker_timings() before
+and after.  Per search it prints pgbench's mean latency, the round trip the
+backend saw inside its call to the worker, and that round trip's steps:
+the worker's pickup of a queued search, the rest of its queueing (batch
+window, waiting for a free search thread), the search thread's job (engine
+call, and around it the gathering of queries and scattering of answers),
+the GPU's own time within the engine call, the hand-back of a finished job
+to the worker's main loop, and the backend's wake-up.  "Backend" is
+pgbench's latency less the round trip: the backend's own executor work and
+the client protocol.  It also prints the worker main loop's busy share and
+the backends' CPU per query.  Prints figures; asserts nothing.
 
-usage: worker_profile.py DIR [--skip-load] [--windows 100,20,0]
-                             [--clients 64,128] [--seconds 8]
+usage: worker_profile.py DIR [--skip-load] [--windows 100,0]
+                             [--clients 1,64,128,256] [--seconds 8] [--itopk 32]
 """
 import argparse
 import time
 
 import sql_bench
 
-COUNTERS = "SELECT queries, batches, queue_time_ms, search_time_ms FROM cagra_status"
+
+def timings(db):
+    """{step: (events, total_ms)} from cagra_worker_timings()."""
+    out = db.psql("SELECT step, events, total_ms FROM cagra_worker_timings()")
+    rows = {}
+    for line in out.splitlines():
+        step, events, total = line.split("|")
+        rows[step] = (int(events), float(total))
+    return rows
 
 
-def counters(db):
-    return [float(x) for x in db.psql(COUNTERS).split("|")]
+def per_event_us(before, after, step):
+    events = after[step][0] - before[step][0]
+    total = after[step][1] - before[step][1]
+    return total * 1000.0 / events if events > 0 else 0.0, events
 
 
 def main():
@@ -31,9 +45,10 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--dsn", default="")
     ap.add_argument("--skip-load", action="store_true")
-    ap.add_argument("--windows", default="100,20,0")
-    ap.add_argument("--clients", default="64,128")
+    ap.add_argument("--windows", default="100,0")
+    ap.add_argument("--clients", default="1,64,128,256")
     ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--itopk", type=int, default=32)
     args = ap.parse_args()
     db = sql_bench.Db(args.dsn)
     db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
@@ -43,26 +58,35 @@ def main():
             "CREATE INDEX IF NOT EXISTS bench_items_cagra ON bench_items USING cagra (v)")
     nq = int(db.psql("SELECT count(*) FROM bench_queries"))
     script = sql_bench.QUERY_SCRIPT.format(nq=nq - 1, op="<->")
-    settings = [("cagra.itopk_size", 32), ("enable_seqscan", "off")]
+    settings = [("cagra.itopk_size", args.itopk), ("enable_seqscan", "off")]
     # one warm-up run loads the index copy
     db.pgbench(script, 4, 2, settings)
-    print("| batch_window us | clients | q/s | latency ms | mean batch | queue ms/query | launch ms/batch | rest ms/query |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("Per search, in microseconds (job, engine, device and hand-back per batch):")
+    print("| window us | clients | q/s | latency | round trip | pickup | queue | job | engine | device "
+          "| hand-back | wake | backend | mean batch | loop busy % | backends' CPU |")
+    print("|" + "---:|" * 16)
     for window in [int(x) for x in args.windows.split(",")]:
         db.psql("ALTER SYSTEM SET cagra.batch_window = %d" % window)
         db.psql("SELECT pg_reload_conf()")
         time.sleep(1)
         for clients in [int(x) for x in args.clients.split(",")]:
-            before = counters(db)
-            tps, _, _ = db.pgbench(script, clients, args.seconds, settings)
-            after = counters(db)
-            queries, batches, queue_ms, search_ms = (a - b for a, b in zip(after, before))
-            latency = clients / tps * 1000.0
-            queue = queue_ms / max(queries, 1)
-            launch = search_ms / max(batches, 1)
-            print("| %d | %d | %.0f | %.3f | %.1f | %.3f | %.3f | %.3f |"
-                  % (window, clients, tps, latency, queries / max(batches, 1), queue, launch,
-                     latency - queue - launch), flush=True)
+            before = timings(db)
+            started = time.time()
+            tps, _, backend_cpu = db.pgbench(script, clients, args.seconds, settings)
+            elapsed = time.time() - started
+            after = timings(db)
+            us = {step: per_event_us(before, after, step) for step in after}
+            latency = clients / tps * 1e6
+            round_trip = us["round trip"][0]
+            batches = us["job"][1]
+            queries = us["queue"][1]
+            loop_ms = after["loop busy"][1] - before["loop busy"][1]
+            print("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f "
+                  "| %.1f | %.0f | %s |"
+                  % (window, clients, tps, latency, round_trip, us["pickup"][0], us["queue"][0],
+                     us["job"][0], us["engine"][0], us["device"][0], us["handback"][0], us["wake"][0],
+                     latency - round_trip, queries / max(batches, 1), loop_ms / 10.0 / elapsed,
+                     sql_bench.fmt_ms(backend_cpu)), flush=True)
     db.psql("ALTER SYSTEM RESET cagra.batch_window")
     db.psql("SELECT pg_reload_conf()")
 

@@ -228,7 +228,7 @@ struct cagra_gpu_search_context {
     /* wait on a blocking event rather than spin in cudaStreamSynchronize */
     bool blocking_wait = false;
     Stream stream;
-    cudaEvent_t done = nullptr;
+    cudaEvent_t started = nullptr, done = nullptr; /* around the last search, for its device time */
     /* per-batch buffers, kept and grown so small batches allocate nothing */
     DeviceBuffer<float> queries;
     DeviceBuffer<uint32_t> ids;
@@ -237,6 +237,8 @@ struct cagra_gpu_search_context {
 
     ~cagra_gpu_search_context()
     {
+        if (started)
+            cudaEventDestroy(started);
         if (done)
             cudaEventDestroy(done);
     }
@@ -580,8 +582,8 @@ cagra_gpu_status cagra_gpu_search_context_create(int device, cagra_gpu_search_co
         try {
             c->device = device;
             c->blocking_wait = true;
-            check(cudaEventCreateWithFlags(&c->done, cudaEventBlockingSync | cudaEventDisableTiming),
-                  "cudaEventCreate");
+            check(cudaEventCreate(&c->started), "cudaEventCreate");
+            check(cudaEventCreateWithFlags(&c->done, cudaEventBlockingSync), "cudaEventCreate");
         } catch (...) {
             delete c;
             throw;
@@ -670,6 +672,8 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         DeviceBuffer<float> &ddist = ctx->dists;
         DeviceBuffer<uint64_t> &dfilter = ctx->filter;
         cudaStream_t s = ctx->stream.s;
+        if (ctx->started)
+            check(cudaEventRecord(ctx->started, s), "cudaEventRecord");
         if (ix->stride != ix->dim)
             check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
         check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, queries, ix->dim * 4, ix->dim * 4, nq, cudaMemcpyHostToDevice,
@@ -694,6 +698,14 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
             check(cudaStreamSynchronize(s), "the search");
         }
     });
+}
+
+float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *ctx)
+{
+    float ms = -1.0f;
+    if (!ctx || !ctx->started || !ctx->done || cudaEventElapsedTime(&ms, ctx->started, ctx->done) != cudaSuccess)
+        return -1.0f;
+    return ms;
 }
 
 uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *ix)

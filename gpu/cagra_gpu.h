@@ -32,7 +32,7 @@ extern "C" {
 
 /* Bumped whenever a signature or struct below changes; compare
  * cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 3
+#define CAGRA_GPU_API_VERSION 4
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -167,6 +167,11 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *
                                                       const float *queries, uint32_t nq, uint32_t k,
                                                       const cagra_gpu_search_params *params, const uint64_t *filter,
                                                       uint32_t *ids_out, float *distances_out);
+
+/* Milliseconds the device spent on the last search through a created
+ * `context` (query copy, kernel, result copy, timed by CUDA events), or a
+ * negative value when there was none. */
+CAGRA_GPU_EXPORT float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *context);
 
 /* Device bytes the index holds, and its shape. */
 CAGRA_GPU_EXPORT uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *index);

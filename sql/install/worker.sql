@@ -40,6 +40,17 @@ CREATE FUNCTION cagra_worker_cache(
     RETURNS SETOF record
     AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE;
 
+-- Where searches' round trips through the worker go, step by step, summed
+-- since the server started (docs/worker.md, "Profiling a round trip").
+CREATE FUNCTION cagra_worker_timings(
+        OUT step text,
+        OUT per text,
+        OUT events bigint,
+        OUT total_ms float8,
+        OUT mean_us float8)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE;
+
 -- Monitoring, as PostgreSQL's own statistics views: for pg_monitor (and
 -- superusers), not PUBLIC; the function and the view over it alike.
 -- cagra_worker_cache() shows other databases' copies only to roles with the
@@ -47,7 +58,9 @@ CREATE FUNCTION cagra_worker_cache(
 -- granted it.
 REVOKE ALL ON FUNCTION cagra_worker_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION cagra_worker_cache() FROM PUBLIC;
+REVOKE ALL ON FUNCTION cagra_worker_timings() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION cagra_worker_status() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION cagra_worker_timings() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION cagra_worker_cache() TO pg_monitor;
 GRANT SELECT ON cagra_status TO pg_monitor;
 

@@ -206,6 +206,13 @@ cagra_check_slot(CagraCall *call, int idx, uint64 generation, CagraCallOutcome *
 	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
 	if (s->state == CAGRA_SLOT_DONE)
 	{
+		if (s->kind == CAGRA_REQ_SEARCH)
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			cagra_add_timing(sh, CAGRA_TIMING_WAKE, (uint64) Max(now - s->answered_at, 0), 1);
+			cagra_add_timing(sh, CAGRA_TIMING_ROUND_TRIP, (uint64) Max(now - s->queued_at, 0), 1);
+		}
 		call->reply = s->reply;
 		call->copy = s->copy;
 		strlcpy(call->message, s->message, sizeof(call->message));

@@ -21,6 +21,7 @@ extern "C" {
 
 PG_FUNCTION_INFO_V1(cagra_worker_status);
 PG_FUNCTION_INFO_V1(cagra_worker_cache);
+PG_FUNCTION_INFO_V1(cagra_worker_timings);
 }
 
 #define CAGRA_STATUS_COLS 20
@@ -87,8 +88,8 @@ cagra_worker_status(PG_FUNCTION_ARGS)
 	values[14] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->builds));
 	values[15] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->fallbacks));
 	values[16] = Int64GetDatum((int64) pg_atomic_read_u64(&sh->errors));
-	values[17] = Float8GetDatum((double) pg_atomic_read_u64(&sh->queue_us) / 1000.0);
-	values[18] = Float8GetDatum((double) pg_atomic_read_u64(&sh->search_us) / 1000.0);
+	values[17] = Float8GetDatum((double) pg_atomic_read_u64(&sh->timing_us[CAGRA_TIMING_QUEUE]) / 1000.0);
+	values[18] = Float8GetDatum((double) pg_atomic_read_u64(&sh->timing_us[CAGRA_TIMING_ENGINE]) / 1000.0);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
@@ -127,6 +128,50 @@ cagra_worker_cache(PG_FUNCTION_ARGS)
 		values[5] = Float8GetDatum((double) copies[i].bytes / (1024.0 * 1024.0));
 		values[6] = Int64GetDatum((int64) copies[i].searches);
 		values[7] = TimestampTzGetDatum(copies[i].loaded_at);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* The names and units of CagraTimingStep, in its order. */
+static const struct
+{
+	const char *step;
+	const char *per;
+}			cagra_timing_steps[CAGRA_TIMING_STEPS] = {
+	{"pickup", "batch"},
+	{"queue", "query"},
+	{"job", "batch"},
+	{"engine", "batch"},
+	{"device", "batch"},
+	{"handback", "batch"},
+	{"wake", "request"},
+	{"round trip", "request"},
+	{"loop busy", "loop turn"},
+};
+
+Datum
+cagra_worker_timings(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	CagraWorkerShared *sh = cagra_worker_shared;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!sh)
+		return (Datum) 0;
+	for (int t = 0; t < CAGRA_TIMING_STEPS; t++)
+	{
+		uint64		us = pg_atomic_read_u64(&sh->timing_us[t]);
+		uint64		events = pg_atomic_read_u64(&sh->timing_events[t]);
+		Datum		values[5];
+		bool		nulls[5] = {false};
+
+		values[0] = CStringGetTextDatum(cagra_timing_steps[t].step);
+		values[1] = CStringGetTextDatum(cagra_timing_steps[t].per);
+		values[2] = Int64GetDatum((int64) events);
+		values[3] = Float8GetDatum((double) us / 1000.0);
+		values[4] = Float8GetDatum(events ? (double) us / (double) events : 0.0);
+		nulls[4] = events == 0;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -146,6 +146,7 @@ typedef struct CagraRequestSlot
 	uint64		worker_generation;	/* the worker it was queued for */
 	uint64		seq;			/* queue order */
 	TimestampTz queued_at;
+	TimestampTz answered_at;	/* when the worker marked it done */
 	dsm_handle	handle;
 	bool		mailbox;		/* handle is the backend's reusable segment */
 	CagraIndexKey key;			/* SEARCH, UPLOAD */
@@ -167,6 +168,23 @@ typedef struct CagraPublishedCopy
 	uint64		searches;
 	TimestampTz loaded_at;
 } CagraPublishedCopy;
+
+/* The steps of a search's round trip that the worker and the backends time
+ * (cagra_worker_timings(), docs/worker.md): microseconds summed over
+ * events, and the number of events, each step counted per the unit named. */
+typedef enum CagraTimingStep
+{
+	CAGRA_TIMING_PICKUP,		/* per batch: its oldest search queued until the loop took it up */
+	CAGRA_TIMING_QUEUE,			/* per search request: queued until its batch started */
+	CAGRA_TIMING_JOB,			/* per batch: the search thread's whole job */
+	CAGRA_TIMING_ENGINE,		/* per batch: the engine's search call within it */
+	CAGRA_TIMING_DEVICE,		/* per batch: the GPU's own time (copies and kernel) */
+	CAGRA_TIMING_HANDBACK,		/* per batch: job done until the loop answered it */
+	CAGRA_TIMING_WAKE,			/* per search request: answered until the backend saw it */
+	CAGRA_TIMING_ROUND_TRIP,	/* per search request: queued until the backend saw the answer */
+	CAGRA_TIMING_LOOP_BUSY,		/* per loop turn: the main loop's time outside its wait */
+	CAGRA_TIMING_STEPS
+} CagraTimingStep;
 
 typedef struct CagraWorkerShared
 {
@@ -196,8 +214,8 @@ typedef struct CagraWorkerShared
 	pg_atomic_uint64 builds;	/* graphs built */
 	pg_atomic_uint64 fallbacks; /* backend requests that went to the CPU instead */
 	pg_atomic_uint64 errors;	/* requests answered with an error */
-	pg_atomic_uint64 queue_us;	/* searches' time queued before their batch started */
-	pg_atomic_uint64 search_us; /* batches' time in the engine (overlapping batches add up) */
+	pg_atomic_uint64 timing_us[CAGRA_TIMING_STEPS];	/* overlapping batches add up */
+	pg_atomic_uint64 timing_events[CAGRA_TIMING_STEPS];
 
 	int			nslots;
 	CagraRequestSlot slots[FLEXIBLE_ARRAY_MEMBER];
@@ -205,6 +223,13 @@ typedef struct CagraWorkerShared
 
 /* NULL unless cagra is in shared_preload_libraries. */
 extern CagraWorkerShared *cagra_worker_shared;
+
+static inline void
+cagra_add_timing(CagraWorkerShared *sh, CagraTimingStep step, uint64 us, uint64 events)
+{
+	pg_atomic_fetch_add_u64(&sh->timing_us[step], us);
+	pg_atomic_fetch_add_u64(&sh->timing_events[step], events);
+}
 
 /* GUCs (guc.cpp) */
 extern int	cagra_device;

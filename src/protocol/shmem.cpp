@@ -64,8 +64,11 @@ cagra_shmem_startup(void)
 		pg_atomic_init_u64(&s->requests, 0);
 		pg_atomic_init_u64(&s->queries, 0);
 		pg_atomic_init_u64(&s->batches, 0);
-		pg_atomic_init_u64(&s->queue_us, 0);
-		pg_atomic_init_u64(&s->search_us, 0);
+		for (int t = 0; t < CAGRA_TIMING_STEPS; t++)
+		{
+			pg_atomic_init_u64(&s->timing_us[t], 0);
+			pg_atomic_init_u64(&s->timing_events[t], 0);
+		}
 		pg_atomic_init_u64(&s->uploads, 0);
 		pg_atomic_init_u64(&s->builds, 0);
 		pg_atomic_init_u64(&s->fallbacks, 0);

@@ -18,7 +18,6 @@
 #include "worker/search_pool.h"
 
 #include <cerrno>
-#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <vector>
@@ -186,6 +185,8 @@ cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
 
 	if (!abandoned)
 		abandoned = (dsm_handle *) MemoryContextAlloc(TopMemoryContext, sizeof(dsm_handle) * sh->nslots);
+	TimestampTz now = GetCurrentTimestamp();
+
 	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < n; i++)
 	{
@@ -199,6 +200,7 @@ cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
 			continue;
 		}
 		s->state = CAGRA_SLOT_DONE;
+		s->answered_at = now;
 		if (s->reply != CAGRA_REPLY_OK && s->reply != CAGRA_REPLY_NEED_INDEX &&
 			s->reply != CAGRA_REPLY_LOADING)
 			pg_atomic_fetch_add_u64(&sh->errors, 1);
@@ -218,7 +220,8 @@ cagra_worker_answer(const int *slots, int n)
 
 /* Run one batch (on a search thread, or here when there is none): gather
  * the queries of every payload, search, write each answer into its payload
- * and slot.  No PostgreSQL call. */
+ * and slot.  No PostgreSQL call but GetCurrentTimestamp (a clock read), so
+ * that its times compare with the backends'. */
 static void
 cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 {
@@ -229,10 +232,13 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 	CagraIndexCopy *copy = job->copy;
 	uint32		dim = copy->format.dim;
 
+	TimestampTz job_started = GetCurrentTimestamp();
+
 	try
 	{
 		std::string msg;
 		CagraReply	r;
+		double		device_ms = -1.0;
 		std::vector<float> queries;
 		std::vector<uint32> ids;
 		std::vector<float> dists;
@@ -251,12 +257,14 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		ids.resize((size_t) nq * k);
 		dists.resize((size_t) nq * k);
 
-		auto		started = std::chrono::steady_clock::now();
+		TimestampTz engine_started = GetCurrentTimestamp();
 
-		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, req, ids.data(), dists.data(), &msg)
+		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, req, ids.data(), dists.data(),
+										 &device_ms, &msg)
 			: CAGRA_REPLY_OK;
-		pg_atomic_fetch_add_u64(&sh->search_us, (uint64) std::chrono::duration_cast<std::chrono::microseconds>(
-																						   std::chrono::steady_clock::now() - started).count());
+		cagra_add_timing(sh, CAGRA_TIMING_ENGINE, (uint64) Max(GetCurrentTimestamp() - engine_started, 0), 1);
+		if (device_ms >= 0.0)
+			cagra_add_timing(sh, CAGRA_TIMING_DEVICE, (uint64) (device_ms * 1000.0), 1);
 
 		uint32		at = 0;
 
@@ -302,6 +310,8 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			strlcpy(s->message, "out of memory in the cagra worker", sizeof(s->message));
 		}
 	}
+	job->done_at = GetCurrentTimestamp();
+	cagra_add_timing(sh, CAGRA_TIMING_JOB, (uint64) Max(job->done_at - job_started, 0), 1);
 }
 
 /* A job for the n picked slots, or NULL when memory is short. */
@@ -375,6 +385,8 @@ cagra_finish_search_job(CagraWorkerShared *sh, CagraSearchJob *job)
 	for (dsm_segment *seg : job->segs)
 		if (seg)
 			dsm_detach(seg);
+	if (job->done_at != 0)
+		cagra_add_timing(sh, CAGRA_TIMING_HANDBACK, (uint64) Max(GetCurrentTimestamp() - job->done_at, 0), 1);
 	if (job->copy)
 		job->copy->searches += job->searched;
 	cagra_answer(sh, job->picked.data(), (int) job->picked.size());
@@ -423,6 +435,8 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 	uint64		total;
 	int			n;
 
+	cagra_add_timing(sh, CAGRA_TIMING_PICKUP,
+					 (uint64) Max(GetCurrentTimestamp() - sh->slots[first].queued_at, 0), 1);
 	n = cagra_collect_batch(sh, first, picked, &total);
 	if (total < (uint64) cagra_batch_max && cagra_batch_window_us > 0)
 	{
@@ -447,7 +461,7 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 		queued_us += (uint64) Max(now - sh->slots[picked[i]].queued_at, 0);
 	}
 	LWLockRelease(sh->lock);
-	pg_atomic_fetch_add_u64(&sh->queue_us, queued_us);
+	cagra_add_timing(sh, CAGRA_TIMING_QUEUE, queued_us, (uint64) n);
 
 	CagraSearchJob *job = cagra_new_search_job(picked, n, total);
 

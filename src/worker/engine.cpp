@@ -363,8 +363,9 @@ cagra_run_threads(uint32_t threads, Fn fn)
 CagraReply
 cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
 					const CagraSearchRequest &req, uint32_t *ids, float *dists,
-					std::string *msg) noexcept
+					double *device_ms, std::string *msg) noexcept
 {
+	*device_ms = -1.0;
 	return cagra_engine_guard(msg, [&]() -> CagraReply {
 		if (gpu_api)
 		{
@@ -378,8 +379,12 @@ cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *qu
 
 			if (!ctx)
 				return CAGRA_REPLY_ERROR;
-			return cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, req.k, &p, filter, ids, dists),
-								   msg);
+			CagraReply	r = cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, req.k, &p, filter, ids, dists),
+											msg);
+
+			if (r == CAGRA_REPLY_OK)
+				*device_ms = gpu_api->search_context_device_ms(ctx);
+			return r;
 		}
 		uint32_t	hw = std::max(1u, std::thread::hardware_concurrency());
 		uint32_t	threads = std::min<uint32_t>(hw, (nq + 7) / 8);

@@ -14,6 +14,7 @@
 #include "worker/engine.h"
 
 extern "C" {
+#include "datatype/timestamp.h"
 #include "storage/dsm.h"
 }
 
@@ -26,6 +27,7 @@ struct CagraSearchJob
 	CagraIndexCopy *copy = nullptr;
 	uint64		queries = 0;		/* queued in the picked slots */
 	uint64		searched = 0;		/* run by the thread */
+	TimestampTz done_at = 0;		/* when the thread finished it */
 };
 
 /* What a thread does with a job (batch.cpp). */

@@ -18,6 +18,7 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/timestamp.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -176,6 +177,7 @@ cagra_worker_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		WaitEvent	event;
+		TimestampTz turn_started = GetCurrentTimestamp();
 
 		if (ConfigReloadPending)
 		{
@@ -190,6 +192,8 @@ cagra_worker_main(Datum arg)
 		else if (!cagra_worker_searches_running())
 			cagra_worker_forget_mailboxes();	/* idle: unmap those of exited backends */
 
+		cagra_add_timing(cagra_worker_shared, CAGRA_TIMING_LOOP_BUSY,
+						 (uint64) Max(GetCurrentTimestamp() - turn_started, 0), 1);
 		(void) WaitEventSetWait(wait, 1000L, &event, 1, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		/* as a backend it must absorb ProcSignalBarriers (DROP DATABASE waits for them) */

@@ -73,6 +73,15 @@ my $before = status('queries');
 my $scan_result = $node->safe_psql('postgres', $scan);
 like($scan_result, qr/^1234,/, 'index scan through the worker finds the row itself first');
 is(status('queries'), $before + 1, 'the index scan was served by the worker');
+# every step of those round trips was timed, and the steps fit in the round trip
+is($node->safe_psql('postgres', q{
+	SELECT bool_and(events > 0) FILTER (WHERE step IN ('pickup', 'queue', 'job', 'engine', 'handback',
+	                                                   'wake', 'round trip', 'loop busy'))
+	       AND bool_and(events = 0) FILTER (WHERE step = 'device')
+	       AND sum(mean_us) FILTER (WHERE step IN ('queue', 'wake')) <=
+	           sum(mean_us) FILTER (WHERE step = 'round trip')
+	  FROM cagra_worker_timings()}), 't',
+	'cagra_worker_timings counts each step of the searches (no device time on the CPU engine)');
 is($node->safe_psql('postgres', "SET cagra.device = cpu; $scan"), $scan_result,
 	'same rows as the CPU scan');
 
