@@ -121,7 +121,9 @@ cagra_call_done(CagraCall *call)
 	call->payload = NULL;
 }
 
-/* Put the request in a free slot; -1 when none or no worker. */
+/* Put the request in a free slot; -1 when none or no worker.  The lock is
+ * taken shared, for the worker's state only: slots move by compare-and-swap
+ * (protocol.h), so backends queueing at once do not wait for each other. */
 static int
 cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 {
@@ -129,19 +131,22 @@ cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 	Latch	   *worker_latch;
 	int			idx = -1;
 
-	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
+	LWLockAcquire(sh->lock, LW_SHARED);
 	if (sh->state != CAGRA_WS_RUNNING || sh->pid == 0)
 	{
 		LWLockRelease(sh->lock);
 		*why = CAGRA_CALL_NOT_RUNNING;
 		return -1;
 	}
-	for (int i = 0; i < sh->nslots; i++)
-		if (sh->slots[i].state == CAGRA_SLOT_FREE)
-		{
+	/* start where this backend's own slot would be: claims rarely collide */
+	for (int j = 0; j < sh->nslots && idx < 0; j++)
+	{
+		int			i = (MyProcPid + j) % sh->nslots;
+
+		if (pg_atomic_read_u32(&sh->slots[i].state) == CAGRA_SLOT_FREE &&
+			cagra_slot_move(&sh->slots[i], CAGRA_SLOT_FREE, CAGRA_SLOT_CLAIMED))
 			idx = i;
-			break;
-		}
+	}
 	if (idx < 0)
 	{
 		LWLockRelease(sh->lock);
@@ -150,45 +155,64 @@ cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 	}
 	CagraRequestSlot *s = &sh->slots[idx];
 
-	memset((void *) s, 0, sizeof(*s));
 	s->kind = call->kind;
 	s->backend_pid = MyProcPid;
 	s->backend_latch = MyLatch;
 	s->worker_generation = sh->generation;
 	s->seq = ++sh->next_seq;
 	s->queued_at = GetCurrentTimestamp();
+	s->answered_at = 0;
+	s->reply = CAGRA_REPLY_OK;
+	s->copy = CagraCopyExtent{};
+	s->message[0] = '\0';
 	s->handle = dsm_segment_handle(call->seg);
 	s->mailbox = call->in_mailbox;
 	s->key = call->key;
 	s->search = call->search;
 	s->nq = call->nq;
 	s->build_id = call->build_id;
-	s->state = CAGRA_SLOT_QUEUED;
 	*generation = sh->generation;
 	worker_latch = sh->latch;
 	LWLockRelease(sh->lock);
+	(void) cagra_slot_move(s, CAGRA_SLOT_CLAIMED, CAGRA_SLOT_QUEUED);	/* publishes the fields */
 
 	SetLatch(worker_latch);
 	return idx;
 }
 
-/* Give the slot back without an answer (lock not held). */
+/* The worker of `generation` is gone (lock not held: a stale read only
+ * delays the answer by one poll). */
+static bool
+cagra_worker_gone(CagraWorkerShared *sh, uint64 generation)
+{
+	return *(volatile pid_t *) &sh->pid == 0 || *(volatile uint64 *) &sh->generation != generation;
+}
+
+/* Give the slot back without an answer. */
 static void
 cagra_abandon_slot(CagraCall *call, int idx, uint64 generation)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	CagraRequestSlot *s = &sh->slots[idx];
-	bool		running;
+	bool		running = false;
 
-	Latch	   *worker_latch;
-
-	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
-	running = s->state == CAGRA_SLOT_RUNNING && sh->pid != 0 && sh->generation == generation;
-	s->state = running ? CAGRA_SLOT_ABANDONED : CAGRA_SLOT_FREE;	/* abandoned: the worker frees it */
-	worker_latch = sh->latch;
-	LWLockRelease(sh->lock);
+	if (cagra_worker_gone(sh, generation))
+		pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);	/* no worker will touch it again */
+	else if (!cagra_slot_move(s, CAGRA_SLOT_QUEUED, CAGRA_SLOT_FREE))
+	{
+		/* taken by the worker: it frees the slot when done; an answer that
+		 * came meanwhile is dropped */
+		running = cagra_slot_move(s, CAGRA_SLOT_RUNNING, CAGRA_SLOT_ABANDONED);
+		if (!running)
+			pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);
+	}
 	if (running)
 	{
+		Latch	   *worker_latch;
+
+		LWLockAcquire(sh->lock, LW_SHARED);
+		worker_latch = sh->latch;
+		LWLockRelease(sh->lock);
 		cagra_forget_mailbox(call);
 		if (worker_latch)
 			SetLatch(worker_latch);	/* a running build stops at once */
@@ -203,8 +227,7 @@ cagra_check_slot(CagraCall *call, int idx, uint64 generation, CagraCallOutcome *
 	CagraRequestSlot *s = &sh->slots[idx];
 	bool		over = false;
 
-	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
-	if (s->state == CAGRA_SLOT_DONE)
+	if (cagra_slot_state(s) == CAGRA_SLOT_DONE)
 	{
 		if (s->kind == CAGRA_REQ_SEARCH)
 		{
@@ -216,17 +239,17 @@ cagra_check_slot(CagraCall *call, int idx, uint64 generation, CagraCallOutcome *
 		call->reply = s->reply;
 		call->copy = s->copy;
 		strlcpy(call->message, s->message, sizeof(call->message));
-		s->state = CAGRA_SLOT_FREE;
+		pg_memory_barrier();	/* read all of it before another backend may claim it */
+		pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);
 		*outcome = CAGRA_CALL_ANSWERED;
 		over = true;
 	}
-	else if (sh->pid == 0 || sh->generation != generation)
+	else if (cagra_worker_gone(sh, generation))
 	{
-		s->state = CAGRA_SLOT_FREE;
+		pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);
 		*outcome = CAGRA_CALL_WORKER_GONE;
 		over = true;
 	}
-	LWLockRelease(sh->lock);
 	return over;
 }
 

@@ -41,8 +41,8 @@ cagra_worker_define_gucs(void)
 							 &cagra_device, CAGRA_SEARCH_AUTO, cagra_device_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.batch_window",
-							"Microseconds the GPU worker waits for more searches of the same index before a launch.",
-							NULL, &cagra_batch_window_us, 100, 0, 1000000,
+							"Microseconds the GPU worker waits for more searches of the same index before a launch, while another launch runs.",
+							"With no launch running, a search starts at once.", &cagra_batch_window_us, 100, 0, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.batch_max",
 							"Most queries the GPU worker runs in one launch.",

@@ -76,9 +76,23 @@ typedef enum CagraRequestKind
 	CAGRA_REQ_BUILD_FETCH		/* one chunk of the built graph's rows */
 } CagraRequestKind;
 
+/*
+ * A slot's state moves by compare-and-swap, without the lock, so that
+ * queueing and answering never wait for each other (and the worker's
+ * search threads, which cannot take LWLocks, answer their own batches):
+ *
+ *   FREE -> CLAIMED -> QUEUED            the backend fills the slot, then queues it
+ *   QUEUED -> RUNNING -> DONE -> FREE    the worker takes, answers; the backend reads
+ *   QUEUED -> FREE                       the backend gives up before the worker took it
+ *   RUNNING -> ABANDONED -> FREE         it gives up while the worker runs it
+ *
+ * Whoever moved a slot into CLAIMED, RUNNING or DONE owns its other fields
+ * until the next move.
+ */
 typedef enum CagraSlotState
 {
 	CAGRA_SLOT_FREE = 0,
+	CAGRA_SLOT_CLAIMED,
 	CAGRA_SLOT_QUEUED,
 	CAGRA_SLOT_RUNNING,
 	CAGRA_SLOT_DONE,
@@ -138,7 +152,7 @@ cagra_same_search_request(const CagraSearchRequest *a, const CagraSearchRequest 
 
 typedef struct CagraRequestSlot
 {
-	CagraSlotState state;
+	pg_atomic_uint32 state;		/* CagraSlotState */
 	CagraRequestKind kind;
 	CagraReply	reply;
 	pid_t		backend_pid;
@@ -188,7 +202,7 @@ typedef enum CagraTimingStep
 
 typedef struct CagraWorkerShared
 {
-	LWLock	   *lock;			/* guards everything below except the atomics */
+	LWLock	   *lock;			/* guards everything below except the atomics and slots */
 	CagraWorkerState state;
 	int			backend;		/* CAGRA_BACKEND_* the worker runs */
 	pid_t		pid;			/* 0 when not running */
@@ -223,6 +237,24 @@ typedef struct CagraWorkerShared
 
 /* NULL unless cagra is in shared_preload_libraries. */
 extern CagraWorkerShared *cagra_worker_shared;
+
+static inline CagraSlotState
+cagra_slot_state(CagraRequestSlot *s)
+{
+	CagraSlotState st = (CagraSlotState) pg_atomic_read_u32(&s->state);
+
+	pg_read_barrier();			/* the fields after the state that published them */
+	return st;
+}
+
+/* from -> to; false when the slot was not in `from` (a full barrier). */
+static inline bool
+cagra_slot_move(CagraRequestSlot *s, CagraSlotState from, CagraSlotState to)
+{
+	uint32		expected = (uint32) from;
+
+	return pg_atomic_compare_exchange_u32(&s->state, &expected, (uint32) to);
+}
 
 static inline void
 cagra_add_timing(CagraWorkerShared *sh, CagraTimingStep step, uint64 us, uint64 events)

@@ -39,8 +39,10 @@ cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 		a->key.n == b->key.n && cagra_same_search_request(&a->search, &b->search);
 }
 
-/* The oldest queued slot for this worker (lock held), or -1.  A BUILD_RUN
- * waits while the build thread is busy. */
+/* The oldest queued slot for this worker, or -1.  A BUILD_RUN waits while
+ * the build thread is busy.  The fields of a queued slot may change under
+ * the reader (its backend may give it up and queue another request):
+ * whoever acts on them takes the slot first (cagra_take_slot). */
 static int
 cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 {
@@ -50,7 +52,7 @@ cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 	{
 		CagraRequestSlot *s = &sh->slots[i];
 
-		if (s->state == CAGRA_SLOT_QUEUED && s->worker_generation == my_generation &&
+		if (cagra_slot_state(s) == CAGRA_SLOT_QUEUED && s->worker_generation == my_generation &&
 			!(s->kind == CAGRA_REQ_BUILD_RUN && cagra_worker_build_busy()) &&
 			(best < 0 || s->seq < sh->slots[best].seq))
 			best = i;
@@ -58,8 +60,26 @@ cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 	return best;
 }
 
-/* Queued searches like `first` (lock held), first included; up to max
- * queries in all (at least `first`).  Returns the count, fills picked. */
+/* Take a queued slot (QUEUED -> RUNNING); false when its backend gave it
+ * up meanwhile. */
+static bool
+cagra_take_slot(CagraRequestSlot *s)
+{
+	return cagra_slot_move(s, CAGRA_SLOT_QUEUED, CAGRA_SLOT_RUNNING);
+}
+
+/* Put back a taken slot that does not belong in the batch after all (its
+ * backend queued another request between the look and the take). */
+static void
+cagra_untake_slot(CagraRequestSlot *s)
+{
+	if (!cagra_slot_move(s, CAGRA_SLOT_RUNNING, CAGRA_SLOT_QUEUED))
+		pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);	/* abandoned meanwhile */
+}
+
+/* Take the queued searches like the taken slot `first`, up to
+ * cagra.batch_max queries in all (at least `first`).  Returns the count
+ * (first included), fills picked. */
 static int
 cagra_collect_batch(CagraWorkerShared *sh, int first, int *picked, uint64 *queries)
 {
@@ -73,11 +93,18 @@ cagra_collect_batch(CagraWorkerShared *sh, int first, int *picked, uint64 *queri
 	{
 		CagraRequestSlot *s = &sh->slots[i];
 
-		if (i == first || s->state != CAGRA_SLOT_QUEUED || s->kind != CAGRA_REQ_SEARCH ||
+		if (i == first || cagra_slot_state(s) != CAGRA_SLOT_QUEUED || s->kind != CAGRA_REQ_SEARCH ||
 			s->worker_generation != f->worker_generation || !cagra_same_search(f, s))
 			continue;
-		if (total + s->nq > (uint64) cagra_batch_max)
+		if (total + s->nq > (uint64) cagra_batch_max || !cagra_take_slot(s))
 			continue;
+		/* taken: its fields are stable now, look again */
+		if (s->kind != CAGRA_REQ_SEARCH || s->worker_generation != f->worker_generation ||
+			!cagra_same_search(f, s) || total + s->nq > (uint64) cagra_batch_max)
+		{
+			cagra_untake_slot(s);
+			continue;
+		}
 		picked[n++] = i;
 		total += s->nq;
 	}
@@ -130,15 +157,13 @@ cagra_mailbox_in_use(CagraWorkerShared *sh, dsm_handle handle)
 {
 	bool		used = false;
 
-	LWLockAcquire(sh->lock, LW_SHARED);
 	for (int i = 0; i < sh->nslots && !used; i++)
 	{
 		CagraRequestSlot *s = &sh->slots[i];
+		CagraSlotState st = cagra_slot_state(s);
 
-		used = s->mailbox && s->handle == handle &&
-			(s->state == CAGRA_SLOT_RUNNING || s->state == CAGRA_SLOT_ABANDONED);
+		used = (st == CAGRA_SLOT_RUNNING || st == CAGRA_SLOT_ABANDONED) && s->mailbox && s->handle == handle;
 	}
-	LWLockRelease(sh->lock);
 	return used;
 }
 
@@ -176,40 +201,62 @@ cagra_attach_mailbox(const CagraRequestSlot *s)
 	return dsm_segment_address(seg);
 }
 
-/* Mark answered slots DONE (or free abandoned ones) and wake their backends. */
-static void
-cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
+/* Answer taken slots (RUNNING -> DONE) and wake their backends; a slot
+ * whose backend left meanwhile (ABANDONED) goes to `abandoned` instead, for
+ * the main loop to free.  Returns how many did.  Calls nothing of
+ * PostgreSQL but SetLatch of another process's latch and the clock, so the
+ * search threads answer their own batches. */
+static int
+cagra_answer_slots(CagraWorkerShared *sh, const int *picked, int n, int *abandoned) noexcept
 {
-	static dsm_handle *abandoned = NULL;
-	int			nabandoned = 0;
-
-	if (!abandoned)
-		abandoned = (dsm_handle *) MemoryContextAlloc(TopMemoryContext, sizeof(dsm_handle) * sh->nslots);
 	TimestampTz now = GetCurrentTimestamp();
+	int			nabandoned = 0;
+	uint64		errors = 0;
 
-	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < n; i++)
 	{
 		CagraRequestSlot *s = &sh->slots[picked[i]];
+		/* read before DONE: from then on the slot is the backend's */
+		Latch	   *latch = s->backend_latch;
 
-		if (s->state == CAGRA_SLOT_ABANDONED)
-		{
-			if (s->mailbox)
-				abandoned[nabandoned++] = s->handle;
-			s->state = CAGRA_SLOT_FREE;
-			continue;
-		}
-		s->state = CAGRA_SLOT_DONE;
+		if (s->reply != CAGRA_REPLY_OK && s->reply != CAGRA_REPLY_NEED_INDEX && s->reply != CAGRA_REPLY_LOADING)
+			errors++;
 		s->answered_at = now;
-		if (s->reply != CAGRA_REPLY_OK && s->reply != CAGRA_REPLY_NEED_INDEX &&
-			s->reply != CAGRA_REPLY_LOADING)
-			pg_atomic_fetch_add_u64(&sh->errors, 1);
-		SetLatch(s->backend_latch);
+		if (cagra_slot_move(s, CAGRA_SLOT_RUNNING, CAGRA_SLOT_DONE))
+			SetLatch(latch);
+		else
+			abandoned[nabandoned++] = picked[i];
 	}
-	LWLockRelease(sh->lock);
+	pg_atomic_fetch_add_u64(&sh->errors, errors);
 	pg_atomic_fetch_add_u64(&sh->requests, n);
-	for (int i = 0; i < nabandoned; i++)
-		cagra_drop_mailbox(abandoned[i]);
+	return nabandoned;
+}
+
+/* Free abandoned slots; the mailbox a request was abandoned in is never
+ * used again (the backend makes a new one), so it is unmapped. */
+static void
+cagra_free_abandoned(CagraWorkerShared *sh, const int *slots, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		CagraRequestSlot *s = &sh->slots[slots[i]];
+		bool		mailbox = s->mailbox;
+		dsm_handle	handle = s->handle;
+
+		pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);
+		if (mailbox)
+			cagra_drop_mailbox(handle);
+	}
+}
+
+static void
+cagra_answer(CagraWorkerShared *sh, const int *picked, int n)
+{
+	static int *abandoned = NULL;
+
+	if (!abandoned)
+		abandoned = (int *) MemoryContextAlloc(TopMemoryContext, sizeof(int) * sh->nslots);
+	cagra_free_abandoned(sh, abandoned, cagra_answer_slots(sh, picked, n, abandoned));
 }
 
 void
@@ -310,6 +357,9 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			strlcpy(s->message, "out of memory in the cagra worker", sizeof(s->message));
 		}
 	}
+	job->abandoned.resize(n);
+	job->abandoned.resize(cagra_answer_slots(sh, job->picked.data(), n, job->abandoned.data()));
+	job->answered = true;
 	job->done_at = GetCurrentTimestamp();
 	cagra_add_timing(sh, CAGRA_TIMING_JOB, (uint64) Max(job->done_at - job_started, 0), 1);
 }
@@ -378,7 +428,8 @@ cagra_attach_payload(const CagraRequestSlot *s, dsm_segment **seg)
 	return *seg ? dsm_segment_address(*seg) : NULL;
 }
 
-/* Detach a job's one-off segments, answer its slots, free it. */
+/* Detach a job's one-off segments, answer its slots (unless the job did),
+ * free it. */
 static void
 cagra_finish_search_job(CagraWorkerShared *sh, CagraSearchJob *job)
 {
@@ -389,7 +440,10 @@ cagra_finish_search_job(CagraWorkerShared *sh, CagraSearchJob *job)
 		cagra_add_timing(sh, CAGRA_TIMING_HANDBACK, (uint64) Max(GetCurrentTimestamp() - job->done_at, 0), 1);
 	if (job->copy)
 		job->copy->searches += job->searched;
-	cagra_answer(sh, job->picked.data(), (int) job->picked.size());
+	if (job->answered)
+		cagra_free_abandoned(sh, job->abandoned.data(), (int) job->abandoned.size());
+	else
+		cagra_answer(sh, job->picked.data(), (int) job->picked.size());
 	delete job;
 }
 
@@ -417,50 +471,51 @@ cagra_worker_drain_searches(void)
 	}
 }
 
-/* Sleep until the batch window of the slot queued at `queued_at` ends. */
+/* While another batch runs, wait until the batch window of the slot
+ * queued at `queued_at` ends, for more searches to join; answer batches
+ * that finish meanwhile.  With the device idle, start at once. */
 static void
-cagra_wait_batch_window(TimestampTz queued_at)
+cagra_wait_batch_window(CagraWorkerShared *sh, TimestampTz queued_at)
 {
 	TimestampTz until = queued_at + cagra_batch_window_us;
-	TimestampTz now = GetCurrentTimestamp();
 
-	if (until > now)
-		pg_usleep((long) (until - now));
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (now >= until || (search_threads > 0 && cagra_search_pool_in_flight() == 0))
+			return;
+		pg_usleep((long) Min(until - now, 20));
+		if (search_threads > 0)
+			cagra_finish_searches(sh);
+	}
 }
 
-/* Called with the lock held; releases it. */
+/* Serve the queued search `first` with every search that can join it. */
 static void
 cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 {
+	CagraRequestSlot *f = &sh->slots[first];
 	uint64		total;
 	int			n;
 
-	cagra_add_timing(sh, CAGRA_TIMING_PICKUP,
-					 (uint64) Max(GetCurrentTimestamp() - sh->slots[first].queued_at, 0), 1);
-	n = cagra_collect_batch(sh, first, picked, &total);
-	if (total < (uint64) cagra_batch_max && cagra_batch_window_us > 0)
+	if (!cagra_take_slot(f))
+		return;					/* its backend gave up */
+	if (f->kind != CAGRA_REQ_SEARCH)
 	{
-		TimestampTz queued_at = sh->slots[first].queued_at;
-
-		LWLockRelease(sh->lock);
-		cagra_wait_batch_window(queued_at);
-		LWLockAcquire(sh->lock, LW_EXCLUSIVE);
-		if (sh->slots[first].state != CAGRA_SLOT_QUEUED)
-		{
-			LWLockRelease(sh->lock);	/* abandoned meanwhile */
-			return;
-		}
-		n = cagra_collect_batch(sh, first, picked, &total);
+		cagra_untake_slot(f);	/* and queued another kind of request since */
+		return;
 	}
+	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, (uint64) Max(GetCurrentTimestamp() - f->queued_at, 0), 1);
+	if (f->nq < (uint64) cagra_batch_max && cagra_batch_window_us > 0)
+		cagra_wait_batch_window(sh, f->queued_at);
+	n = cagra_collect_batch(sh, first, picked, &total);
+
 	TimestampTz now = GetCurrentTimestamp();
 	uint64		queued_us = 0;
 
 	for (int i = 0; i < n; i++)
-	{
-		sh->slots[picked[i]].state = CAGRA_SLOT_RUNNING;
 		queued_us += (uint64) Max(now - sh->slots[picked[i]].queued_at, 0);
-	}
-	LWLockRelease(sh->lock);
 	cagra_add_timing(sh, CAGRA_TIMING_QUEUE, queued_us, (uint64) n);
 
 	CagraSearchJob *job = cagra_new_search_job(picked, n, total);
@@ -498,8 +553,13 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 	CagraRequestSlot *s = &sh->slots[idx];
 	dsm_segment *seg;
 
-	s->state = CAGRA_SLOT_RUNNING;
-	LWLockRelease(sh->lock);
+	if (!cagra_take_slot(s))
+		return;					/* its backend gave up */
+	if (s->kind == CAGRA_REQ_SEARCH)
+	{
+		cagra_untake_slot(s);	/* and queued a search since */
+		return;
+	}
 
 	void	   *payload = cagra_attach_payload(s, &seg);
 
@@ -558,27 +618,18 @@ cagra_worker_serve_queue(void)
 	for (;;)
 	{
 		served += search_threads > 0 ? cagra_finish_searches(sh) : 0;
-		LWLockAcquire(sh->lock, LW_EXCLUSIVE);
 		int			first = cagra_oldest_queued(sh, sh->generation);
 
 		if (first < 0)
-		{
-			LWLockRelease(sh->lock);
 			return served;
-		}
-		/* each branch releases the lock */
 		if (sh->slots[first].kind == CAGRA_REQ_SEARCH)
 		{
 			if (search_threads > 0 && !cagra_search_pool_has_room())
-			{
-				LWLockRelease(sh->lock);	/* a finishing batch wakes the loop */
-				return served;
-			}
+				return served;	/* a finishing batch wakes the loop */
 			cagra_serve_searches(sh, first, picked);
 		}
 		else if (cagra_search_pool_in_flight() > 0)
 		{
-			LWLockRelease(sh->lock);
 			cagra_worker_drain_searches();
 			continue;
 		}

@@ -358,10 +358,8 @@ cagra_worker_poll_build(void)
 	if (!l->finished)
 	{
 		/* the backend gave up (cancel, timeout) or exited: stop the build */
-		LWLockAcquire(sh->lock, LW_SHARED);
-		bool		abandoned = sh->slots[l->slot].state == CAGRA_SLOT_ABANDONED;
+		bool		abandoned = cagra_slot_state(&sh->slots[l->slot]) == CAGRA_SLOT_ABANDONED;
 
-		LWLockRelease(sh->lock);
 		if (abandoned || cagra_backend_gone(l->id.first))
 			l->control.request();
 		return false;

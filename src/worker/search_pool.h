@@ -28,6 +28,8 @@ struct CagraSearchJob
 	uint64		queries = 0;		/* queued in the picked slots */
 	uint64		searched = 0;		/* run by the thread */
 	TimestampTz done_at = 0;		/* when the thread finished it */
+	bool		answered = false;	/* the thread answered the slots */
+	std::vector<int> abandoned;		/* picked slots whose backend had left: to free */
 };
 
 /* What a thread does with a job (batch.cpp). */

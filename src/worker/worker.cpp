@@ -55,10 +55,12 @@ cagra_worker_on_exit(int code, Datum arg)
 	{
 		CagraRequestSlot *s = &sh->slots[i];
 
-		if (s->state == CAGRA_SLOT_QUEUED || s->state == CAGRA_SLOT_RUNNING)
+		CagraSlotState st = cagra_slot_state(s);
+
+		if (st == CAGRA_SLOT_QUEUED || st == CAGRA_SLOT_RUNNING)
 			SetLatch(s->backend_latch);
-		else if (s->state == CAGRA_SLOT_ABANDONED)
-			s->state = CAGRA_SLOT_FREE;
+		else if (st == CAGRA_SLOT_ABANDONED)
+			pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);
 	}
 	sh->ncopies = 0;
 	sh->memory_used = 0;
