@@ -265,11 +265,13 @@ struct Row {
 /* Runs the 1000 queries (tiled up to the batch size) in batches; recall
  * over the first nq results, throughput over every query sent. */
 Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq, uint32_t dim,
-                const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk, uint32_t batch)
+                const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk, uint32_t batch,
+                uint32_t search_width = 1)
 {
     cagra_gpu_search_params sp;
     cagra_gpu_default_search_params(&sp);
     sp.itopk_size = itopk;
+    sp.search_width = search_width;
     const uint32_t k = 10;
     uint32_t total = std::max(batch, nq);
     std::vector<float> q((uint64_t)total * dim);
@@ -540,6 +542,18 @@ int main(int argc, char **argv)
                 emit(line);
             }
         if (!fp16) {
+            /* small batches leave the device idle: does a wider search per
+             * iteration (fewer, larger steps) cut their latency? */
+            emit("\n| itopk | search_width | batch | recall@10 | queries/s | median batch latency |\n"
+                 "|---:|---:|---:|---:|---:|---:|\n");
+            for (uint32_t batch : {1u, 16u})
+                for (uint32_t itopk : {32u, 64u})
+                    for (uint32_t width : {1u, 2u, 4u, 8u}) {
+                        Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, itopk, batch, width);
+                        std::snprintf(line, sizeof line, "| %u | %u | %u | %.4f | %.0f | %.3f ms |\n", r.itopk, width,
+                                      r.batch, r.recall, r.qps, r.latency_ms);
+                        emit(line);
+                    }
             emit("\n| itopk | batch | threads (one search context each) | recall@10 | queries/s |\n"
                  "|---:|---:|---:|---:|---:|\n");
             for (uint32_t batch : {16u, 64u})
