@@ -15,8 +15,13 @@ pgbench's latency less the round trip: the backend's own executor work and
 the client protocol.  It also prints the worker main loop's busy share and
 the backends' CPU per query.  Prints figures; asserts nothing.
 
+With --batch N it also times cagra_search calls of N queries and prints
+their steps per call (the worker's job, engine and device time; the
+backend's share is the call less the round trip).
+
 usage: worker_profile.py DIR [--skip-load] [--windows 100,0]
                              [--clients 1,64,128,256] [--seconds 8] [--itopk 32]
+                             [--batch 10000]
 """
 import argparse
 import time
@@ -49,6 +54,7 @@ def main():
     ap.add_argument("--clients", default="1,64,128,256")
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--itopk", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=0)
     args = ap.parse_args()
     db = sql_bench.Db(args.dsn)
     db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
@@ -89,6 +95,15 @@ def main():
                      sql_bench.fmt_ms(backend_cpu)), flush=True)
     db.psql("ALTER SYSTEM RESET cagra.batch_window")
     db.psql("SELECT pg_reload_conf()")
+    if args.batch:
+        before = timings(db)
+        sql_bench.batch_search(db, args.batch, nq, runs=4)
+        after = timings(db)
+        us = {step: per_event_us(before, after, step) for step in after}
+        print("cagra_search steps, ms per request (%d requests, %d launches): round trip %.2f, queue %.2f, "
+              "job %.2f, engine %.2f, device %.2f"
+              % (us["round trip"][1], us["job"][1], us["round trip"][0] / 1000.0, us["queue"][0] / 1000.0,
+                 us["job"][0] / 1000.0, us["engine"][0] / 1000.0, us["device"][0] / 1000.0))
 
 
 if __name__ == "__main__":
