@@ -94,18 +94,22 @@ SET ROLE regress_cagra_other;
 SELECT state FROM cagra_status;
 SELECT state FROM cagra_worker_status();
 SELECT count(*) FROM cagra_worker_cache();
+SELECT count(*) FROM cagra_worker_timings();
 RESET ROLE;
 GRANT pg_monitor TO regress_cagra_other;
 SET ROLE regress_cagra_other;
 SELECT state FROM cagra_status;
 SELECT state FROM cagra_worker_status();
 SELECT count(*) FROM cagra_worker_cache();
+SELECT count(*) FROM cagra_worker_timings();
 RESET ROLE;
 SELECT has_function_privilege('public', 'cagra_worker_status()', 'EXECUTE') AS public_status,
        has_function_privilege('public', 'cagra_worker_cache()', 'EXECUTE') AS public_cache,
        has_table_privilege('pg_monitor', 'cagra_status', 'SELECT') AS monitor_view,
        has_function_privilege('pg_monitor', 'cagra_worker_status()', 'EXECUTE') AS monitor_status,
-       has_function_privilege('pg_monitor', 'cagra_worker_cache()', 'EXECUTE') AS monitor_cache;
+       has_function_privilege('pg_monitor', 'cagra_worker_cache()', 'EXECUTE') AS monitor_cache,
+       has_function_privilege('public', 'cagra_worker_timings()', 'EXECUTE') AS public_timings,
+       has_function_privilege('pg_monitor', 'cagra_worker_timings()', 'EXECUTE') AS monitor_timings;
 
 DROP TABLE rls_t;
 DROP ROLE regress_cagra_owner, regress_cagra_alice, regress_cagra_bob, regress_cagra_bypass, regress_cagra_cols,

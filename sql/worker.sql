@@ -8,6 +8,7 @@ RESET client_min_messages;
 
 SELECT state, pid, devices, requests, fallbacks, message FROM cagra_status;
 SELECT count(*) FROM cagra_worker_cache();
+SELECT count(*) FROM cagra_worker_timings();
 
 CREATE TABLE ws (id int PRIMARY KEY, v vector(4));
 INSERT INTO ws SELECT i, ARRAY[i, i % 7, (i * 13) % 11, 1]::vector FROM generate_series(1, 300) i;
