@@ -28,7 +28,8 @@ postgres_fdw backends (both from /proc/<pid>/stat over a window inside the
 run), and of the whole host less pgbench and the shards' GPU workers
 (coordinator, shards and anything else running).  With one shard, the shard
 is also measured directly: the plain server (the same query on its table
-items, and cagra_search).  cagra runs with its default settings.  The
+items, and cagra_search).  cagra runs with its default settings; every
+node has work_mem 64MB (as bench/sql_bench.py's cagra_search calls).  The
 coordinator does not ANALYZE its foreign
 partitions (in PostgreSQL 15 that reads every remote row): it plans with
 postgres_fdw's default estimates; its plans are printed.  Each layout's
@@ -76,6 +77,8 @@ class Layout:
                             "max_connections = %d" % (2 * args.clients + 50),
                             "shared_buffers = %s" % args.shared_buffers,
                             "max_worker_processes = 32",
+                            # a batch's result rows stay in memory on the shards
+                            "work_mem = '64MB'",
                             # the shards build at the same time: the cores shared out
                             "max_parallel_maintenance_workers = %d" % max(1, cores // shards - 1),
                             "jit = off"]),
