@@ -19,9 +19,10 @@ seconds=${SECONDS_PER_RUN:-10}
 mkdir -p "$out"
 PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=16GB -c max_connections=200 \
   -c max_parallel_maintenance_workers=15 -c max_worker_processes=32 ${PG_EXTRA:-}" source .device/pg-up.sh || exit 1
-[ -f /tmp/c1m/gt.ivecs ] || python3 bench/gen.py /tmp/c1m 1000000 128 1000 7 >/dev/null
+source bench/device-lib.sh
+data=$(device_dataset c1m) || exit 1
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
 echo "server settings: ${PG_EXTRA:-(defaults)}"
-python3 bench/sql_bench.py /tmp/c1m --clients "$clients" --seconds "$seconds" --exact-queries 10 \
+python3 bench/sql_bench.py "$data" --clients "$clients" --seconds "$seconds" --exact-queries 10 \
   --maintenance-work-mem 8GB ${SQL_BENCH_ARGS:---itopk 32,64 --devices auto,cpu --ceiling --batch 10000 --batch-clients 8} \
   2>&1 | tee "$out/sql-bench${TAG:-}.txt"

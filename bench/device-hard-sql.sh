@@ -14,21 +14,13 @@ mkdir -p "$out"
 n=${HARD_N:-500000}
 clients=${CLIENTS:-64}
 seconds=${SECONDS_PER_RUN:-8}
-jobs=$(nproc)
 
-# the extension and libcagra_gpu.so, installed into the carried PostgreSQL
-SKIP_REGRESS=1 SKIP_TAP=1 bash test/device-sql.sh "$out/build" >"$out/build.txt" 2>&1 ||
-  { tail -20 "$out/build.txt"; exit 1; }
-PG_UP_NOSTART=1 source .device/pg-up.sh || exit 1
-pgc=$(command -v pg_config)
-if [ "${PGVECTOR:-1}" != 0 ] && [ -f .device/pgvector/pgvector_0.8.0.orig.tar.gz ]; then
-  rm -rf /tmp/pgvector-0.8.0 && tar -xzf .device/pgvector/pgvector_0.8.0.orig.tar.gz -C /tmp &&
-    make -C /tmp/pgvector-0.8.0 -j "$jobs" PG_CONFIG="$pgc" OPTFLAGS="" with_llvm=no >"$out/pgvector-build.log" 2>&1 &&
-    make -C /tmp/pgvector-0.8.0 PG_CONFIG="$pgc" OPTFLAGS="" with_llvm=no install >>"$out/pgvector-build.log" 2>&1 ||
-    { tail -20 "$out/pgvector-build.log"; echo "pgvector did not build: cagra alone"; }
-fi
-data=/tmp/hard$n
-[ -f "$data/gt.ivecs" ] || python3 bench/gen.py "$data" "$n" 1024 1000 7 --intrinsic 100 --clusters 1024 >/dev/null
+# the extension and libcagra_gpu.so, installed into the carried PostgreSQL, and pgvector
+source bench/device-lib.sh
+with=pgvector
+[ "${PGVECTOR:-1}" = 0 ] && with=""
+device_install "$out" $with || exit 1
+data=$(device_dataset hard "$n") || exit 1
 PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=24GB -c max_connections=200 \
   -c max_parallel_maintenance_workers=15 -c max_worker_processes=32 ${PG_EXTRA:-}" source .device/pg-up.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader

@@ -41,6 +41,7 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
                                         many sessions at once (pgbench)
 """
 import argparse
+import concurrent.futures
 import os
 import re
 import resource
@@ -61,15 +62,25 @@ def read_vecs(path, kind):
     return raw.reshape(-1, d + 1)[:, 1:].view(np.float32 if kind == "f" else np.int32)
 
 
-def copy_binary(rows_id, vecs):
-    """COPY ... (FORMAT binary) stream of (int, vector) rows: the vector's
-    binary form is int16 dim, int16 unused, float4 values, big-endian."""
+# SQL type of an integer column by its numpy item size
+SQL_INT = {4: "int", 8: "bigint"}
+
+
+def copy_binary(columns, vecs):
+    """COPY ... (FORMAT binary) stream of rows of integer columns, then a
+    vector: `columns` is a list of numpy integer arrays, one value per row,
+    each int32 (an int4 field) or int64 (int8).  The vector's binary form is
+    int16 dim, int16 unused, float4 values, big-endian."""
     n, d = vecs.shape
-    rec = np.dtype([("nfields", ">i2"), ("idlen", ">i4"), ("id", ">i4"), ("vlen", ">i4"),
-                    ("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (d,))])
-    a = np.zeros(n, dtype=rec)
-    a["nfields"], a["idlen"], a["id"], a["vlen"], a["dim"] = 2, 4, rows_id, 4 + 4 * d, d
-    a["x"] = vecs
+    fields = [("nfields", ">i2")]
+    for i, c in enumerate(columns):
+        fields += [("len%d" % i, ">i4"), ("col%d" % i, ">i%d" % c.dtype.itemsize)]
+    fields += [("vlen", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (d,))]
+    a = np.zeros(n, dtype=np.dtype(fields))
+    a["nfields"] = len(columns) + 1
+    for i, c in enumerate(columns):
+        a["len%d" % i], a["col%d" % i] = c.dtype.itemsize, c
+    a["vlen"], a["dim"], a["x"] = 4 + 4 * d, d, vecs
     return b"PGCOPY\n\xff\r\n\0" + b"\0" * 8 + a.tobytes() + b"\xff\xff"
 
 
@@ -163,6 +174,22 @@ class Db:
         (from /proc/<pid>/stat over a window inside the run, transactions
         counted in that window from pgbench's per-second log), or None when
         the run is too short for a window."""
+        tps, server, (backend,) = self.run_pgbench(script, clients, seconds, settings)
+        return tps, server, backend
+
+    def run_pgbench(self, script, clients, seconds, settings=(), backends=None):
+        """pgbench() with the CPU of other backends sampled over the same
+        window: `backends` is a list of (Db, application_name) pairs (default
+        [(self, "pgbench")], the pgbench connections' backends), e.g. the
+        postgres_fdw connections' backends on the shards behind a
+        coordinator.  Returns transactions/s, the server CPU seconds per
+        transaction as pgbench() does (the machine's busy time less
+        pgbench's and the GPU workers': this server's and those of the
+        pairs' servers), and per pair the CPU seconds per transaction of its
+        backends (None when the run is too short for a window or none of
+        them lived through it)."""
+        backends = backends or [(self, "pgbench")]
+        servers = list({db.dsn: db for db in [self] + [db for db, _ in backends]}.values())
         tmp = tempfile.mkdtemp(prefix="sql_bench.")
         path = os.path.join(tmp, "script.sql")
         with open(path, "w") as f:
@@ -172,38 +199,77 @@ class Db:
                    "-j", str(min(clients, os.cpu_count() or 1)), "-T", str(seconds),
                    "-l", "--aggregate-interval=1", "--log-prefix=" + os.path.join(tmp, "log"), self.dsn]
             env = dict(os.environ, PGOPTIONS=pg_options(settings), PGAPPNAME="pgbench")
-            before = (machine_busy_seconds(), children_cpu_seconds(), self.worker_cpu_seconds())
+            before = (machine_busy_seconds(), children_cpu_seconds(), workers_cpu_seconds(servers))
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=env, cwd=tmp)
-            window = self.sample_backends(time.time(), seconds) if seconds >= 4 else None
+            window = sample_backends(backends, time.time(), seconds) if seconds >= 4 else None
             out, err = proc.communicate()
-            after = (machine_busy_seconds(), children_cpu_seconds(), self.worker_cpu_seconds())
+            after = (machine_busy_seconds(), children_cpu_seconds(), workers_cpu_seconds(servers))
             if proc.returncode != 0:
                 sys.exit("pgbench failed:\n%s" % err)
             m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
             n = re.search(r"number of transactions actually processed: ([0-9]+)", out)
             server = (after[0] - before[0]) - (after[1] - before[1]) - (after[2] - before[2])
-            backend = None
+            per_xact = [None] * len(backends)
             if window:
-                t1, t2, cpu = window
+                t1, t2, cpus = window
                 xacts = transactions_between(tmp, t1, t2)
-                backend = cpu / xacts if xacts > 0 else None
-            return float(m.group(1)), server / max(int(n.group(1)), 1), backend
+                per_xact = [cpu / xacts if cpu is not None and xacts > 0 else None for cpu in cpus]
+            return float(m.group(1)), server / max(int(n.group(1)), 1), per_xact
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def sample_backends(self, started, seconds):
-        """(t1, t2, CPU seconds) of the pgbench backends between t1 and t2,
-        a window that leaves out the first and last second of the run."""
-        time.sleep(1.5)
-        pids = self.backend_pids("pgbench")
-        t1, cpu1 = time.time(), proc_cpu_seconds(pids)
-        time.sleep(max(0.5, started + seconds - 1.0 - time.time()))
-        t2, cpu2 = time.time(), proc_cpu_seconds(pids)
-        common = set(cpu1) & set(cpu2)
-        if not common:
-            return None
-        return t1, t2, sum(cpu2[p] - cpu1[p] for p in common)
+    def answers(self, statement, qids, settings=(), jobs=1):
+        """The rows `statement` returns for each query id: the statement names
+        its query by `:q`, as in a pgbench script, and runs as a prepared
+        statement would (`:q` becomes the parameter $1 of an EXECUTE, once
+        per query), with `settings` in force, from `jobs` sessions at once.
+        Returns {qid: [id, ...]} (the statement's column id, in its order;
+        queries with no row are absent)."""
+        chunks = [qids[i::jobs] for i in range(jobs) if qids[i::jobs]]
+        sql = (set_statements(settings) + ANSWERS_FUNCTION +
+               "; SELECT qid, id FROM pg_temp.bench_answers($stmt$" + statement.replace(":q", "$1") +
+               "$stmt$, ARRAY[{qids}]::int[])")
+        with concurrent.futures.ThreadPoolExecutor(len(chunks)) as pool:
+            outs = list(pool.map(lambda c: self.psql(sql.replace("{qids}", ",".join(map(str, c)))), chunks))
+        rows = {}
+        for line in "\n".join(outs).split():
+            qid, rid = line.split("|")
+            rows.setdefault(int(qid), []).append(int(rid))
+        return rows
+
+
+# one EXECUTE of a statement per query id, each row returned with that id
+ANSWERS_FUNCTION = """CREATE FUNCTION pg_temp.bench_answers(statement text, qids int[])
+RETURNS TABLE (qid int, id bigint) LANGUAGE plpgsql AS $fn$
+DECLARE
+    q int;
+BEGIN
+    FOREACH q IN ARRAY qids LOOP
+        RETURN QUERY EXECUTE format('SELECT %s, x.id::bigint FROM (%s) x', q, statement) USING q;
+    END LOOP;
+END $fn$"""
+
+
+def workers_cpu_seconds(servers):
+    return sum(db.worker_cpu_seconds() for db in servers)
+
+
+def sample_backends(backends, started, seconds):
+    """(t1, t2, [CPU seconds]) of the backends of each (Db,
+    application_name) pair between t1 and t2, a window that leaves out the
+    first and last second of the run (None for a pair none of whose backends
+    lived through the window)."""
+    time.sleep(1.5)
+    pids = [db.backend_pids(name) for db, name in backends]
+    t1, cpu1 = time.time(), [proc_cpu_seconds(p) for p in pids]
+    time.sleep(max(0.5, started + seconds - 1.0 - time.time()))
+    t2, cpu2 = time.time(), [proc_cpu_seconds(p) for p in pids]
+    cpus = []
+    for a, b in zip(cpu1, cpu2):
+        common = set(a) & set(b)
+        cpus.append(sum(b[p] - a[p] for p in common) if common else None)
+    return t1, t2, cpus
 
 
 def pg_options(settings):
@@ -261,23 +327,39 @@ def children_cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
-def load(db, dirname):
+def load(db, dirname, more_columns=()):
+    """DIR's base vectors into bench_items (id int PRIMARY KEY, v vector,
+    then `more_columns`: (name, numpy int32 or int64 array) pairs, a value
+    per base vector), and its queries and ground truth (load_queries)."""
     base = read_vecs(os.path.join(dirname, "base.fvecs"), "f")
+    dim = base.shape[1]
+    db.psql("DROP TABLE IF EXISTS bench_items")
+    db.psql("CREATE TABLE bench_items (id int PRIMARY KEY, v vector(%d)%s)"
+            % (dim, "".join(", %s %s" % (name, SQL_INT[values.dtype.itemsize]) for name, values in more_columns)))
+    t = time.time()
+    db.psql("\\copy bench_items (id, %s v) FROM STDIN (FORMAT binary)" % "".join(name + ", " for name, _ in more_columns),
+            copy_binary([np.arange(len(base), dtype=np.int32)] + [values for _, values in more_columns], base))
+    db.psql("VACUUM ANALYZE bench_items")
+    nq = load_queries(db, dirname)
+    print("loaded %d vectors of %d dimensions, %d queries in %.1f s" % (len(base), dim, nq, time.time() - t))
+
+
+def load_queries(db, dirname):
+    """DIR's queries into bench_queries (qid int PRIMARY KEY, v vector) and
+    the ids of their 10 nearest base vectors into bench_gt (qid, rank, id).
+    Returns the number of queries."""
     query = read_vecs(os.path.join(dirname, "query.fvecs"), "f")
     gt = read_vecs(os.path.join(dirname, "gt.ivecs"), "i")
-    dim = base.shape[1]
-    db.psql("DROP TABLE IF EXISTS bench_items, bench_queries, bench_gt")
-    db.psql("CREATE TABLE bench_items (id int PRIMARY KEY, v vector(%d))" % dim)
-    db.psql("CREATE TABLE bench_queries (qid int PRIMARY KEY, v vector(%d))" % dim)
+    db.psql("DROP TABLE IF EXISTS bench_queries, bench_gt")
+    db.psql("CREATE TABLE bench_queries (qid int PRIMARY KEY, v vector(%d))" % query.shape[1])
     db.psql("CREATE TABLE bench_gt (qid int, rank int, id int, PRIMARY KEY (qid, rank))")
-    t = time.time()
-    db.psql("\\copy bench_items FROM STDIN (FORMAT binary)", copy_binary(np.arange(len(base)), base))
-    db.psql("\\copy bench_queries FROM STDIN (FORMAT binary)", copy_binary(np.arange(len(query)), query))
+    db.psql("\\copy bench_queries FROM STDIN (FORMAT binary)",
+            copy_binary([np.arange(len(query), dtype=np.int32)], query))
     db.psql("\\copy bench_gt FROM STDIN",
             "".join("%d\t%d\t%d\n" % (q, r, i) for q, row in enumerate(gt) for r, i in enumerate(row[:10])))
-    for table in ("bench_items", "bench_queries", "bench_gt"):
+    for table in ("bench_queries", "bench_gt"):
         db.psql("VACUUM ANALYZE " + table)
-    print("loaded %d vectors of %d dimensions, %d queries in %.1f s" % (len(base), dim, len(query), time.time() - t))
+    return len(query)
 
 
 # recall@10 of the index over every query, in one statement
@@ -313,6 +395,28 @@ def run_method(db, label, settings, args, nq):
           flush=True)
 
 
+def create_extensions(db):
+    """cagra, after the real pgvector when the server has it: cagra's
+    operator classes then attach to pgvector's type, and HNSW figures come
+    from the same run."""
+    if (db.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'") == "1"
+            and db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'cagra'") == "0"):
+        db.psql("CREATE EXTENSION IF NOT EXISTS vector")
+    db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
+
+
+def has_pgvector(db):
+    return db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1"
+
+
+def print_server(db):
+    print(db.psql("SELECT 'PostgreSQL ' || current_setting('server_version') || ', '"
+                  " || current_setting('max_parallel_maintenance_workers') || ' parallel maintenance workers, '"
+                  " || 'maintenance_work_mem ' || current_setting('maintenance_work_mem') || ', '"
+                  " || 'shared_buffers ' || current_setting('shared_buffers')"))
+    print("machine: %d CPUs (os.cpu_count)" % (os.cpu_count() or 0))
+
+
 def fmt_ms(seconds):
     return "n/a" if seconds is None else "%.3f" % (seconds * 1000.0)
 
@@ -341,21 +445,11 @@ def main():
     args = ap.parse_args()
     args.op = {"l2": "<->", "ip": "<#>", "cosine": "<=>"}[args.opclass]
     db = Db(args.dsn)
-
-    # the real pgvector first when the server has it: cagra's operator classes
-    # then attach to its type and the HNSW figures come from the same run
-    if (db.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'") == "1"
-            and db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'cagra'") == "0"):
-        db.psql("CREATE EXTENSION IF NOT EXISTS vector")
-    db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
+    create_extensions(db)
     if not args.skip_load:
         load(db, args.dir)
     nq = int(db.psql("SELECT count(*) FROM bench_queries"))
-    print(db.psql("SELECT 'PostgreSQL ' || current_setting('server_version') || ', '"
-                  " || current_setting('max_parallel_maintenance_workers') || ' parallel maintenance workers, '"
-                  " || 'maintenance_work_mem ' || current_setting('maintenance_work_mem') || ', '"
-                  " || 'shared_buffers ' || current_setting('shared_buffers')"))
-    print("machine: %d CPUs (os.cpu_count)" % (os.cpu_count() or 0))
+    print_server(db)
 
     # exact search
     t = time.time()
@@ -392,7 +486,7 @@ def main():
         db.psql("DROP INDEX bench_items_cagra")
 
     # pgvector HNSW, when pgvector is the vector type's owner
-    if db.psql("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == "1":
+    if has_pgvector(db):
         for m in [int(x) for x in args.hnsw_m.split(",")]:
             efc = 64 if m <= 16 else 128
             secs, phases = db.timed_build("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
@@ -417,21 +511,26 @@ def main():
               "  backends' CPU %s ms/query" % (args.clients, tps, cpu * 1000.0, fmt_ms(backend)))
 
 
-def batch_search(db, batch, nq, runs=5):
-    """cagra_search with `batch` queries in one call (the query set repeated):
-    the server-side time of the call alone, with the query array built
-    beforehand in the same session (best and median of `runs` calls, timed
-    with clock_timestamp() in a DO block), the backend's CPU time per query
-    over those calls (from /proc/self/stat of the backend, read with
-    pg_read_file: superusers only, and only where /proc exists), the
-    end-to-end time of one statement that also builds the array (as psql
-    sees it), and recall@10 over the distinct queries of the call."""
+def batch_array_sql(batch, nq):
+    """SQL for an array of `batch` query vectors: bench_queries in qid
+    order, repeated as often as needed (query i of the array is qid
+    (i - 1) % nq)."""
     reps = (batch + nq - 1) // nq
-    array = ("(SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid FROM bench_queries, "
-             "generate_series(1, %d) g ORDER BY g, qid LIMIT %d) s)" % (reps, batch))
-    # work_mem: the 100,000 result rows stay in the function's tuplestore
-    # in memory instead of spilling to a temporary file
-    server = db.psql("""SET cagra.itopk_size = 32; SET work_mem = '64MB';
+    return ("(SELECT array_agg(v ORDER BY g, qid) FROM (SELECT v, g, qid FROM bench_queries, "
+            "generate_series(1, %d) g ORDER BY g, qid LIMIT %d) s)" % (reps, batch))
+
+
+def timed_calls(db, array, call, batch, settings=(), runs=5):
+    """Server-side time of `runs` executions of `call` (a set-returning
+    call in which qs stands for the query array), the array (SQL `array`,
+    `batch` queries) built beforehand in the same session: timed with
+    clock_timestamp() in a DO block, with the backend's CPU time (from
+    /proc/self/stat of the backend, read with pg_read_file: superusers only,
+    and only where /proc exists).  The first call (which may load the
+    worker's copy of the index) is not counted when there are others.
+    Returns (best s, median s, calls counted, rows of a call, backend CPU
+    microseconds per query or None)."""
+    out = db.psql("""%s
 CREATE TEMP TABLE bench_batch_runs (run int, secs float8, nrows bigint, ticks bigint);
 DO $$
 DECLARE
@@ -450,7 +549,7 @@ BEGIN
             c0 := NULL;
         END;
         t0 := clock_timestamp();
-        SELECT count(*) INTO n FROM cagra_search('bench_items_cagra', qs, 10);
+        SELECT count(*) INTO n FROM %s;
         secs := extract(epoch FROM clock_timestamp() - t0);
         IF c0 IS NOT NULL THEN
             c1 := split_part(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ', 12)::bigint
@@ -459,30 +558,46 @@ BEGIN
         INSERT INTO bench_batch_runs VALUES (r, secs, n, c1 - c0);
     END LOOP;
 END $$;
-SELECT secs, nrows, coalesce(ticks::text, '') FROM bench_batch_runs ORDER BY run""" % (array, runs))
-    rows = [x.split("|") for x in server.splitlines()]
-    # the first call may load the worker's copy of the index: not counted
+SELECT secs, nrows, coalesce(ticks::text, '') FROM bench_batch_runs ORDER BY run""" % (
+        set_statements(settings), array, runs, call))
+    rows = [x.split("|") for x in out.splitlines()]
     timed = rows[1:] if len(rows) > 1 else rows
     times = sorted(float(r[0]) for r in timed)
-    best, median = times[0], times[len(times) // 2]
     ticks = [int(r[2]) for r in timed if r[2] != ""]
-    cpu = ("%.2f us" % (sum(ticks) / os.sysconf("SC_CLK_TCK") * 1e6 / (batch * len(ticks)))
-           if len(ticks) == len(timed) else "n/a")
+    cpu = (sum(ticks) / os.sysconf("SC_CLK_TCK") * 1e6 / (batch * len(ticks))
+           if len(ticks) == len(timed) else None)
+    return times[0], times[len(times) // 2], len(timed), int(rows[0][1]), cpu
+
+
+def batch_search(db, batch, nq, index="bench_items_cagra", table="bench_items", itopk=32, runs=5):
+    """cagra_search with `batch` queries in one call (the query set repeated)
+    at cagra.itopk_size `itopk` (None: the server's): the server-side time
+    of the call alone (timed_calls: best and median of `runs` calls, the
+    backend's CPU time per query), the end-to-end time of one statement that
+    also builds the array (as psql sees it), and recall@10 over the distinct
+    queries of the call.  Prints them; returns (best q/s, median q/s,
+    backend CPU us per query or None, recall)."""
+    array = batch_array_sql(batch, nq)
+    # work_mem: the 100,000 result rows stay in the function's tuplestore
+    # in memory instead of spilling to a temporary file
+    settings = ([("cagra.itopk_size", itopk)] if itopk else []) + [("work_mem", "'64MB'")]
+    best, median, counted, nrows, cpu = timed_calls(
+        db, array, "cagra_search('%s', qs, 10)" % index, batch, settings, runs)
     print("cagra_search, %d queries in one call, server side (array built beforehand): best %.3f s "
-          "(%.0f q/s), median of %d %.3f s (%.0f q/s), %s rows; backend CPU per query %s"
-          % (batch, best, batch / best, len(timed), median, batch / median, rows[0][1], cpu))
+          "(%.0f q/s), median of %d %.3f s (%.0f q/s), %d rows; backend CPU per query %s"
+          % (batch, best, batch / best, counted, median, batch / median, nrows,
+             "n/a" if cpu is None else "%.2f us" % cpu))
     t = time.time()
-    out = db.psql("SET cagra.itopk_size = 32; SET work_mem = '64MB'; "
-                  "SELECT count(*) FROM cagra_search('bench_items_cagra', %s, 10)"
-                  % array)
+    out = db.psql(set_statements(settings) + "SELECT count(*) FROM cagra_search('%s', %s, 10)" % (index, array))
     secs = time.time() - t
     print("cagra_search, %d queries in one call, end to end (array build, statement, client): %.3f s, %.0f q/s"
           " (%s rows)" % (batch, secs, batch / secs, out.splitlines()[-1]))
-    recall = db.psql("""SET cagra.itopk_size = 32;
-WITH r AS (SELECT query - 1 AS qid, ctid FROM cagra_search('bench_items_cagra', %s, 10) WHERE query <= %d)
-SELECT count(*)::float8 / (10 * %d) FROM r JOIN bench_items i ON i.ctid = r.ctid
-  JOIN bench_gt g ON g.qid = r.qid AND g.id = i.id""" % (array, min(nq, batch), min(nq, batch)))
-    print("cagra_search recall@10 over the first %d queries: %.3f" % (min(nq, batch), float(recall)))
+    recall = float(db.psql(set_statements(settings) + """
+WITH r AS (SELECT query - 1 AS qid, ctid FROM cagra_search('%s', %s, 10) WHERE query <= %d)
+SELECT count(*)::float8 / (10 * %d) FROM r JOIN %s i ON i.ctid = r.ctid
+  JOIN bench_gt g ON g.qid = r.qid AND g.id = i.id""" % (index, array, min(nq, batch), min(nq, batch), table)))
+    print("cagra_search recall@10 over the first %d queries: %.3f" % (min(nq, batch), recall))
+    return batch / best, batch / median, cpu, recall
 
 
 def batch_search_concurrent(db, batch, clients, seconds):

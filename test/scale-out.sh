@@ -12,8 +12,14 @@
 #
 # Environment: SHARDS (default 3), PORT (first port, default 5601; shard i
 # listens on PORT + i), DIR (default /tmp/so-cluster), ROWS (rows per shard,
-# default 10000), DIM (default 16), PG_CONFIG, CAGRA_TEST_USER (the user the
-# servers run as when this runs as root; default cagra_test).
+# default 10000; 0: the shards' tables are left empty, without the index
+# and unanalyzed, for the caller to load and index, as bench/scale_out_bench.py
+# does), DIM (default 16), FETCH_SIZE (postgres_fdw's fetch_size, default
+# 1000), NODE_CONF and SHARD_CONF (postgresql.conf lines added on every node,
+# and on the shards only, after the defaults: e.g.
+# SHARD_CONF="shared_preload_libraries = 'cagra'" gives each shard its own GPU
+# worker), PG_CONFIG, CAGRA_TEST_USER (the user the servers run as when this
+# runs as root; default cagra_test).
 set -euo pipefail
 
 SHARDS=${SHARDS:-3}
@@ -21,12 +27,15 @@ PORT=${PORT:-5601}
 DIR=${DIR:-/tmp/so-cluster}
 ROWS=${ROWS:-10000}
 DIM=${DIM:-16}
+FETCH_SIZE=${FETCH_SIZE:-1000}
 PG_CONFIG=${PG_CONFIG:-pg_config}
 BINDIR=$("$PG_CONFIG" --bindir)
 TEST_USER=${CAGRA_TEST_USER:-cagra_test}
 
 if [ "$(id -u)" = 0 ]; then
-    as_user() { runuser -u "$TEST_USER" -- "$@"; }
+    # LD_LIBRARY_PATH passed on explicitly: a relocated PostgreSQL (the GPU
+    # machine's .device/pg-up.sh) finds its libraries through it
+    as_user() { runuser -u "$TEST_USER" -- env ${LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$LD_LIBRARY_PATH"} "$@"; }
 else
     as_user() { "$@"; }
 fi
@@ -59,15 +68,18 @@ port = $((PORT + i))
 listen_addresses = ''
 unix_socket_directories = '$DIR'
 max_connections = 50
+${NODE_CONF:-}
 CONF
+    if [ "$i" -gt 0 ]; then echo "${SHARD_CONF:-}" >>"$DIR/node$i/postgresql.conf"; fi
     as_user "$BINDIR/pg_ctl" -D "$DIR/node$i" -l "$DIR/node$i.log" -w start >/dev/null
 done
 
 # shards: a plain table each, with rows of tenant i, and its own cagra index
 for i in $(seq 1 "$SHARDS"); do
-    psql_at $((PORT + i)) <<SQL
-CREATE EXTENSION cagra;
-CREATE TABLE items (tenant int NOT NULL, id bigint NOT NULL, v vector($DIM), PRIMARY KEY (tenant, id));
+    {
+        echo "CREATE EXTENSION cagra;"
+        echo "CREATE TABLE items (tenant int NOT NULL, id bigint NOT NULL, v vector($DIM), PRIMARY KEY (tenant, id));"
+        if [ "$ROWS" -gt 0 ]; then cat <<SQL
 SELECT setseed(0.$i);
 INSERT INTO items
   SELECT $i, g, (SELECT array_agg(random()::real) FROM generate_series(1, $DIM) d WHERE g > 0)::vector
@@ -75,6 +87,8 @@ INSERT INTO items
 CREATE INDEX items_v ON items USING cagra (v vector_l2_ops);
 ANALYZE items;
 SQL
+        fi
+    } | psql_at $((PORT + i))
 done
 
 # coordinator: the partitioned table, one foreign partition per shard
@@ -85,13 +99,14 @@ done
         cat <<SQL
 CREATE SERVER shard$i FOREIGN DATA WRAPPER postgres_fdw
   OPTIONS (host '$DIR', port '$((PORT + i))', dbname 'postgres',
-           extensions 'cagra', async_capable 'true', fetch_size '1000');
+           extensions 'cagra', async_capable 'true', fetch_size '$FETCH_SIZE');
 CREATE USER MAPPING FOR PUBLIC SERVER shard$i;
 CREATE FOREIGN TABLE items_s$i PARTITION OF items FOR VALUES IN ($i)
   SERVER shard$i OPTIONS (table_name 'items');
 SQL
     done
-    echo "ANALYZE items;"
+    # (ANALYZE of a foreign partition reads the whole remote table)
+    if [ "$ROWS" -gt 0 ]; then echo "ANALYZE items;"; fi
     # items_knn, items_batch_knn (docs/scale-out.md)
     cat "$(dirname "${BASH_SOURCE[0]}")/scale-out-functions.sql"
 } | psql_at "$PORT"
