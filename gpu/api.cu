@@ -22,8 +22,9 @@
 static_assert(CAGRA_GPU_INVALID_NODE == cagra::kInvalidNode, "one invalid node id");
 static_assert((int)CAGRA_GPU_L2 == (int)cagra::Metric::L2 &&
                   (int)CAGRA_GPU_INNER_PRODUCT == (int)cagra::Metric::InnerProduct &&
-                  (int)CAGRA_GPU_COSINE == (int)cagra::Metric::Cosine && cagra::kMetricCount == 4,
-              "the GPU library's metrics are the core's (all but L1, which it has no kernels for)");
+                  (int)CAGRA_GPU_COSINE == (int)cagra::Metric::Cosine && (int)CAGRA_GPU_L1 == (int)cagra::Metric::L1 &&
+                  cagra::kMetricCount == 4,
+              "the GPU library's metrics are the core's, all four");
 
 #define CAGRA_GPU_VERSION_STRING "0.1.0"
 
@@ -77,7 +78,8 @@ void invalid(const std::string &message)
 
 void check_metric(cagra_gpu_metric metric)
 {
-    if (metric != CAGRA_GPU_L2 && metric != CAGRA_GPU_INNER_PRODUCT && metric != CAGRA_GPU_COSINE)
+    if (metric != CAGRA_GPU_L2 && metric != CAGRA_GPU_INNER_PRODUCT && metric != CAGRA_GPU_COSINE &&
+        metric != CAGRA_GPU_L1)
         invalid("unknown metric " + std::to_string((int)metric));
 }
 

@@ -30,9 +30,9 @@ extern "C" {
 #define CAGRA_GPU_EXPORT
 #endif
 
-/* Bumped whenever a signature or struct below changes; compare
- * cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 4
+/* Bumped whenever a signature, struct or enum below changes (5: the L1
+ * metric); compare cagra_gpu_api_version() with this after dlopen(). */
+#define CAGRA_GPU_API_VERSION 5
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -50,7 +50,8 @@ typedef enum {
 typedef enum {
     CAGRA_GPU_L2 = 0,            /* squared Euclidean distance */
     CAGRA_GPU_INNER_PRODUCT = 1, /* negative inner product */
-    CAGRA_GPU_COSINE = 2         /* 1 - dot of unit vectors */
+    CAGRA_GPU_COSINE = 2,        /* 1 - dot of unit vectors */
+    CAGRA_GPU_L1 = 3             /* sum of absolute differences (taxicab) */
 } cagra_gpu_metric;
 
 typedef enum {

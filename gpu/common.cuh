@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -140,6 +141,18 @@ __device__ inline float key_to_float(uint32_t k)
 {
     uint32_t u = (k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k;
     return __uint_as_float(u);
+}
+
+/* The eight halves of a 16-byte load as floats, in order. */
+__device__ inline void halves_to_floats(const uint4 &raw, float (&out)[8])
+{
+    const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
 }
 
 __host__ __device__ inline uint32_t hash32(uint32_t x)

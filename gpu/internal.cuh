@@ -31,6 +31,7 @@ struct HalfDataset {
     uint64_t n = 0;
     uint32_t dim = 0;
     uint32_t dim16 = 0;
+    float inv_scale = 1.0f;  /* 1 / scale: turns scaled L1 distances back into true ones */
     float inv_scale2 = 1.0f; /* 1 / scale^2: turns scaled dots back into true ones */
 };
 

@@ -26,6 +26,7 @@
 #include "core/build.h"
 #include "core/types.h"
 #include "internal.cuh"
+#include "metric.cuh"
 #include "search.cuh"
 
 static_assert(cagra_gpu::kLongEdgeMissRate == cagra::kLongEdgeMissRate, "the core's long-edge threshold");
@@ -54,9 +55,9 @@ __global__ void gather_probe_queries_kernel(const __half *v, uint32_t dim16, con
 /* A probe is found when its first result is the node itself or one at
  * least as close to the query as the node (a duplicate: L2 distance 0).
  * The search ran on the scaled fp16 rows with the query equal to the row,
- * so the node's own distance is 0 (L2, exact), -|v|^2 (inner product) or
- * 1 - |v|^2 (cosine), |v|^2 the scaled squared norm; outside L2 the norm
- * and the search sum in different orders, hence a relative tolerance. */
+ * so the node's own distance is 0 (L2, L1: exact), -|v|^2 (inner product)
+ * or 1 - |v|^2 (cosine), |v|^2 the scaled squared norm; for these two the
+ * norm and the search sum in different orders, hence a relative tolerance. */
 __global__ void count_misses_kernel(const uint32_t *probes, const uint32_t *ids, const float *dists, const float *norms,
                                     uint32_t count, cagra_gpu_metric metric, uint32_t *misses)
 {
@@ -67,8 +68,9 @@ __global__ void count_misses_kernel(const uint32_t *probes, const uint32_t *ids,
     bool found = id == v;
     if (!found && id != kInvalid) {
         const float nv = norms[v];
-        const float self = metric == CAGRA_GPU_L2 ? 0.0f : (metric == CAGRA_GPU_INNER_PRODUCT ? -nv : 1.0f - nv);
-        const float tol = metric == CAGRA_GPU_L2 ? 0.0f : 1e-4f * fabsf(nv);
+        const bool products = metric_sum(metric) == MetricSum::Products;
+        const float self = distance_from_sum(metric, products ? nv : 0.0f);
+        const float tol = products ? 1e-4f * fabsf(nv) : 0.0f;
         found = dists[i] <= self + tol;
     }
     if (!found)
@@ -303,6 +305,7 @@ std::vector<uint32_t> add_long_edges(const HalfDataset &data, cagra_gpu_metric m
         sub.n = m;
         sub.dim = data.dim;
         sub.dim16 = data.dim16;
+        sub.inv_scale = data.inv_scale;
         sub.inv_scale2 = data.inv_scale2;
         sub.vectors.allocate(m * data.dim16);
         sub.norms.allocate(m);

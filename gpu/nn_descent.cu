@@ -8,8 +8,10 @@
  *   join     per node, one CTA gathers new = fwd-new + rev-new and
  *            old = fwd-old + rev-old (each up to 2 * kSample) in fp16 and
  *            computes the new x new and new x old distances in one pass over
- *            the features on the tensor cores (WMMA, fp32 accumulation); each
- *            member proposes its closest few partners to its own list;
+ *            the features: dots on the tensor cores (WMMA, fp32
+ *            accumulation), or for L1, which has no dot form, absolute
+ *            differences in fp32 on the CUDA cores; each member proposes its
+ *            closest few partners to its own list;
  *   merge    per node, the proposals (hash slots of atomicMin keys, so a
  *            repeated proposal dedupes itself and a collision keeps the
  *            closer one) are merged into the sorted list.
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "internal.cuh"
+#include "metric.cuh"
 #include "sort.cuh"
 
 namespace cagra_gpu {
@@ -35,51 +38,60 @@ constexpr uint32_t kNewFlag = 0x80000000u;
 constexpr uint32_t kListEmpty = 0x7FFFFFFFu;
 constexpr uint64_t kEmptyKey = ~0ULL;
 
-/* Join tile: up to 64 new and 64 old members, features in chunks of 128. */
+/* Join tile: up to 64 new and 64 old members, features in chunks of 128
+ * (fp16; L1: 64, as fp32). */
 constexpr int kJoinNew = 2 * kSample;
 constexpr int kJoinMembers = 4 * kSample;
 constexpr int kChunk = 128;
+constexpr int kL1Chunk = 64;
 constexpr int kChunkStride = kChunk + 8; /* halfs; breaks bank conflicts of the tile loads */
 constexpr int kGramStride = kJoinMembers + 4;
 constexpr int kJoinThreads = 256;
 /* Proposals each join member makes (its closest partners in the join). */
 constexpr int kProposals = 3;
 
-__device__ inline float metric_distance(cagra_gpu_metric metric, float norm_a, float norm_b, float dot,
-                                        float inv_scale2)
-{
-    switch (metric) {
-    case CAGRA_GPU_L2:
-        return fmaxf(norm_a + norm_b - 2.0f * dot, 0.0f) * inv_scale2;
-    case CAGRA_GPU_INNER_PRODUCT:
-        return -dot * inv_scale2;
-    default:
-        return 1.0f - dot * inv_scale2;
-    }
-}
-
-/* Dot product of two fp16 rows, by one warp, 16-byte loads. */
-__device__ inline float warp_dot_half(const __half *a, const __half *b, uint32_t dim16, uint32_t lane)
+/* The metric's sum of two fp16 rows (dim16 halves), by one warp, 16-byte loads. */
+__device__ inline float warp_sum_half(MetricSum sum, const __half *a, const __half *b, uint32_t dim16, uint32_t lane)
 {
     float acc = 0.0f;
     const uint4 *va = reinterpret_cast<const uint4 *>(a);
     const uint4 *vb = reinterpret_cast<const uint4 *>(b);
     for (uint32_t c = lane; c < dim16 / 8; c += 32) {
-        uint4 x = va[c], y = vb[c];
-        const __half2 *hx = reinterpret_cast<const __half2 *>(&x);
-        const __half2 *hy = reinterpret_cast<const __half2 *>(&y);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 fx = __half22float2(hx[i]);
-            float2 fy = __half22float2(hy[i]);
-            acc = fmaf(fx.x, fy.x, acc);
-            acc = fmaf(fx.y, fy.y, acc);
-        }
+        float xs[8], ys[8];
+        halves_to_floats(va[c], xs);
+        halves_to_floats(vb[c], ys);
+        acc = add_terms(sum, xs, ys, acc);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
     return acc;
+}
+
+/* The build's fp16 set as the kernels read it (HalfDataset). */
+struct HalfRows {
+    const __half *v;
+    const float *norms;
+    uint32_t dim16;
+    float inv_scale, inv_scale2;
+
+    __device__ const __half *row(uint32_t i) const { return v + (uint64_t)i * dim16; }
+
+    /* The distance of rows a and b in true units, by one warp (every lane
+     * gets it): from the dot and the norms, as the local join's Gram matrix
+     * gives it, or from the absolute differences (L1). */
+    __device__ float warp_distance(cagra_gpu_metric metric, uint32_t a, uint32_t b, uint32_t lane) const
+    {
+        if (!metric_has_dot_form(metric))
+            return warp_sum_half(MetricSum::AbsoluteDifferences, row(a), row(b), dim16, lane) * inv_scale;
+        const float dot = warp_sum_half(MetricSum::Products, row(a), row(b), dim16, lane);
+        return distance_from_dot(metric, norms[a], norms[b], dot, inv_scale2);
+    }
+};
+
+HalfRows rows_of(const HalfDataset &data)
+{
+    return {data.vectors.get(), data.norms.get(), data.dim16, data.inv_scale, data.inv_scale2};
 }
 
 __global__ void max_abs_kernel(const float *x, uint64_t count, unsigned int *out)
@@ -114,14 +126,13 @@ __global__ void norms_kernel(const __half *v, uint64_t n, uint32_t dim16, float 
     if (warp >= n)
         return;
     const __half *row = v + warp * dim16;
-    float d = warp_dot_half(row, row, dim16, lane);
+    float d = warp_sum_half(MetricSum::Products, row, row, dim16, lane);
     if (lane == 0)
         norms[warp] = d;
 }
 
 /* Exact kNN for small n: one CTA per node sorts all n distances. */
-__global__ void exact_knn_kernel(const __half *v, const float *norms, uint32_t n, uint32_t dim16,
-                                 cagra_gpu_metric metric, float inv_scale2, uint32_t k, uint32_t *knn)
+__global__ void exact_knn_kernel(HalfRows rows, uint32_t n, cagra_gpu_metric metric, uint32_t k, uint32_t *knn)
 {
     extern __shared__ uint64_t keys[];
     uint32_t u = blockIdx.x;
@@ -131,11 +142,9 @@ __global__ void exact_knn_kernel(const __half *v, const float *norms, uint32_t n
         keys[j] = kEmptyKey;
     __syncthreads();
     for (uint32_t j = warp; j < n; j += warps) {
-        float dot = warp_dot_half(v + (uint64_t)u * dim16, v + (uint64_t)j * dim16, dim16, lane);
-        if (lane == 0 && j != u) {
-            float d = metric_distance(metric, norms[u], norms[j], dot, inv_scale2);
+        const float d = rows.warp_distance(metric, u, j, lane);
+        if (lane == 0 && j != u)
             keys[j] = ((uint64_t)ordered_key(d) << 32) | j;
-        }
     }
     __syncthreads();
     block_sort(keys, p);
@@ -144,9 +153,8 @@ __global__ void exact_knn_kernel(const __half *v, const float *norms, uint32_t n
 }
 
 /* Random start: k distinct neighbours u+1+((r + j*stride) mod (n-1)), then sorted. */
-__global__ void init_lists_kernel(const __half *v, const float *norms, uint32_t n, uint32_t dim16,
-                                  cagra_gpu_metric metric, float inv_scale2, uint32_t k, uint32_t kp, uint64_t stride,
-                                  uint64_t seed, uint32_t *ids, float *dists)
+__global__ void init_lists_kernel(HalfRows rows, uint32_t n, cagra_gpu_metric metric, uint32_t k, uint32_t kp,
+                                  uint64_t stride, uint64_t seed, uint32_t *ids, float *dists)
 {
     extern __shared__ uint64_t smem[];
     uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32;
@@ -160,9 +168,9 @@ __global__ void init_lists_kernel(const __half *v, const float *norms, uint32_t 
     __syncwarp();
     for (uint32_t j = 0; j < k; j++) {
         uint32_t id = (uint32_t)((u + 1 + (r + j * stride) % (n - 1)) % n);
-        float dot = warp_dot_half(v + (uint64_t)u * dim16, v + (uint64_t)id * dim16, dim16, lane);
+        const float d = rows.warp_distance(metric, u, id, lane);
         if (lane == 0)
-            keys[j] = ((uint64_t)ordered_key(metric_distance(metric, norms[u], norms[id], dot, inv_scale2)) << 32) | id;
+            keys[j] = ((uint64_t)ordered_key(d) << 32) | id;
     }
     __syncwarp();
     warp_sort(keys, kp, lane);
@@ -221,11 +229,9 @@ __global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *n
 }
 
 struct JoinArgs {
-    const __half *v;
-    const float *norms;
-    uint32_t n, dim16, k;
+    HalfRows rows;
+    uint32_t n, k;
     cagra_gpu_metric metric;
-    float inv_scale2;
     const float *dists;
     const uint32_t *new_fwd, *new_cnt, *old_fwd, *old_cnt;
     const uint32_t *new_rev, *new_rev_cnt, *old_rev, *old_rev_cnt;
@@ -238,6 +244,7 @@ struct alignas(128) JoinShared {
     float worst[kJoinMembers];
     union {
         __half tile[kJoinMembers][kChunkStride];
+        float2 pairs[kL1Chunk / 2][kJoinMembers]; /* L1: feature pairs (fp32), feature-major */
         float gram[kJoinNew][kGramStride];
     };
 };
@@ -258,23 +265,13 @@ __device__ inline uint32_t member_id(const JoinArgs &a, uint32_t u, uint32_t i)
     return kInvalid;
 }
 
-__global__ void __launch_bounds__(kJoinThreads) local_join_kernel(JoinArgs a)
+/* The join's distances from the Gram matrix (L2, inner product, cosine):
+ * one pass of WMMA over the features computes the dots of the 64 new
+ * members (rows) with all 128 (columns). */
+__device__ void gram_distances(const JoinArgs &a, JoinShared &sh)
 {
     using namespace nvcuda;
-    __shared__ JoinShared sh;
-    uint32_t u = blockIdx.x;
-    if (a.new_cnt[u] + a.new_rev_cnt[u] == 0)
-        return; /* nothing new around u: every pair was joined before */
-    uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
-
-    if (tid < kJoinMembers) {
-        uint32_t id = member_id(a, u, tid);
-        sh.ids[tid] = id;
-        sh.norms[tid] = id != kInvalid ? a.norms[id] : 0.0f;
-        sh.worst[tid] = id != kInvalid ? a.dists[(uint64_t)id * a.k + a.k - 1] : -INFINITY;
-    }
-
-    /* Gram rows: the 64 new members; columns: all 128 members. */
+    const uint32_t tid = threadIdx.x, warp = tid / 32;
     const int row_tile = warp / 2;
     const int col_tile0 = (warp % 2) * 4;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4];
@@ -283,15 +280,15 @@ __global__ void __launch_bounds__(kJoinThreads) local_join_kernel(JoinArgs a)
         wmma::fill_fragment(acc[t], 0.0f);
 
     const uint32_t vec_per_row = kChunk / 8;
-    for (uint32_t c0 = 0; c0 < a.dim16; c0 += kChunk) {
+    for (uint32_t c0 = 0; c0 < a.rows.dim16; c0 += kChunk) {
         __syncthreads();
-        uint32_t width = min((uint32_t)kChunk, a.dim16 - c0);
+        uint32_t width = min((uint32_t)kChunk, a.rows.dim16 - c0);
         for (uint32_t e = tid; e < kJoinMembers * vec_per_row; e += kJoinThreads) {
             uint32_t m = e / vec_per_row, c = (e % vec_per_row) * 8;
             uint32_t id = sh.ids[m];
             uint4 val = make_uint4(0, 0, 0, 0);
             if (id != kInvalid && c < width)
-                val = *reinterpret_cast<const uint4 *>(a.v + (uint64_t)id * a.dim16 + c0 + c);
+                val = *reinterpret_cast<const uint4 *>(a.rows.row(id) + c0 + c);
             *reinterpret_cast<uint4 *>(&sh.tile[m][c]) = val;
         }
         __syncthreads();
@@ -314,8 +311,100 @@ __global__ void __launch_bounds__(kJoinThreads) local_join_kernel(JoinArgs a)
     __syncthreads();
     for (uint32_t e = tid; e < kJoinNew * kJoinMembers; e += kJoinThreads) {
         uint32_t i = e / kJoinMembers, j = e % kJoinMembers;
-        sh.gram[i][j] = metric_distance(a.metric, sh.norms[i], sh.norms[j], sh.gram[i][j], a.inv_scale2);
+        sh.gram[i][j] = distance_from_dot(a.metric, sh.norms[i], sh.norms[j], sh.gram[i][j], a.rows.inv_scale2);
     }
+}
+
+/* The join's L1 distances, summed directly in fp32 on the CUDA cores (a
+ * Gram matrix holds no absolute differences).  Each chunk of features is
+ * staged as fp32 pairs, feature-major; each thread sums a 4 x 8 block of
+ * the 64 x 128 distances in registers: 4 consecutive new members (rows) by
+ * 8 members 16 apart (columns), so that at each feature pair a half-warp
+ * reads its 4 rows in two broadcast loads and 16 consecutive columns.  Warps
+ * skip rows, and all threads blocks of 16 columns, that hold no member:
+ * most of them in the first iteration (nothing is old yet) and in the last
+ * ones (little is new). */
+__device__ void l1_distances(const JoinArgs &a, JoinShared &sh, uint32_t u)
+{
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+    const uint32_t row0 = warp * 8 + (lane / 16) * 4, col = lane % 16;
+    const uint32_t new_count = a.new_cnt[u] + min(a.new_rev_cnt[u], kSample);
+    const uint32_t old_count = a.old_cnt[u] + min(a.old_rev_cnt[u], kSample);
+    const bool rows_live = warp * 8 < new_count;
+    uint32_t live_blocks = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < kJoinMembers / 16; j++) {
+        const uint32_t first = j * 16;
+        const bool live = first < kJoinNew ? first < new_count : first - kJoinNew < old_count;
+        live_blocks |= (uint32_t)live << j;
+    }
+    float acc[4][8] = {};
+
+    for (uint32_t c0 = 0; c0 < a.rows.dim16; c0 += kL1Chunk) {
+        __syncthreads();
+        const uint32_t width = min((uint32_t)kL1Chunk, a.rows.dim16 - c0);
+        /* consecutive threads take consecutive members: conflict-free stores */
+        for (uint32_t e = tid; e < kJoinMembers * (kL1Chunk / 8); e += kJoinThreads) {
+            const uint32_t m = e % kJoinMembers, c = (e / kJoinMembers) * 8;
+            const uint32_t id = sh.ids[m];
+            uint4 val = make_uint4(0, 0, 0, 0);
+            if (id != kInvalid && c < width)
+                val = *reinterpret_cast<const uint4 *>(a.rows.row(id) + c0 + c);
+            float f[8];
+            halves_to_floats(val, f);
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                sh.pairs[c / 2 + q][m] = make_float2(f[2 * q], f[2 * q + 1]);
+        }
+        __syncthreads();
+        if (!rows_live)
+            continue;
+        for (uint32_t p = 0; p < width / 2; p++) {
+            const float4 r01 = *reinterpret_cast<const float4 *>(&sh.pairs[p][row0]);
+            const float4 r23 = *reinterpret_cast<const float4 *>(&sh.pairs[p][row0 + 2]);
+            const float2 r[4] = {{r01.x, r01.y}, {r01.z, r01.w}, {r23.x, r23.y}, {r23.z, r23.w}};
+#pragma unroll
+            for (uint32_t j = 0; j < 8; j++) {
+                if (!((live_blocks >> j) & 1))
+                    continue;
+                const float2 x = sh.pairs[p][j * 16 + col];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    acc[i][j] = add_term<MetricSum::AbsoluteDifferences>(r[i].x, x.x, acc[i][j]);
+                    acc[i][j] = add_term<MetricSum::AbsoluteDifferences>(r[i].y, x.y, acc[i][j]);
+                }
+            }
+        }
+    }
+    __syncthreads(); /* the gram overlays the pairs */
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (uint32_t j = 0; j < 8; j++)
+            sh.gram[row0 + i][j * 16 + col] = acc[i][j] * a.rows.inv_scale;
+}
+
+/* One CTA per node u; kGram: the distances from the Gram matrix, or
+ * otherwise (L1) summed directly. */
+template <bool kGram>
+__global__ void __launch_bounds__(kJoinThreads) local_join_kernel(JoinArgs a)
+{
+    __shared__ JoinShared sh;
+    uint32_t u = blockIdx.x;
+    if (a.new_cnt[u] + a.new_rev_cnt[u] == 0)
+        return; /* nothing new around u: every pair was joined before */
+    uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+
+    if (tid < kJoinMembers) {
+        uint32_t id = member_id(a, u, tid);
+        sh.ids[tid] = id;
+        sh.norms[tid] = id != kInvalid ? a.rows.norms[id] : 0.0f;
+        sh.worst[tid] = id != kInvalid ? a.dists[(uint64_t)id * a.k + a.k - 1] : -INFINITY;
+    }
+    if constexpr (kGram)
+        gram_distances(a, sh);
+    else
+        l1_distances(a, sh, u);
     __syncthreads();
 
     /* Each member proposes its closest partners that beat its current worst. */
@@ -477,6 +566,7 @@ __global__ void __launch_bounds__(kEntryThreads)
     __shared__ uint32_t best_s[32];
     __shared__ uint32_t s_next;
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+    const MetricSum sum = metric_sum(metric);
     for (uint32_t s = tid; s < sample_count; s += blockDim.x)
         nearest[s] = INFINITY;
     uint32_t entry = first, count = 0;
@@ -493,23 +583,13 @@ __global__ void __launch_bounds__(kEntryThreads)
             const uint4 *x = reinterpret_cast<const uint4 *>(v + (uint64_t)sample[s] * dim16);
             float acc = 0.0f;
             for (uint32_t c = 0; c < dim16 / 8; c++) {
-                uint4 a = e[c], b = x[c];
-                const __half2 *ha = reinterpret_cast<const __half2 *>(&a);
-                const __half2 *hb = reinterpret_cast<const __half2 *>(&b);
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float2 fa = __half22float2(ha[i]), fb = __half22float2(hb[i]);
-                    if (metric == CAGRA_GPU_L2) {
-                        acc = fmaf(fa.x - fb.x, fa.x - fb.x, acc);
-                        acc = fmaf(fa.y - fb.y, fa.y - fb.y, acc);
-                    } else {
-                        acc = fmaf(fa.x, fb.x, acc);
-                        acc = fmaf(fa.y, fb.y, acc);
-                    }
-                }
+                float fe[8], fx[8];
+                halves_to_floats(e[c], fe);
+                halves_to_floats(x[c], fx);
+                acc = add_terms(sum, fe, fx, acc);
             }
             /* scaled data: the order is what matters (cosine: 1 - dot decreases with dot) */
-            float d = metric == CAGRA_GPU_L2 ? acc : -acc;
+            float d = sum == MetricSum::Products ? -acc : acc;
             float m = fminf(nearest[s], d);
             nearest[s] = m;
             if (m > my_best) {
@@ -610,6 +690,7 @@ void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset 
     if (maxabs_f > 0.0f)
         std::frexp(maxabs_f, &e);
     float scale = std::ldexp(1.0f, 8 - e);
+    out.inv_scale = 1.0f / scale;
     out.inv_scale2 = 1.0f / (scale * scale);
     out.vectors.allocate(n * out.dim16);
     out.norms.allocate(n);
@@ -679,8 +760,7 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
     const uint32_t n = (uint32_t)data.n;
     if (data.n <= kExactKnnLimit) {
         uint32_t p = pow2_at_least(n);
-        exact_knn_kernel<<<n, 256, p * sizeof(uint64_t), stream>>>(data.vectors.get(), data.norms.get(), n, data.dim16,
-                                                                   metric, data.inv_scale2, k, knn);
+        exact_knn_kernel<<<n, 256, p * sizeof(uint64_t), stream>>>(rows_of(data), n, metric, k, knn);
         check_launch("exact_knn_kernel");
         check(cudaStreamSynchronize(stream), "exact kNN");
         return;
@@ -701,28 +781,12 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
     const uint32_t warps_per_block = 4;
     const unsigned list_blocks = (unsigned)div_up(n, warps_per_block);
     init_lists_kernel<<<list_blocks, 32 * warps_per_block, warps_per_block * kp * 8, stream>>>(
-        data.vectors.get(), data.norms.get(), n, data.dim16, metric, data.inv_scale2, k, kp, coprime_stride(n - 1),
-        params.seed, ids.get(), dists.get());
+        rows_of(data), n, metric, k, kp, coprime_stride(n - 1), params.seed, ids.get(), dists.get());
     check_launch("init_lists_kernel");
     check(cudaMemsetAsync(slots.get(), 0xFF, slots.bytes(), stream), "cudaMemset");
 
-    JoinArgs ja{data.vectors.get(),
-                data.norms.get(),
-                n,
-                data.dim16,
-                k,
-                metric,
-                data.inv_scale2,
-                dists.get(),
-                new_fwd,
-                new_cnt,
-                old_fwd,
-                old_cnt,
-                new_rev,
-                new_rev_cnt,
-                old_rev,
-                old_rev_cnt,
-                slots.get()};
+    JoinArgs ja{rows_of(data), n,       k,       metric,      dists.get(), new_fwd,     new_cnt,
+                old_fwd,       old_cnt, new_rev, new_rev_cnt, old_rev,     old_rev_cnt, slots.get()};
     const uint32_t kpm = pow2_at_least(k + kCandidateSlots);
     const double stop = (double)params.nn_descent_termination * n * k;
     for (uint32_t it = 0; it < params.nn_descent_max_iterations; it++) {
@@ -731,7 +795,10 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
         sample_kernel<<<(unsigned)div_up((uint64_t)n * 32, 256), 256, 0, stream>>>(
             n, k, ids.get(), new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev, old_rev_cnt);
         check_launch("sample_kernel");
-        local_join_kernel<<<n, kJoinThreads, 0, stream>>>(ja);
+        if (metric_has_dot_form(metric))
+            local_join_kernel<true><<<n, kJoinThreads, 0, stream>>>(ja);
+        else
+            local_join_kernel<false><<<n, kJoinThreads, 0, stream>>>(ja);
         check_launch("local_join_kernel");
         merge_kernel<<<list_blocks, 32 * warps_per_block, warps_per_block * kpm * 8, stream>>>(
             n, k, kpm, ids.get(), dists.get(), slots.get(), updates.get());

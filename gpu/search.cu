@@ -16,8 +16,8 @@
  * so forgetting never duplicates results; it costs recomputed distances.
  */
 #include <algorithm>
-#include <cuda_fp16.h>
 
+#include "metric.cuh"
 #include "search.cuh"
 #include "sort.cuh"
 
@@ -34,50 +34,27 @@ struct Row;
 template <>
 struct Row<float> {
     static constexpr uint32_t per_chunk = 4;
-    /* partial L2 (or dot) over one 16-byte chunk */
-    __device__ static inline float chunk(const float *row, const float *q, uint32_t c, bool l2, float acc)
+    /* the metric's partial sum over one 16-byte chunk */
+    __device__ static inline float chunk(const float *row, const float *q, uint32_t c, MetricSum sum, float acc)
     {
-        float4 x = __ldg(reinterpret_cast<const float4 *>(row) + c);
-        float4 y = reinterpret_cast<const float4 *>(q)[c];
-        if (l2) {
-            float d0 = x.x - y.x, d1 = x.y - y.y, d2 = x.z - y.z, d3 = x.w - y.w;
-            acc = fmaf(d0, d0, acc);
-            acc = fmaf(d1, d1, acc);
-            acc = fmaf(d2, d2, acc);
-            acc = fmaf(d3, d3, acc);
-        } else {
-            acc = fmaf(x.x, y.x, acc);
-            acc = fmaf(x.y, y.y, acc);
-            acc = fmaf(x.z, y.z, acc);
-            acc = fmaf(x.w, y.w, acc);
-        }
-        return acc;
+        const float4 x = __ldg(reinterpret_cast<const float4 *>(row) + c);
+        const float4 y = reinterpret_cast<const float4 *>(q)[c];
+        const float xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+        return add_terms(sum, xs, ys, acc);
     }
 };
 
 template <>
 struct Row<__half> {
     static constexpr uint32_t per_chunk = 8;
-    __device__ static inline float chunk(const __half *row, const float *q, uint32_t c, bool l2, float acc)
+    __device__ static inline float chunk(const __half *row, const float *q, uint32_t c, MetricSum sum, float acc)
     {
-        uint4 raw = __ldg(reinterpret_cast<const uint4 *>(row) + c);
-        const __half2 *h = reinterpret_cast<const __half2 *>(&raw);
+        float xs[8];
+        halves_to_floats(__ldg(reinterpret_cast<const uint4 *>(row) + c), xs);
         const float4 *qv = reinterpret_cast<const float4 *>(q) + 2 * c;
-        float4 qa = qv[0], qb = qv[1];
-        float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 f = __half22float2(h[i]);
-            if (l2) {
-                float d0 = f.x - qs[2 * i], d1 = f.y - qs[2 * i + 1];
-                acc = fmaf(d0, d0, acc);
-                acc = fmaf(d1, d1, acc);
-            } else {
-                acc = fmaf(f.x, qs[2 * i], acc);
-                acc = fmaf(f.y, qs[2 * i + 1], acc);
-            }
-        }
-        return acc;
+        const float4 qa = qv[0], qb = qv[1];
+        const float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        return add_terms(sum, xs, qs, acc);
     }
 };
 
@@ -151,7 +128,7 @@ template <class T, int TEAM>
 __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_t *itopk, uint32_t itopk_cap,
                                     uint64_t *cand, uint32_t count)
 {
-    const bool l2 = a.metric == CAGRA_GPU_L2;
+    const MetricSum sum = metric_sum(a.metric);
     const uint32_t chunks = a.stride / Row<T>::per_chunk;
     const uint32_t team = threadIdx.x / TEAM, tl = threadIdx.x % TEAM;
     const uint32_t teams = blockDim.x / TEAM;
@@ -167,15 +144,13 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
             const T *row = vectors + (uint64_t)id * a.stride;
 #pragma unroll(TEAM == 32 ? 2 : 4)
             for (uint32_t ch = tl; ch < chunks; ch += TEAM)
-                acc = Row<T>::chunk(row, q, ch, l2, acc);
+                acc = Row<T>::chunk(row, q, ch, sum, acc);
         }
 #pragma unroll
         for (int o = TEAM / 2; o > 0; o >>= 1)
             acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o, TEAM);
-        if (valid && tl == 0) {
-            float d = l2 ? acc : (a.metric == CAGRA_GPU_INNER_PRODUCT ? -acc : 1.0f - acc);
-            cand[c] = ((uint64_t)ordered_key(d) << 32) | id;
-        }
+        if (valid && tl == 0)
+            cand[c] = ((uint64_t)ordered_key(distance_from_sum(a.metric, acc)) << 32) | id;
     }
     if (count <= 32 && itopk_cap <= 128) {
         __syncthreads();

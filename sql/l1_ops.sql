@@ -1,6 +1,5 @@
 -- vector_l1_ops: the L1 (taxicab) distance <+> as pgvector has it, indexed
--- by cagra (built and searched on the CPU; the GPU library has no L1
--- kernels yet), in float32 and in float16 storage.
+-- by cagra, in float32 and in float16 storage.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS cagra;
 RESET client_min_messages;

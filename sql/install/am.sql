@@ -33,8 +33,7 @@ CREATE OPERATOR CLASS vector_cosine_ops
     OPERATOR 1 <=> (vector, vector) FOR ORDER BY float_ops,
     FUNCTION 1 cagra_cosine_support(internal);
 
--- L1 (taxicab) distance; built and searched on the CPU (the GPU library has
--- no L1 kernels yet).  Only where the vector type has the <+> operator
+-- L1 (taxicab) distance.  Only where the vector type has the <+> operator
 -- (cagra's own type and pgvector's do; another type named vector may not).
 DO $l1$
 BEGIN

@@ -41,10 +41,9 @@ typedef enum CagraCopyMatch
 
 static std::map<CagraIndexId, std::unique_ptr<CagraIndexCopy>> copies;
 static std::map<CagraIndexId, std::unique_ptr<CagraStagedIndex>> uploads;
-/* Indexes whose copy could not be loaded, and why: over the limit, or of a
- * format the engine does not search (until the next reload: the limit is a
- * setting), or out of device memory (retried after a while: other copies or
- * builds may have given memory back). */
+/* Indexes whose copy could not be loaded, and why: over the limit (until
+ * the next reload: the limit is a setting) or out of device memory (retried
+ * after a while: other copies or builds may have given memory back). */
 typedef struct CagraLoadRefusal
 {
 	std::string message;
@@ -274,16 +273,6 @@ cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
 		}
 		CagraStagedIndex &s = *it->second;
 
-		std::string err;
-
-		if (p->first == 0 && !cagra_engine_supports(p->format, &err))
-		{
-			/* refused at the first chunk, and from then on */
-			uploads.erase(it);
-			too_large[id] = CagraLoadRefusal{err, 0};
-			strlcpy(msg, err.c_str(), msglen);
-			return CAGRA_REPLY_TOO_LARGE;
-		}
 		if (p->first == 0)
 			cagra_cache_begin_upload(s, p);
 		if (p->format != s.format || p->degree != s.degree || p->first != s.received ||

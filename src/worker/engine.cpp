@@ -21,8 +21,9 @@ static_assert(CAGRA_WORKER_MAX_K <= CAGRA_GPU_MAX_K && CAGRA_WORKER_MAX_K <= CAG
 			  "a worker search must fit the GPU kernel");
 static_assert((int) CAGRA_GPU_L2 == (int) cagra::Metric::L2 &&
 			  (int) CAGRA_GPU_INNER_PRODUCT == (int) cagra::Metric::InnerProduct &&
-			  (int) CAGRA_GPU_COSINE == (int) cagra::Metric::Cosine && cagra::kMetricCount == 4,
-			  "the GPU library's metrics are the core's (all but L1: cagra_gpu_has_metric)");
+			  (int) CAGRA_GPU_COSINE == (int) cagra::Metric::Cosine &&
+			  (int) CAGRA_GPU_L1 == (int) cagra::Metric::L1 && cagra::kMetricCount == 4,
+			  "the GPU library's metrics are the core's, all four");
 
 static const CagraGpuApi *gpu_api = nullptr;
 static std::vector<std::string> device_names;
@@ -58,17 +59,6 @@ cagra_gpu_dtype_of(cagra::ElementType type)
 			return CAGRA_GPU_FLOAT16;
 	}
 	return CAGRA_GPU_FLOAT32;
-}
-
-/* The GPU library has no L1 kernels (yet): such indexes are built and
- * searched on the CPU, the worker saying why. */
-bool
-cagra_engine_supports(const cagra::VectorFormat &format, std::string *msg)
-{
-	if (!gpu_api || format.metric != cagra::Metric::L1)
-		return true;
-	*msg = "the GPU library has no kernels for the L1 metric";
-	return false;
 }
 
 static cagra_gpu_metric
@@ -274,9 +264,6 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 			return CAGRA_REPLY_OK;
 		}
-		if (!cagra_engine_supports(staged.format, msg))
-			return CAGRA_REPLY_ERROR;
-
 		cagra_gpu_status st = gpu_api->index_load(device, staged.vectors.data(),
 												  cagra_gpu_dtype_of(staged.format.element), staged.key.n,
 												  staged.format.dim, staged.rows.data(), staged.degree,
@@ -427,8 +414,6 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 				   bool *long_edges, std::string *msg) noexcept
 {
 	return cagra_engine_guard(msg, [&]() -> CagraReply {
-		if (!cagra_engine_supports(format, msg))
-			return CAGRA_REPLY_ERROR;
 		if (gpu_api)
 		{
 			cagra_gpu_build_params p = cagra_gpu_build_params_of(params);

@@ -81,9 +81,6 @@ int			cagra_engine_device_count(void);
 void		cagra_engine_device(int d, std::string *name, uint64_t *total);
 
 /* Bytes a copy of this shape holds on a device. */
-/* Whether the engine builds and searches indexes of this format (msg: why not). */
-bool		cagra_engine_supports(const cagra::VectorFormat &format, std::string *msg);
-
 bool		cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t degree,
 									uint64_t *bytes, std::string *msg) noexcept;
 

@@ -1,9 +1,9 @@
 # test/t/102_worker_gpu.pl — the worker on a real device (run by
 # test/device-sql.sh on the GPU machine; skipped elsewhere): CREATE INDEX
 # is built on the GPU, searches are served by the GPU with the recall of
-# the CPU path, and a worker killed with SIGKILL during a batch takes the
-# cluster through crash recovery, after which the index checks clean and
-# the worker serves again.
+# the CPU path (float16 and L1 indexes too), and a worker killed with
+# SIGKILL during a batch takes the cluster through crash recovery, after
+# which the index checks clean and the worker serves again.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -58,6 +58,19 @@ cmp_ok($gpu_recall16, '>=', $gpu_recall - 0.005, 'float16 recall within 0.005 of
 my ($mb32, $mb16) = split /\|/, $mb;
 cmp_ok($mb16, '<', 0.75 * $mb32, 'float16 copy takes less device memory');
 $node->safe_psql('postgres', 'DROP INDEX items_v16');
+
+# vector_l1_ops: built and searched on the GPU like the other classes
+$node->safe_psql('postgres', 'CREATE INDEX items_l1 ON items USING cagra (v vector_l1_ops) WITH (build_device = gpu)');
+is($node->safe_psql('postgres', "SELECT metric, build_device FROM cagra_index_info('items_l1')"), 'l1|gpu',
+	'the L1 index was built on the GPU');
+(my $recall_l1 = $recall) =~ s/'items_v'/'items_l1'/;
+$recall_l1 =~ s/<->/<+>/;
+$q0 = status('queries');
+my $gpu_recall_l1 = $node->safe_psql('postgres', "SET enable_indexscan = off; $recall_l1");
+cmp_ok(status('queries') - $q0, '>=', 100, 'the L1 cagra_search was served by the GPU');
+diag("L1: recall\@10 $gpu_recall_l1");
+cmp_ok($gpu_recall_l1, '>=', 0.95, 'GPU L1 recall@10 >= 0.95');
+$node->safe_psql('postgres', 'DROP INDEX items_l1');
 
 $q0 = status('queries');
 my $scan = q{SET cagra.device = gpu; SET enable_seqscan = off;
