@@ -38,7 +38,7 @@ constexpr uint64_t kMaxNodes = 0x7FFFFFFEULL; /* ids keep bit 31 free for flags 
 constexpr uint32_t kMaxDim = cagra::kMaxDim;
 constexpr uint32_t kMaxRandomEntries = cagra::kMaxRandomEntries;
 constexpr uint32_t kMaxEntryNodes = cagra::kMaxStoredEntries;
-constexpr uint32_t kMaxCandidates = 4096; /* search_width * degree */
+constexpr uint32_t kMaxCandidates = CAGRA_GPU_MAX_STEP_CANDIDATES;
 /* Kept free beside our own buffers: the context, CUB scratch, fragmentation. */
 constexpr uint64_t kHeadroom = 64ULL << 20;
 

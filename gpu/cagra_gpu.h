@@ -37,6 +37,7 @@ extern "C" {
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
 #define CAGRA_GPU_MAX_ITOPK 512
+#define CAGRA_GPU_MAX_STEP_CANDIDATES 4096 /* search_width x graph degree */
 
 typedef enum {
     CAGRA_GPU_OK = 0,
