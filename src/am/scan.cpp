@@ -166,7 +166,7 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 	w->returned = (ItemPointerData *) palloc(sizeof(ItemPointerData) * req.k);
 	w->count = req.k;
 
-	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, query, w->ids, w->dists, w->tids,
+	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, query, NULL, w->ids, w->dists, w->tids,
 												 &copy, why, sizeof(why));
 
 	if (r != CAGRA_OFFLOAD_OK)
@@ -183,7 +183,7 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 		w->tids = NULL;
 	}
 	if (cagra_copy_is_partial(meta, &copy))
-		cagra_merge_tail(index, meta, &copy, 1, query, NULL, req.k, w->ids, w->dists);
+		cagra_merge_tail(index, meta, &copy, 1, query, NULL, NULL, req.k, w->ids, w->dists);
 	pfree(query);
 	return w;
 }

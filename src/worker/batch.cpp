@@ -32,10 +32,13 @@ extern "C" {
 /* Search threads running (0: batches run in the main loop). */
 static int	search_threads = 0;
 
+/* Whether two searches go into one launch: the same copy and request, and
+ * no filter (the kernel takes one bitset for the whole launch, and each
+ * filtered search brings its own). */
 static bool
 cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 {
-	return a->key.db == b->key.db && a->key.index == b->key.index &&
+	return !a->search.filtered && !b->search.filtered && a->key.db == b->key.db && a->key.index == b->key.index &&
 		a->key.relfilenode == b->key.relfilenode && a->key.generation == b->key.generation &&
 		a->key.n == b->key.n && cagra_same_search_request(&a->search, &b->search);
 }
@@ -216,9 +219,24 @@ cagra_worker_answer(const int *slots, int n)
 	cagra_answer(cagra_worker_shared, slots, n);
 }
 
+/* Why the worker cannot answer this payload of a batch of `req` against
+ * `copy`, or NULL. */
+static const char *
+cagra_search_payload_problem(CagraSearchPayload *p, const CagraSearchRequest &req, const CagraIndexCopy *copy)
+{
+	if (!p)
+		return "request segment gone";
+	if (p->dim != copy->format.dim || p->k != req.k)
+		return "query dimensions do not match the index copy";
+	if (req.filtered && p->filter_words < cagra_node_bitset_words(copy->key.n))
+		return "the allowed-node bitset is shorter than the index copy";
+	return NULL;
+}
+
 /* Run one batch (on a search thread, or here when there is none): gather
  * the queries of every payload, search, write each answer into its payload
- * and slot.  No PostgreSQL call. */
+ * and slot.  A filtered search is a batch of its own: its bitset is the
+ * batch's.  No PostgreSQL call. */
 static void
 cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 {
@@ -237,23 +255,27 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		std::vector<uint32> ids;
 		std::vector<float> dists;
 		uint32		nq = 0;
+		const uint64 *allowed = NULL;
 
 		queries.reserve(job->queries * dim);
 		for (int i = 0; i < n; i++)
 		{
 			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
 
-			if (!p || p->dim != dim || p->k != k)
+			if (cagra_search_payload_problem(p, req, copy))
 				continue;
 			queries.insert(queries.end(), cagra_search_queries(p), cagra_search_queries(p) + (size_t) p->nq * dim);
 			nq += p->nq;
+			if (req.filtered)
+				allowed = cagra_search_filter(p);
 		}
 		ids.resize((size_t) nq * k);
 		dists.resize((size_t) nq * k);
 
 		auto		started = std::chrono::steady_clock::now();
 
-		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, req, ids.data(), dists.data(), &msg)
+		r = nq > 0 ? cagra_engine_search(*copy, lane, queries.data(), nq, req, allowed, ids.data(), dists.data(),
+										 &msg)
 			: CAGRA_REPLY_OK;
 		pg_atomic_fetch_add_u64(&sh->search_us, (uint64) std::chrono::duration_cast<std::chrono::microseconds>(
 																						   std::chrono::steady_clock::now() - started).count());
@@ -264,12 +286,12 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		{
 			CagraRequestSlot *s = &sh->slots[job->picked[i]];
 			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
+			const char *problem = cagra_search_payload_problem(p, req, copy);
 
-			if (!p || p->dim != dim || p->k != k)
+			if (problem)
 			{
 				s->reply = CAGRA_REPLY_ERROR;
-				strlcpy(s->message, p ? "query dimensions do not match the index copy" : "request segment gone",
-						sizeof(s->message));
+				strlcpy(s->message, problem, sizeof(s->message));
 				continue;
 			}
 			s->reply = r;
