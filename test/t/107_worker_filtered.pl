@@ -3,7 +3,9 @@
 # one row (a traversal widened for the pass rate when many rows pass, each
 # allowed node measured when few do) returns only allowed rows, min(k,
 # matching) per query, recall@10 >= 0.95 against the exact filtered answer,
-# served by the worker; cancel works while a filtered request waits; with
+# served by the worker; an index scan with a WHERE the index does not see
+# continues on the worker in rounds of growing itopk_size, in distance
+# order, then on the CPU; cancel works while a filtered request waits; with
 # rows inserted, deleted and vacuumed by another session meanwhile, no row
 # that fails the filter or that the snapshot cannot see comes back.
 use strict;
@@ -101,12 +103,71 @@ is($node->safe_psql('postgres', q{
 	'100001,100002', 'appended allowed rows are found, appended rows not allowed are not');
 is(status('uploads'), $uploads, 'without a new copy');
 
+# --- index scans whose filter the index does not see ----------------------------
+# ORDER BY v <-> q LIMIT 10 WHERE cat < 5: one row in 20 passes, so the
+# first round (itopk_size 64) gives too few and the scan asks the worker
+# again with 128, 256, ... candidates
+my $scan_q = q{SELECT v FROM queries WHERE qno = 3};
+my $scan = qq{
+	SET enable_seqscan = off;
+	SET enable_bitmapscan = off;
+	SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+	  SELECT id, v, row_number() OVER () AS n FROM (
+	    SELECT id, v FROM items WHERE cat < 5 ORDER BY v <-> ($scan_q) LIMIT 10) l) s};
+like($node->safe_psql('postgres', qq{
+	SET enable_seqscan = off;
+	EXPLAIN (COSTS OFF) SELECT id FROM items WHERE cat < 5 ORDER BY v <-> ($scan_q) LIMIT 10}),
+	qr/Index Scan using items_v/, 'the filtered query is an index scan');
+
+# the ids of a scan's rows, and whether their distances never decrease
+sub scan_rows
+{
+	my ($out) = @_;
+	my (@ids, @d);
+	for (split /,/, $out)
+	{
+		my ($id, $dist) = split /:/;
+		push @ids, $id;
+		push @d, $dist;
+	}
+	my $sorted = 1;
+	$sorted &&= $d[$_ - 1] <= $d[$_] for 1 .. $#d;
+	return (\@ids, $sorted);
+}
+
+my $exact_ids = $node->safe_psql('postgres', qq{
+	SET enable_indexscan = off;
+	SELECT string_agg(id::text, ',' ORDER BY d) FROM (
+	  SELECT id, v <-> ($scan_q) AS d FROM items WHERE cat < 5 ORDER BY d LIMIT 10) s});
+my %exact = map { $_ => 1 } split /,/, $exact_ids;
+my $q0 = status('queries');
+my ($ids, $sorted) = scan_rows($node->safe_psql('postgres', $scan));
+my $rounds = status('queries') - $q0;
+is(scalar(@$ids), 10, 'the filtered index scan returns 10 rows');
+ok($sorted, 'in distance order');
+cmp_ok(scalar(grep { $exact{$_} } @$ids), '>=', 9, 'recall@10 of the scan >= 0.9');
+cmp_ok($rounds, '>=', 2, "the continuation was served by the worker ($rounds rounds)");
+cmp_ok($rounds, '<=', 4, 'in rounds up to itopk_size 512');
+
+# three matching rows: the rounds up to 512 find some, the CPU search the rest
+my $few = qq{
+	SET enable_seqscan = off;
+	SET enable_bitmapscan = off;
+	SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+	  SELECT id, v, row_number() OVER () AS n FROM (
+	    SELECT id, v FROM items WHERE id IN (17, 9999, 19999) ORDER BY v <-> ($scan_q) LIMIT 10) l) s};
+$q0 = status('queries');
+($ids, $sorted) = scan_rows($node->safe_psql('postgres', $few));
+is(join(',', sort { $a <=> $b } @$ids), '17,9999,19999', 'three matching rows: all three');
+ok($sorted, 'in distance order');
+is(status('queries') - $q0, 4, 'four worker rounds (64 .. 512), then the CPU search');
+
 # --- cancel while a filtered request waits in the worker's queue --------------------
 $node->append_conf('postgresql.conf', "cagra.batch_window = 1000000\n");
 $node->reload;
 $node->poll_query_until('postgres', "SELECT current_setting('cagra.batch_window') = '1000000'");
 sleep(1);    # the worker reloads on SIGHUP
-my $q0 = status('queries');
+$q0 = status('queries');
 my ($ret, $out, $err) = $node->psql('postgres', q{
 	SET statement_timeout = '300ms';
 	SELECT count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM queries), 10,
@@ -162,6 +223,19 @@ while ($writer->pumpable && $checks < 200)
 	{
 		$bad++;
 		diag("cagra_search: $r (rows failing, all there)");
+	}
+	# the index scan: 10 rows, in order (the executor checks the filter and
+	# the row's visibility itself)
+	($ids, $sorted) = scan_rows($node->safe_psql('postgres', qq{
+		SET enable_seqscan = off;
+		SET enable_bitmapscan = off;
+		SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+		  SELECT id, v, row_number() OVER () AS n FROM (
+		    SELECT id, v FROM items WHERE cat = 7 ORDER BY v <-> ($scan_q) LIMIT 10) l) s}));
+	if (!(scalar(@$ids) == 10 && $sorted))
+	{
+		$bad++;
+		diag('index scan: ' . scalar(@$ids) . " rows, sorted $sorted");
 	}
 	$checks++;
 }
