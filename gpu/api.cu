@@ -236,6 +236,7 @@ struct cagra_gpu_search_context {
     DeviceBuffer<uint32_t> ids;
     DeviceBuffer<float> dists;
     DeviceBuffer<uint64_t> filter;
+    DeviceBuffer<uint32_t> nodes; /* cagra_gpu_search_nodes */
 
     ~cagra_gpu_search_context()
     {
@@ -613,22 +614,123 @@ cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uin
     return cagra_gpu_search_in(&ix->search, ix, queries, nq, k, p, filter, ids_out, distances_out);
 }
 
+} /* extern "C" */
+
+namespace {
+
+/* What every search checks of its context and index. */
+void check_context(const cagra_gpu_search_context *ctx, const cagra_gpu_index *ix)
+{
+    if (!ctx || !ix)
+        invalid("context and index must not be NULL");
+    if (ctx->device != ix->device)
+        invalid("the search context is on device " + std::to_string(ctx->device) + ", the index on device " +
+                std::to_string(ix->device));
+}
+
+/* ... and of a batch that is not empty. */
+void check_batch(const float *queries, uint32_t k, const uint32_t *ids_out, const float *distances_out)
+{
+    if (!queries || !ids_out || !distances_out)
+        invalid("queries, ids_out and distances_out must not be NULL");
+    if (k == 0 || k > CAGRA_GPU_MAX_K)
+        invalid("k " + std::to_string(k) + " is out of range 1.." + std::to_string(CAGRA_GPU_MAX_K));
+}
+
+/* The kernel's description for a search of `ix` (entries, filter and
+ * iterations left to the caller). */
+SearchArgs index_args(const cagra_gpu_index *ix, uint32_t k)
+{
+    SearchArgs a{};
+    a.vectors = ix->vectors.get();
+    a.graph = ix->graph.get();
+    a.entries = ix->entries.get();
+    a.n = (uint32_t)ix->n;
+    a.dim = ix->dim;
+    a.stride = ix->stride;
+    a.degree = ix->degree;
+    a.entry_count = ix->entry_count;
+    a.metric = ix->metric;
+    a.k = k;
+    return a;
+}
+
+/* Plan `a` (shared memory), copy the queries and the filter (NULL: none)
+ * or, for distinct entries, the `count` ids of `nodes` to the device, run
+ * the kernel and copy the answers back. */
+void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchArgs &a, uint32_t width, uint32_t itopk,
+               const float *queries, uint32_t nq, const uint64_t *filter, const uint32_t *nodes, uint32_t count,
+               uint32_t *ids_out, float *distances_out)
+{
+    check(cudaSetDevice(ix->device), "cudaSetDevice");
+    plan_search(a, width, ix->degree, itopk);
+    int max_smem = 0;
+    check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
+          "cudaDeviceGetAttribute");
+    if (a.smem_bytes + 64 > (size_t)max_smem)
+        invalid("this search needs " + std::to_string(a.smem_bytes) +
+                " bytes of shared memory per query, more than the device's " + std::to_string(max_smem) +
+                ": lower itopk_size or search_width");
+
+    const uint64_t fwords = filter ? div_up(ix->n, 64) : 0;
+    const uint32_t k = a.k;
+    ensure(ctx->queries, (uint64_t)nq * ix->stride, "this search batch");
+    ensure(ctx->ids, (uint64_t)nq * k, "this search batch");
+    ensure(ctx->dists, (uint64_t)nq * k, "this search batch");
+    ensure(ctx->filter, fwords, "this search batch");
+    ensure(ctx->nodes, a.entries_distinct ? count : 0, "this search batch");
+    DeviceBuffer<float> &dq = ctx->queries;
+    DeviceBuffer<uint32_t> &dids = ctx->ids;
+    DeviceBuffer<float> &ddist = ctx->dists;
+    cudaStream_t s = ctx->stream.s;
+    if (ctx->started)
+        check(cudaEventRecord(ctx->started, s), "cudaEventRecord");
+    if (ix->stride != ix->dim)
+        check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
+    check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, queries, ix->dim * 4, ix->dim * 4, nq, cudaMemcpyHostToDevice, s),
+          "copying the queries to the device");
+    if (filter)
+        check(cudaMemcpyAsync(ctx->filter.get(), filter, fwords * 8, cudaMemcpyHostToDevice, s),
+              "copying the filter to the device");
+    if (a.entries_distinct && count)
+        check(cudaMemcpyAsync(ctx->nodes.get(), nodes, (uint64_t)count * 4, cudaMemcpyHostToDevice, s),
+              "copying the nodes to the device");
+    a.queries = dq.get();
+    a.filter = filter ? ctx->filter.get() : nullptr;
+    if (a.entries_distinct) {
+        a.entries = ctx->nodes.get();
+        a.entry_count = count;
+    }
+    a.ids_out = dids.get();
+    a.dist_out = ddist.get();
+    run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);
+    check(cudaMemcpyAsync(ids_out, dids.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
+          "copying the results to the host");
+    check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
+          "copying the results to the host");
+    if (ctx->blocking_wait) {
+        check(cudaEventRecord(ctx->done, s), "cudaEventRecord");
+        check(cudaEventSynchronize(ctx->done), "the search");
+    } else {
+        check(cudaStreamSynchronize(s), "the search");
+    }
+}
+
+} // namespace
+
+extern "C" {
+
 cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix, const float *queries,
                                      uint32_t nq, uint32_t k, const cagra_gpu_search_params *p, const uint64_t *filter,
                                      uint32_t *ids_out, float *distances_out)
 {
     return guarded([&] {
-        if (!ctx || !ix || !p)
-            invalid("context, index and params must not be NULL");
-        if (ctx->device != ix->device)
-            invalid("the search context is on device " + std::to_string(ctx->device) + ", the index on device " +
-                    std::to_string(ix->device));
+        check_context(ctx, ix);
+        if (!p)
+            invalid("params must not be NULL");
         if (nq == 0)
             return;
-        if (!queries || !ids_out || !distances_out)
-            invalid("queries, ids_out and distances_out must not be NULL");
-        if (k == 0 || k > CAGRA_GPU_MAX_K)
-            invalid("k " + std::to_string(k) + " is out of range 1.." + std::to_string(CAGRA_GPU_MAX_K));
+        check_batch(queries, k, ids_out, distances_out);
         if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
             invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) +
                     ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
@@ -639,66 +741,46 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
             invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
         if (p->random_entries == 0 && ix->entry_count == 0)
             invalid("no entry nodes: give the index entry nodes or random_entries > 0");
-        check(cudaSetDevice(ix->device), "cudaSetDevice");
 
-        SearchArgs a{};
-        a.vectors = ix->vectors.get();
-        a.graph = ix->graph.get();
-        a.entries = ix->entries.get();
-        a.n = (uint32_t)ix->n;
-        a.dim = ix->dim;
-        a.stride = ix->stride;
-        a.degree = ix->degree;
-        a.entry_count = ix->entry_count;
-        a.metric = ix->metric;
-        a.k = k;
+        SearchArgs a = index_args(ix, k);
         a.random_entries = p->random_entries;
         a.seed = p->seed;
         a.max_iterations = search_max_iterations(p->itopk_size, p->search_width, p->max_iterations);
-        plan_search(a, p->search_width, ix->degree, p->itopk_size);
-        int max_smem = 0;
-        check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
-              "cudaDeviceGetAttribute");
-        if (a.smem_bytes + 64 > (size_t)max_smem)
-            invalid("this search needs " + std::to_string(a.smem_bytes) +
-                    " bytes of shared memory per query, more than the device's " + std::to_string(max_smem) +
-                    ": lower itopk_size or search_width");
+        run_batch(ctx, ix, a, p->search_width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
+    });
+}
 
-        const uint64_t fwords = filter ? div_up(ix->n, 64) : 0;
-        ensure(ctx->queries, (uint64_t)nq * ix->stride, "this search batch");
-        ensure(ctx->ids, (uint64_t)nq * k, "this search batch");
-        ensure(ctx->dists, (uint64_t)nq * k, "this search batch");
-        ensure(ctx->filter, fwords, "this search batch");
-        DeviceBuffer<float> &dq = ctx->queries;
-        DeviceBuffer<uint32_t> &dids = ctx->ids;
-        DeviceBuffer<float> &ddist = ctx->dists;
-        DeviceBuffer<uint64_t> &dfilter = ctx->filter;
-        cudaStream_t s = ctx->stream.s;
-        if (ctx->started)
-            check(cudaEventRecord(ctx->started, s), "cudaEventRecord");
-        if (ix->stride != ix->dim)
-            check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
-        check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, queries, ix->dim * 4, ix->dim * 4, nq, cudaMemcpyHostToDevice,
-                                s),
-              "copying the queries to the device");
-        if (filter)
-            check(cudaMemcpyAsync(dfilter.get(), filter, fwords * 8, cudaMemcpyHostToDevice, s),
-                  "copying the filter to the device");
-        a.queries = dq.get();
-        a.filter = filter ? dfilter.get() : nullptr;
-        a.ids_out = dids.get();
-        a.dist_out = ddist.get();
-        run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);
-        check(cudaMemcpyAsync(ids_out, dids.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
-              "copying the results to the host");
-        check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
-              "copying the results to the host");
-        if (ctx->blocking_wait) {
-            check(cudaEventRecord(ctx->done, s), "cudaEventRecord");
-            check(cudaEventSynchronize(ctx->done), "the search");
-        } else {
-            check(cudaStreamSynchronize(s), "the search");
-        }
+cagra_gpu_status cagra_gpu_search_nodes(cagra_gpu_index *ix, const float *queries, uint32_t nq, uint32_t k,
+                                        const uint32_t *nodes, uint32_t count, uint32_t *ids_out, float *distances_out)
+{
+    if (!ix) {
+        last_error = "index must not be NULL";
+        return CAGRA_GPU_INVALID_ARGUMENT;
+    }
+    return cagra_gpu_search_nodes_in(&ix->search, ix, queries, nq, k, nodes, count, ids_out, distances_out);
+}
+
+cagra_gpu_status cagra_gpu_search_nodes_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix, const float *queries,
+                                           uint32_t nq, uint32_t k, const uint32_t *nodes, uint32_t count,
+                                           uint32_t *ids_out, float *distances_out)
+{
+    return guarded([&] {
+        check_context(ctx, ix);
+        if (nq == 0)
+            return;
+        check_batch(queries, k, ids_out, distances_out);
+        if (count > 0 && !nodes)
+            invalid("nodes must not be NULL");
+        for (uint32_t i = 0; i < count; i++)
+            if (nodes[i] >= ix->n)
+                invalid("node " + std::to_string(nodes[i]) + " is not in the index (" + std::to_string(ix->n) +
+                        " nodes)");
+        /* every node an entry, no iteration: the kernel keeps the k nearest */
+        SearchArgs a = index_args(ix, k);
+        a.entries_distinct = true;
+        a.random_entries = 0;
+        a.max_iterations = 0;
+        run_batch(ctx, ix, a, 1, k, queries, nq, nullptr, nodes, count, ids_out, distances_out);
     });
 }
 

@@ -31,8 +31,9 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature, struct or enum below changes (5: the L1
- * metric); compare cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 5
+ * metric; 6: device time of a search, searches of a node list); compare
+ * cagra_gpu_api_version() with this after dlopen(). */
+#define CAGRA_GPU_API_VERSION 6
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -145,9 +146,12 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_load(int device, const void *v
  * Search nq prepared float32 queries (nq x dim, host) for their k nearest
  * nodes.  filter: NULL, or ceil(n / 64) uint64 words where bit (i % 64) of
  * word i / 64 set means node i may be returned; other nodes are traversed
- * but never returned.  ids_out / distances_out: nq x k, each row sorted by
- * exact float32 distance; rows with fewer than k results are padded with
- * CAGRA_GPU_INVALID_NODE and +infinity.
+ * but never returned (and leave the candidates once expanded, so that they
+ * fill with nodes that pass; with a selective filter, raise itopk_size and
+ * max_iterations by the inverse of the pass rate, or use
+ * cagra_gpu_search_nodes).  ids_out / distances_out: nq x k, each row
+ * sorted by exact float32 distance; rows with fewer than k results are
+ * padded with CAGRA_GPU_INVALID_NODE and +infinity.
  */
 CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search(cagra_gpu_index *index, const float *queries, uint32_t nq,
                                                    uint32_t k, const cagra_gpu_search_params *params,
@@ -174,6 +178,20 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *
  * `context` (query copy, kernel, result copy, timed by CUDA events), or a
  * negative value when there was none. */
 CAGRA_GPU_EXPORT float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *context);
+
+/*
+ * The k nearest of `count` given nodes (distinct ids below the index's n,
+ * host memory) for each of nq queries: every distance is computed, so the
+ * answer is exact; for filters that let so few nodes pass that measuring
+ * each costs less than a traversal.  Outputs as cagra_gpu_search.
+ */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_nodes(cagra_gpu_index *index, const float *queries, uint32_t nq,
+                                                         uint32_t k, const uint32_t *nodes, uint32_t count,
+                                                         uint32_t *ids_out, float *distances_out);
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_nodes_in(cagra_gpu_search_context *context, cagra_gpu_index *index,
+                                                            const float *queries, uint32_t nq, uint32_t k,
+                                                            const uint32_t *nodes, uint32_t count, uint32_t *ids_out,
+                                                            float *distances_out);
 
 /* Device bytes the index holds, and its shape. */
 CAGRA_GPU_EXPORT uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *index);

@@ -14,6 +14,18 @@
  * with the ids now in itopk.  A forgotten node can only come back with a
  * distance no better than the current itopk's worst (which only decreases),
  * so forgetting never duplicates results; it costs recomputed distances.
+ *
+ * With a filter, a parent the filter rejects leaves itopk once expanded, so
+ * that itopk fills with nodes that may be returned however few pass (a
+ * traversal otherwise ends with itopk full of rejected nodes).  Such a node
+ * is forgotten by the hash with the rest; coming back it would be expanded
+ * again, and the search would walk the same ground after every forgetting.
+ * So after forgetting, a rejected candidate closer than the best unexpanded
+ * entry of itopk at that moment (closer nodes were, as a rule, met and
+ * expanded before) is dropped.
+ *
+ * With entries_distinct the entries are given node ids, measured without
+ * the hash: with no iteration, the exact nearest of those nodes.
  */
 #include <algorithm>
 
@@ -122,11 +134,17 @@ __device__ void warp_merge_small(uint64_t *itopk, const uint64_t *cand, uint32_t
         itopk[r * 32 + lane] = v[r];
 }
 
+__device__ inline bool filter_passes(const uint64_t *filter, uint32_t id)
+{
+    return (filter[id >> 6] >> (id & 63)) & 1ULL;
+}
+
 /* Computes distances for cand[0..count), pads up to the sort size, sorts,
- * and merges into itopk.  All threads call it. */
+ * and merges into itopk; a rejected candidate whose ordered distance is
+ * below `drop_below` is dropped.  All threads call it. */
 template <class T, int TEAM>
 __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_t *itopk, uint32_t itopk_cap,
-                                    uint64_t *cand, uint32_t count)
+                                    uint64_t *cand, uint32_t count, uint32_t drop_below)
 {
     const MetricSum sum = metric_sum(a.metric);
     const uint32_t chunks = a.stride / Row<T>::per_chunk;
@@ -149,8 +167,10 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
 #pragma unroll
         for (int o = TEAM / 2; o > 0; o >>= 1)
             acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o, TEAM);
-        if (valid && tl == 0)
-            cand[c] = ((uint64_t)ordered_key(distance_from_sum(a.metric, acc)) << 32) | id;
+        if (valid && tl == 0) {
+            uint32_t dk = ordered_key(distance_from_sum(a.metric, acc));
+            cand[c] = dk < drop_below && !filter_passes(a.filter, id) ? kEmptyKey : ((uint64_t)dk << 32) | id;
+        }
     }
     if (count <= 32 && itopk_cap <= 128) {
         __syncthreads();
@@ -181,11 +201,30 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
     block_bitonic_merge(itopk, itopk_cap);
 }
 
+/* One warp removes the empty entries of a sorted buffer of `cap` keys (a
+ * multiple of 32), keeping the order: each write lands at or before the
+ * entry it moves, after the warp has read it.  Not inlined: inlined, it
+ * pushed the fp16 kernels past their 40 registers into spilling. */
+__device__ __noinline__ void close_gaps(uint64_t *buf, uint32_t cap, uint32_t lane)
+{
+    const uint32_t lt = (1u << lane) - 1;
+    uint32_t kept = 0;
+    for (uint32_t base = 0; base < cap; base += 32) {
+        uint64_t key = buf[base + lane];
+        uint32_t mask = __ballot_sync(0xFFFFFFFFu, key != kEmptyKey);
+        if (key != kEmptyKey)
+            buf[kept + __popc(mask & lt)] = key;
+        kept += __popc(mask);
+    }
+    for (uint32_t i = kept + lane; i < cap; i += 32)
+        buf[i] = kEmptyKey;
+}
+
 template <class T, int TEAM>
 __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ uint32_t s_cand_count, s_hash_count, s_parents;
+    __shared__ uint32_t s_cand_count, s_hash_count, s_parents, s_drop_below;
     float *q = reinterpret_cast<float *>(smem + a.query_off);
     uint64_t *itopk = reinterpret_cast<uint64_t *>(smem + a.itopk_off);
     uint64_t *cand = reinterpret_cast<uint64_t *>(smem + a.cand_off);
@@ -205,6 +244,7 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
     if (tid == 0) {
         s_cand_count = 0;
         s_hash_count = 0;
+        s_drop_below = 0; /* no candidate is dropped */
     }
     __syncthreads();
 
@@ -215,7 +255,7 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
             uint32_t idx = base + t;
             uint32_t id = idx < a.entry_count ? a.entries[idx]
                                               : (uint32_t)(splitmix64(a.seed ^ ((uint64_t)qi << 32 | idx)) % a.n);
-            if (hash_insert(hash, hmask, &s_hash_count, id))
+            if (a.entries_distinct || hash_insert(hash, hmask, &s_hash_count, id))
                 cand[atomicAdd(&s_cand_count, 1u)] = id;
         }
         __syncthreads();
@@ -224,7 +264,7 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
         if (tid == 0)
             s_cand_count = 0;
         if (count)
-            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count);
+            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count, 0);
         __syncthreads();
     }
 
@@ -242,10 +282,26 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
                 if (id != kInvalid)
                     hash_insert(hash, hmask, &s_hash_count, id & ~kExpanded);
             }
+            if (a.filter && warp == 0) {
+                /* the ordered distance of the best unexpanded entry */
+                uint32_t best_unexpanded = 0;
+                for (uint32_t base = 0; base < a.itopk; base += 32) {
+                    uint32_t i = base + lane;
+                    uint32_t id = i < a.itopk ? (uint32_t)itopk[i] : kInvalid;
+                    uint32_t mask = __ballot_sync(0xFFFFFFFFu, id != kInvalid && !(id & kExpanded));
+                    if (mask) {
+                        best_unexpanded = (uint32_t)(itopk[base + __ffs(mask) - 1] >> 32);
+                        break;
+                    }
+                }
+                if (lane == 0)
+                    s_drop_below = best_unexpanded;
+            }
             __syncthreads();
         }
         if (warp == 0) {
             uint32_t found = 0;
+            bool removed = false;
             for (uint32_t base = 0; base < a.itopk && found < a.width; base += 32) {
                 uint32_t i = base + lane;
                 uint64_t key = i < a.itopk ? itopk[i] : kEmptyKey;
@@ -253,12 +309,17 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
                 bool ok = id != kInvalid && !(id & kExpanded);
                 uint32_t mask = __ballot_sync(0xFFFFFFFFu, ok);
                 uint32_t r = found + __popc(mask & lt);
+                bool rejected = false;
                 if (ok && r < a.width) {
                     parents[r] = id;
-                    itopk[i] = key | kExpanded;
+                    rejected = a.filter && !filter_passes(a.filter, id);
+                    itopk[i] = rejected ? kEmptyKey : key | kExpanded;
                 }
+                removed |= __any_sync(0xFFFFFFFFu, rejected);
                 found += __popc(mask);
             }
+            if (removed)
+                close_gaps(itopk, a.itopk_cap, lane);
             if (lane == 0)
                 s_parents = min(found, a.width);
         }
@@ -278,7 +339,7 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
         if (tid == 0)
             s_cand_count = 0;
         if (count)
-            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count);
+            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count, s_drop_below);
         __syncthreads();
     }
 
@@ -292,7 +353,7 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
             bool ok = id != kInvalid;
             id &= ~kExpanded;
             if (ok && a.filter)
-                ok = (a.filter[id >> 6] >> (id & 63)) & 1ULL;
+                ok = filter_passes(a.filter, id);
             uint32_t mask = __ballot_sync(0xFFFFFFFFu, ok);
             uint32_t r = written + __popc(mask & lt);
             if (ok && r < a.k) {
@@ -353,10 +414,12 @@ void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
      * nodes in chunks of at most 1024 */
     const uint32_t entries = a.entry_count + a.random_entries;
     a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), std::min(1024u, pow2_at_least(entries))});
-    /* room for every entry node, and for itopk plus an iteration's
-     * candidates below half load after each forgetting */
+    /* room for every entry node (but distinct ones, which skip it), and for
+     * itopk plus an iteration's candidates below half load after each
+     * forgetting */
+    const uint32_t hashed = a.entries_distinct ? 0 : entries;
     a.hash_slots =
-        std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)), pow2_at_least(2 * (entries + a.step_cands))});
+        std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)), pow2_at_least(2 * (hashed + a.step_cands))});
     size_t off = 0;
     a.query_off = off;
     off += round_up(a.stride * sizeof(float), 16);

@@ -14,6 +14,7 @@ struct SearchArgs {
     const uint32_t *graph;
     const uint32_t *entries;
     uint32_t n, dim, stride, degree, entry_count;
+    bool entries_distinct; /* the entries are distinct node ids: measured without the visited hash */
     cagra_gpu_metric metric;
     /* batch */
     const float *queries; /* nq rows of `stride` floats, zero padded */

@@ -1,7 +1,10 @@
 -- cagra_search(index, queries, k, allowed tid[]): only the rows `allowed`
 -- names come back (their nodes are the filter), min(k, matching) of them
 -- per query, nearest first; exact over few allowed rows, a filtered
--- traversal over many; a ctid that a HOT update moved still counts.
+-- traversal widened for the pass rate over many (cagra::plan_filtered_search;
+-- here in the backend: pg_regress runs without the worker, which
+-- test/t/107_worker_filtered.pl covers); a ctid that a HOT update moved
+-- still counts.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS cagra;
 RESET client_min_messages;
@@ -13,9 +16,11 @@ CREATE INDEX ft_v ON ft USING cagra (v) WITH (graph_degree = 16, intermediate_gr
 CREATE TABLE fq AS SELECT row_number() OVER (ORDER BY id) AS qno, v AS q FROM ft WHERE id % 3001 = 5;
 
 -- For the rows `filter` selects: per query, whether cagra_search's rows all
--- pass it, how many there are, and how many of the exact filtered top k.
+-- pass it, how many there are, and whether recall@k against the exact
+-- filtered top k reaches 0.95 (a bound, not the value: with the worker on
+-- a GPU, test/device-sql.sh runs this file too).
 CREATE FUNCTION pg_temp.check(filter text, k int)
-RETURNS TABLE (queries bigint, rows_per_query numeric, all_pass boolean, recall numeric)
+RETURNS TABLE (queries bigint, rows_per_query numeric, all_pass boolean, recall_095 boolean)
 LANGUAGE plpgsql AS $$
 BEGIN
 	RETURN QUERY EXECUTE format($q$
@@ -28,8 +33,8 @@ BEGIN
 				SELECT id FROM ft WHERE %1$s ORDER BY v <-> fq.q LIMIT %2$s) x)
 		SELECT count(DISTINCT g.query), round(count(*)::numeric / count(DISTINCT g.query), 2),
 		       bool_and(g.id IN (SELECT id FROM ft WHERE %1$s)),
-		       round((SELECT count(*) FROM got JOIN want USING (query, id))::numeric /
-		             (SELECT count(*) FROM want), 3)
+		       (SELECT count(*) FROM got JOIN want USING (query, id))::numeric /
+		       (SELECT count(*) FROM want) >= 0.95
 		  FROM got g $q$, filter, k);
 END
 $$;
@@ -40,11 +45,15 @@ SELECT * FROM pg_temp.check('tenant = 7', 10);
 SELECT * FROM pg_temp.check('id = 12345', 10);
 -- 27,000 rows allowed: a filtered traversal
 SELECT * FROM pg_temp.check('tenant < 45', 10);
+-- 9,000 (30%): more than a traversal of 214 candidates measures (at most
+-- 7,360 distances), so that traversal
+SELECT * FROM pg_temp.check('tenant < 15', 10);
 RESET enable_indexscan;
 
--- no allowed row, or only NULLs: no rows
+-- no allowed row, or only NULLs, or TIDs of no row: no rows
 SELECT count(*) FROM cagra_search('ft_v', ARRAY(SELECT q FROM fq), 5, '{}'::tid[]);
 SELECT count(*) FROM cagra_search('ft_v', ARRAY(SELECT q FROM fq), 5, ARRAY[NULL]::tid[]);
+SELECT count(*) FROM cagra_search('ft_v', ARRAY(SELECT q FROM fq), 5, '{"(0,0)","(999999,1)","(1,65535)"}'::tid[]);
 -- a row moved by a HOT update is still found through its new ctid
 -- (a HOT update: no new index entry, the index keeps the chain's root)
 SELECT ctid AS old_ctid, (SELECT nodes FROM cagra_index_info('ft_v')) AS old_nodes FROM ft WHERE id = 4242 \gset

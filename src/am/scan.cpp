@@ -6,7 +6,8 @@
  * executor keeps asking (filters, large LIMIT) the same Searcher continues,
  * up to cagra.max_scan_tuples rows in all.  Deleted nodes are traversed,
  * never returned.  When the GPU worker serves the search, its results come
- * first and the CPU Searcher takes over if the executor wants more.
+ * first, in rounds of growing itopk_size up to the kernel's 512, and the
+ * CPU Searcher takes over if the executor wants more still.
  */
 #include "am/accessor.h"
 
@@ -64,20 +65,27 @@ cagra_reset_scan_state(CagraScanState *s) noexcept
 }
 
 /*
- * The GPU worker's answer for the scan's query: node ids in distance order
+ * The GPU worker's rounds for the scan's query: node ids in distance order
  * with the copy's heap TIDs (under an MVCC snapshot; else NULL and the node
- * headers are read).  Returned first; if the executor wants more, the CPU
- * Searcher continues and skips what the worker already gave.
+ * headers are read).  A round asks for k = itopk_size results; when the
+ * executor wants more than it gave, the next asks for twice as many, up to
+ * the kernel's 512, and then the CPU Searcher continues.  Each skips rows
+ * the worker already gave and rows closer than the last one returned, so
+ * the order the executor trusts holds.
  */
 typedef struct CagraWorkerRound
 {
+	float	   *query;			/* prepared */
+	bool		mvcc_snapshot;
+	uint32		k;				/* this round's k (and itopk_size) */
 	uint32		count;
 	uint32		pos;
 	uint32	   *ids;
 	float	   *dists;
 	uint64	   *tids;
-	ItemPointerData *returned;
+	ItemPointerData *returned;	/* every row the rounds returned */
 	uint32		nreturned;
+	uint32		returned_size;
 	double		last_value;
 } CagraWorkerRound;
 
@@ -118,17 +126,70 @@ typedef struct CagraScanOpaqueData
 
 typedef CagraScanOpaqueData *CagraScanOpaque;
 
+/* The answers of the round before. */
+static void
+cagra_worker_round_clear(CagraWorkerRound *w)
+{
+	if (w->ids)
+		pfree(w->ids);
+	if (w->dists)
+		pfree(w->dists);
+	if (w->tids)
+		pfree(w->tids);
+	w->ids = NULL;
+	w->dists = NULL;
+	w->tids = NULL;
+	w->count = w->pos = 0;
+}
+
 static void
 cagra_worker_round_end(CagraWorkerRound *w)
 {
 	if (!w)
 		return;
-	pfree(w->ids);
-	pfree(w->dists);
-	if (w->tids)
-		pfree(w->tids);
+	cagra_worker_round_clear(w);
+	pfree(w->query);
 	pfree(w->returned);
 	pfree(w);
+}
+
+/* One round of k results from the worker (its itopk_size k too); false,
+ * with the fallback counted or reported, when the worker did not serve it. */
+static bool
+cagra_worker_round_ask(CagraWorkerRound *w, Relation index, const CagraMetaData *meta, uint32 k)
+{
+	CagraSearchRequest req;
+	char		why[256];
+	CagraCopyExtent copy;
+
+	cagra_worker_round_clear(w);
+	req.params = cagra_search_params();
+	req.k = k;
+	req.params.itopk_size = k;
+	w->k = k;
+	w->ids = (uint32 *) palloc(sizeof(uint32) * k);
+	w->dists = (float *) palloc(sizeof(float) * k);
+	w->tids = (uint64 *) palloc(sizeof(uint64) * k);
+
+	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, w->query, NULL, w->ids, w->dists, w->tids,
+												 &copy, why, sizeof(why));
+
+	if (r != CAGRA_OFFLOAD_OK)
+	{
+		cagra_worker_search_fallback(r, why);
+		cagra_worker_round_clear(w);
+		return false;
+	}
+	/* the nodes it lacks have no copy TID; other snapshots want the headers */
+	if (cagra_copy_is_partial(meta, &copy) || !w->mvcc_snapshot)
+	{
+		pfree(w->tids);
+		w->tids = NULL;
+	}
+	if (cagra_copy_is_partial(meta, &copy))
+		cagra_merge_tail(index, meta, &copy, 1, w->query, NULL, NULL, k, w->ids, w->dists);
+	w->count = k;
+	return true;
 }
 
 /* Ask the worker for the nearest nodes of `raw` (not yet prepared); NULL:
@@ -136,17 +197,13 @@ cagra_worker_round_end(CagraWorkerRound *w)
 static CagraWorkerRound *
 cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float *raw, bool mvcc_snapshot)
 {
-	CagraSearchRequest req;
-	char		why[256];
-	CagraCopyExtent copy;
-
 	if (!cagra_worker_wanted("search"))
 		return NULL;
 
-	req.params = cagra_search_params();
-	req.k = Min(Max(req.params.itopk_size, (uint32) 1), (uint32) CAGRA_WORKER_MAX_K);
-	req.params.itopk_size = Max(req.params.itopk_size, req.k);
-	if (req.params.itopk_size > CAGRA_WORKER_MAX_K)
+	cagra::SearchParams params = cagra_search_params();
+	uint32		k = Max(params.itopk_size, (uint32) 1);
+
+	if (k > CAGRA_WORKER_MAX_K)
 	{
 		if (cagra_device == CAGRA_SEARCH_GPU)
 			ereport(ERROR,
@@ -157,39 +214,37 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 	}
 
 	CagraWorkerRound *w = (CagraWorkerRound *) palloc0(sizeof(CagraWorkerRound));
-	float	   *query = (float *) palloc(sizeof(float) * meta->dims);
 
-	cagra_prepare((cagra::Metric) meta->metric, raw, query, meta->dims);
-	w->ids = (uint32 *) palloc(sizeof(uint32) * req.k);
-	w->dists = (float *) palloc(sizeof(float) * req.k);
-	w->tids = (uint64 *) palloc(sizeof(uint64) * req.k);
-	w->returned = (ItemPointerData *) palloc(sizeof(ItemPointerData) * req.k);
-	w->count = req.k;
-
-	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, query, w->ids, w->dists, w->tids,
-												 &copy, why, sizeof(why));
-
-	if (r != CAGRA_OFFLOAD_OK)
+	w->query = (float *) palloc(sizeof(float) * meta->dims);
+	cagra_prepare((cagra::Metric) meta->metric, raw, w->query, meta->dims);
+	w->mvcc_snapshot = mvcc_snapshot;
+	w->returned_size = k;
+	w->returned = (ItemPointerData *) palloc(sizeof(ItemPointerData) * w->returned_size);
+	if (!cagra_worker_round_ask(w, index, meta, k))
 	{
-		cagra_worker_search_fallback(r, why);
 		cagra_worker_round_end(w);
-		pfree(query);
 		return NULL;
 	}
-	/* the nodes it lacks have no copy TID; other snapshots want the headers */
-	if (cagra_copy_is_partial(meta, &copy) || !mvcc_snapshot)
-	{
-		pfree(w->tids);
-		w->tids = NULL;
-	}
-	if (cagra_copy_is_partial(meta, &copy))
-		cagra_merge_tail(index, meta, &copy, 1, query, NULL, req.k, w->ids, w->dists);
-	pfree(query);
 	return w;
 }
 
-/* The worker's next live result (TID and operator value); false when none
- * is left. */
+/* Whether a result must be skipped: the worker's rounds returned it, or
+ * one farther than it. */
+static bool
+cagra_worker_round_skips(const CagraWorkerRound *w, ItemPointer tid, double value)
+{
+	if (w->nreturned == 0)
+		return false;
+	if (value < w->last_value)
+		return true;
+	for (uint32 i = 0; i < w->nreturned; i++)
+		if (ItemPointerEquals(&w->returned[i], tid))
+			return true;
+	return false;
+}
+
+/* The rounds' next result to return (TID and operator value); false when
+ * this round has none left. */
 static bool
 cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData *meta,
 						const CagraOrderValues *order, ItemPointer tid, double *value)
@@ -213,8 +268,15 @@ cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData
 			if (!cagra_node_is_live(hdr.flags))
 				continue;
 		}
-		*tid = hdr.heap_tid;
 		*value = cagra_order_value(order, d);
+		if (cagra_worker_round_skips(w, &hdr.heap_tid, *value))
+			continue;
+		if (w->nreturned == w->returned_size)
+		{
+			w->returned_size *= 2;
+			w->returned = (ItemPointerData *) repalloc(w->returned, sizeof(ItemPointerData) * w->returned_size);
+		}
+		*tid = hdr.heap_tid;
 		w->returned[w->nreturned++] = hdr.heap_tid;
 		w->last_value = *value;
 		return true;
@@ -223,19 +285,15 @@ cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData
 	return false;
 }
 
-/* After the worker's results: whether a CPU continuation result must be
- * skipped (already returned, or closer than the last one returned). */
+/* After a round ran out: the next, of twice its k (at most the kernel's
+ * 512); false when there is none (the last was of 512, or not full: the
+ * worker found no more), or the worker did not serve it. */
 static bool
-cagra_worker_round_skips(const CagraWorkerRound *w, ItemPointer tid, double value)
+cagra_worker_round_widen(CagraWorkerRound *w, Relation index, const CagraMetaData *meta)
 {
-	if (w->nreturned == 0)
+	if (w->k >= CAGRA_WORKER_MAX_K || w->count == 0 || w->ids[w->count - 1] == cagra::kInvalidNode)
 		return false;
-	if (value < w->last_value)
-		return true;
-	for (uint32 i = 0; i < w->nreturned; i++)
-		if (ItemPointerEquals(&w->returned[i], tid))
-			return true;
-	return false;
+	return cagra_worker_round_ask(w, index, meta, Min(2 * w->k, (uint32) CAGRA_WORKER_MAX_K));
 }
 
 IndexScanDesc
@@ -422,12 +480,17 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 	{
 		ItemPointerData tid;
 		double		value;
+		uint64		returned = s->returned + (so->worker ? so->worker->nreturned : 0);
 
+		if (returned >= (uint64) cagra_max_scan_tuples)
+			return false;
 		if (so->worker && !s->searcher)
 		{
 			if (cagra_worker_round_next(so->worker, scan->indexRelation, &so->meta, &so->order, &tid, &value))
 				return cagra_return_tuple(scan, &tid, value, false);
-			/* the worker's results ran out: continue with the CPU search */
+			/* the round ran out: a wider one, then the CPU search */
+			if (cagra_worker_round_widen(so->worker, scan->indexRelation, &so->meta))
+				continue;
 			cagra_start_search(s, scan->indexRelation, &so->meta, so->raw_query);
 		}
 		if (s->pos < s->batch.size())
@@ -438,10 +501,10 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 				continue;
 			return cagra_return_tuple(scan, &tid, value, so->null_query);
 		}
-		if (s->exhausted || s->returned >= (uint64) cagra_max_scan_tuples)
+		if (s->exhausted)
 			return false;
 
-		uint64		left = (uint64) cagra_max_scan_tuples - s->returned;
+		uint64		left = (uint64) cagra_max_scan_tuples - returned;
 
 		cagra_next_batch(s, (uint32) Min(left, (uint64) s->batch_size));
 		CHECK_FOR_INTERRUPTS();

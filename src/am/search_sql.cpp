@@ -13,9 +13,10 @@
  * rows without the policies' filter (docs/reference.md).
  *
  * With a fourth argument, `allowed` (tid[]), only rows it names are
- * returned: their nodes become a filter, and the search is exact over them
- * when they are few (at most cagra_exact_filter_limit), else a traversal
- * that returns only them.  Filtered searches run in the backend.
+ * returned: their nodes become a bitset, which goes with the queries to the
+ * worker when it runs; there, or in the backend, the search is exact over
+ * them when they are few, else a traversal that returns only them, widened
+ * for their pass rate (cagra::plan_filtered_search).
  */
 #include "am/accessor.h"
 #include "am/search_resolve.h"
@@ -60,40 +61,28 @@ PG_FUNCTION_INFO_V1(cagra_search);
 /* The nodes a filtered search may return: one bit per node id. */
 typedef struct CagraAllowed
 {
-	uint64	   *bits;
+	uint64	   *bits;			/* cagra_node_bitset_words(meta->n) words */
 	uint32		count;			/* bits set */
 	uint32	   *ids;			/* the set bits' ids, ascending */
 } CagraAllowed;
-
-static inline bool
-cagra_allowed_has(const CagraAllowed *a, uint32 id)
-{
-	return (a->bits[id >> 6] >> (id & 63)) & 1;
-}
-
-/* At most this many allowed nodes are searched exactly (every distance);
- * more are searched by a filtered traversal. */
-static const uint32 cagra_exact_filter_limit = 20000;
 
 /* The CPU path for one query: up to k live node ids and distances (only
  * allowed nodes, unless allowed is NULL). */
 static void
 cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *query, uint32 k,
-					   const CagraAllowed *allowed, uint32 *ids, float *dists, CagraStatus *st) noexcept
+					   const cagra::SearchParams &params, const CagraAllowed *allowed, uint32 *ids, float *dists,
+					   CagraStatus *st) noexcept
 {
 	cagra_guard(st, [&] {
 		/* pinned pages and the entry-vector cache, as an index scan has */
 		CagraPageAccessor acc(index, *meta, true, true);
-		cagra::SearchParams params = cagra_search_params();
-
-		params.itopk_size = std::max(params.itopk_size, k);
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		s = cagra_new_searcher(acc, query, params, entries);
 		std::vector<cagra::Neighbor> out(k);
 		auto		live = [&acc, allowed](uint32_t id) {
 			CagraPageAccessor::NodeInfo info;
 
-			return (!allowed || cagra_allowed_has(allowed, id)) && acc.node_info(id, &info) &&
+			return (!allowed || cagra_node_bit(allowed->bits, id)) && acc.node_info(id, &info) &&
 				cagra_node_is_live(info.flags);
 		};
 		uint32		got = s->next(k, live, out.data());
@@ -274,7 +263,8 @@ cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, Ar
 
 	CagraAllowed *a = (CagraAllowed *) palloc0(sizeof(CagraAllowed));
 
-	a->bits = (uint64 *) palloc_extended(sizeof(uint64) * ((Size) meta->n / 64 + 1), MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	a->bits = (uint64 *) palloc_extended(sizeof(uint64) * Max(cagra_node_bitset_words(meta->n), (Size) 1),
+										 MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 	a->ids = (uint32 *) palloc_extended(sizeof(uint32) * (Size) Max(Min(nset, (int) meta->n), 1), MCXT_ALLOC_HUGE);
 	for (uint32 id = 0; id < meta->n && nset > 0 && a->count < (uint32) nset; id++)
 	{
@@ -294,88 +284,142 @@ cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, Ar
 	return a;
 }
 
-/* Every query against every allowed node: the kk nearest of them. */
+/*
+ * Merge `count` candidates (ids, distances; sorted) into a query's sorted
+ * row of kk (kInvalidNode and infinity padded), keeping the kk nearest.
+ */
+static void
+cagra_merge_sorted(uint32 *row, float *rowd, uint32 kk, const uint32 *ids, const float *dists, uint32 count,
+				   uint32 *scratch, float *scratchd)
+{
+	uint32		a = 0,
+				b = 0;
+
+	for (uint32 i = 0; i < kk; i++)
+	{
+		/* a + b == i < kk: the row is never used up */
+		bool		take_new = b < count && dists[b] < rowd[a];
+
+		scratch[i] = take_new ? ids[b] : row[a];
+		scratchd[i] = take_new ? dists[b++] : rowd[a++];
+	}
+	memcpy(row, scratch, kk * sizeof(uint32));
+	memcpy(rowd, scratchd, kk * sizeof(float));
+}
+
+/*
+ * Every query against every allowed node: the kk nearest of them.  The
+ * nodes are taken a block at a time (their vectors, read once for all
+ * queries, fit work_mem), so the memory does not grow with their number.
+ */
 static void
 cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *queries, const bool *present,
 					const CagraAllowed *allowed, CagraCandidates *c)
 {
 	cagra::VectorFormat format = cagra_format_of(meta);
+	uint32		vbytes = format.vector_bytes();
 	uint32		voff = cagra_vector_offset(meta->graph_degree);
-	char	   *vecs = (char *) palloc_extended((Size) Max(allowed->count, (uint32) 1) * format.vector_bytes(),
-												MCXT_ALLOC_HUGE);
-	float	   *d = (float *) palloc(sizeof(float) * Max(allowed->count, (uint32) 1));
-	uint32	   *order = (uint32 *) palloc(sizeof(uint32) * Max(allowed->count, (uint32) 1));
+	uint32		block = (uint32) Min((Size) allowed->count, Max((Size) work_mem * 1024 / vbytes, (Size) c->kk));
+	char	   *vecs = (char *) palloc_extended((Size) block * vbytes, MCXT_ALLOC_HUGE);
+	float	   *d = (float *) palloc_extended(sizeof(float) * block, MCXT_ALLOC_HUGE);
+	uint32	   *order = (uint32 *) palloc_extended(sizeof(uint32) * block, MCXT_ALLOC_HUGE);
+	uint32	   *best = (uint32 *) palloc(sizeof(uint32) * c->kk * 2);
+	float	   *bestd = (float *) palloc(sizeof(float) * c->kk * 2);
 	CagraStatus st;
 
-	for (uint32 i = 0; i < allowed->count; i++)
-		cagra_read_record_bytes(index, meta, allowed->ids[i], voff, format.vector_bytes(),
-								vecs + (Size) i * format.vector_bytes());
-	for (int q = 0; q < c->nq; q++)
+	/* empty rows (a worker that failed half way may have written into them) */
+	for (Size i = 0; i < (Size) c->nq * c->kk; i++)
 	{
-		const float *query = queries + (Size) q * meta->dims;
-		uint32		take = Min(allowed->count, c->kk);
+		c->ids[i] = cagra::kInvalidNode;
+		c->dists[i] = INFINITY;
+	}
+	for (uint32 first = 0; first < allowed->count; first += block)
+	{
+		uint32		nblock = Min(block, allowed->count - first);
+		uint32		take = Min(nblock, c->kk);
 
-		if (!present[q])
-			continue;
-		if (!cagra_guard(&st, [&] {
-				for (uint32 i = 0; i < allowed->count; i++)
-				{
-					d[i] = format.distance(query, vecs + (Size) i * format.vector_bytes());
-					order[i] = i;
-				}
-				std::partial_sort(order, order + take, order + allowed->count,
-								  [d](uint32 a, uint32 b) { return d[a] < d[b]; });
-			}))
-			cagra_report_status(&st);
-		for (uint32 i = 0; i < take; i++)
+		for (uint32 i = 0; i < nblock; i++)
+			cagra_read_record_bytes(index, meta, allowed->ids[first + i], voff, vbytes, vecs + (Size) i * vbytes);
+		for (int q = 0; q < c->nq; q++)
 		{
-			c->ids[(Size) q * c->kk + i] = allowed->ids[order[i]];
-			c->dists[(Size) q * c->kk + i] = d[order[i]];
+			const float *query = queries + (Size) q * meta->dims;
+
+			if (!present[q])
+				continue;
+			if (!cagra_guard(&st, [&] {
+					for (uint32 i = 0; i < nblock; i++)
+					{
+						d[i] = format.distance(query, vecs + (Size) i * vbytes);
+						order[i] = i;
+					}
+					std::partial_sort(order, order + take, order + nblock,
+									  [d](uint32 a, uint32 b) { return d[a] < d[b]; });
+				}))
+				cagra_report_status(&st);
+			for (uint32 i = 0; i < take; i++)
+			{
+				best[i] = allowed->ids[first + order[i]];
+				bestd[i] = d[order[i]];
+			}
+			cagra_merge_sorted(c->ids + (Size) q * c->kk, c->dists + (Size) q * c->kk, c->kk, best, bestd, take,
+							   best + c->kk, bestd + c->kk);
+			CHECK_FOR_INTERRUPTS();
 		}
-		CHECK_FOR_INTERRUPTS();
 	}
 	pfree(vecs);
 	pfree(d);
 	pfree(order);
+	pfree(best);
+	pfree(bestd);
 }
 
 /* Candidates of every query into c->ids/dists: on the worker when it can,
- * else on the CPU; only allowed nodes when `allowed` is not NULL (then in
- * the backend: exactly when they are few, else by a filtered traversal). */
+ * else on the CPU; only allowed nodes when `allowed` is not NULL. */
 static void
 cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
 						const bool *present, const CagraAllowed *allowed, CagraCandidates *c)
 {
-	if (allowed && allowed->count <= cagra_exact_filter_limit)
-	{
-		cagra_exact_allowed(index, meta, queries, present, allowed, c);
-		return;
-	}
-	if (!allowed && cagra_worker_wanted("search"))
+	cagra::SearchParams params = cagra_search_params();
+
+	params.itopk_size = Max(params.itopk_size, c->kk);
+	if (cagra_worker_wanted("search"))
 	{
 		CagraSearchRequest req;
 		char		why[256];
 		CagraCopyExtent copy;
 
 		req.k = c->kk;
-		req.params = cagra_search_params();
-		req.params.itopk_size = c->kk;
+		req.params = params;
+		req.params.itopk_size = c->kk;	/* the worker's limit, CAGRA_WORKER_MAX_K */
 
 		uint64	   *copy_tids = (uint64 *) cagra_scratch(CAGRA_SCRATCH_COPY_TIDS,
 															sizeof(uint64) * (Size) c->nq * c->kk);
-		CagraOffload r = cagra_search_through_worker(index, meta, &req, (uint32) c->nq, queries, c->ids,
+		const uint64 *bits = allowed ? allowed->bits : NULL;
+		CagraOffload r = cagra_search_through_worker(index, meta, &req, (uint32) c->nq, queries, bits, c->ids,
 													 c->dists, copy_tids, &copy, why, sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
 			/* the merge moves candidates: their copy TIDs would not follow */
 			if (cagra_copy_is_partial(meta, &copy))
-				cagra_merge_tail(index, meta, &copy, c->nq, queries, present, c->kk, c->ids, c->dists);
+				cagra_merge_tail(index, meta, &copy, c->nq, queries, present, bits, c->kk, c->ids, c->dists);
 			else
 				c->copy_tids = copy_tids;
 			return;
 		}
 		cagra_worker_search_fallback(r, why);
+	}
+	if (allowed)
+	{
+		cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(params, meta->graph_degree, allowed->count,
+																	 meta->n, cagra::kMaxItopk);
+
+		if (plan.exact)
+		{
+			cagra_exact_allowed(index, meta, queries, present, allowed, c);
+			return;
+		}
+		params = plan.params;
 	}
 	for (int q = 0; q < c->nq; q++)
 	{
@@ -383,7 +427,7 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 
 		if (!present[q])
 			continue;
-		cagra_cpu_search_query(index, meta, queries + (Size) q * meta->dims, c->kk, allowed,
+		cagra_cpu_search_query(index, meta, queries + (Size) q * meta->dims, c->kk, params, allowed,
 							   c->ids + (Size) q * c->kk, c->dists + (Size) q * c->kk, &st);
 		if (!st.ok)
 			cagra_report_status(&st);

@@ -95,8 +95,8 @@ cagra_copy_key(Relation index, const CagraMetaData *meta)
 
 CagraOffload
 cagra_search_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
-							uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
-							CagraCopyExtent *copy, char *why, size_t whylen)
+							uint32 nq, const float *queries, const uint64 *allowed, uint32 *ids, float *dists,
+							uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	CagraIndexKey key = cagra_copy_key(index, meta);
 	CagraPageSource pages;
@@ -114,7 +114,7 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	source.arg = &pages;
 	pages.group = (char *) palloc((Size) cagra_group_bytes(meta));
 
-	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, ids, dists, tids, copy,
+	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, copy,
 										 why, whylen);
 
 	pfree(pages.group);
@@ -125,7 +125,8 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 
 void
 cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
-				 const float *queries, const bool *present, uint32 kk, uint32 *ids, float *dists)
+				 const float *queries, const bool *present, const uint64 *allowed, uint32 kk, uint32 *ids,
+				 float *dists)
 {
 	cagra::VectorFormat format = cagra_format_of(meta);
 	uint32		from = Min(copy->n, meta->n);
@@ -147,7 +148,7 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 			: meta->reuse_log[(reused_from + (i - (meta->n - from))) % CAGRA_REUSE_LOG];
 		CagraNodeHeader hdr;
 
-		if (id >= from && i >= meta->n - from)
+		if ((id >= from && i >= meta->n - from) || (allowed && !cagra_node_bit(allowed, id)))
 			continue;
 
 		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);

@@ -64,7 +64,10 @@ typedef struct CagraCopySource
  * (cagra::kInvalidNode padding), distances and, unless tids is NULL, the
  * heap TIDs the worker's copy has for them (cagra_pack_tid); *copy: what
  * the copy holds (nodes from copy->n to key->n, and slots reused after
- * copy->reused, are the caller's to search).
+ * copy->reused, are the caller's to search).  With `allowed` (a bitset of
+ * key->n nodes, cagra_node_bitset_words) only the nodes it sets are
+ * returned; the worker searches such a request alone, widened for its pass
+ * rate (docs/worker.md).
  *
  * The copy is of the generation the meta page showed after the caller's
  * snapshot was taken, so under an MVCC snapshot its TIDs may be used
@@ -74,8 +77,8 @@ typedef struct CagraCopySource
  */
 CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source,
 								 const CagraSearchRequest *req, uint32 nq, const float *queries,
-								 uint32 *ids, float *dists, uint64 *tids, CagraCopyExtent *copy,
-								 char *why, size_t whylen);
+								 const uint64 *allowed, uint32 *ids, float *dists, uint64 *tids,
+								 CagraCopyExtent *copy, char *why, size_t whylen);
 
 /* ---- builds ---- */
 

@@ -123,16 +123,17 @@ cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *w
 /* One SEARCH request for up to a chunk of queries. */
 static CagraOffload
 cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const CagraSearchRequest *req,
-				   uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
-				   CagraCopyExtent *copy, char *why, size_t whylen)
+				   uint32 nq, const float *queries, const uint64 *allowed, uint32 *ids, float *dists,
+				   uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	uint32		dim = src->format.dim;
+	Size		filter_words = allowed ? cagra_node_bitset_words(key->n) : 0;
 
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
 		CagraCall	call;
 
-		if (!cagra_call_init(&call, CAGRA_REQ_SEARCH, cagra_search_payload_size(nq, dim, req->k)))
+		if (!cagra_call_init(&call, CAGRA_REQ_SEARCH, cagra_search_payload_size(nq, dim, req->k, filter_words)))
 		{
 			strlcpy(why, "no dynamic shared memory segment for the queries", whylen);
 			return CAGRA_OFFLOAD_FAILED;
@@ -142,9 +143,13 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 		p->nq = nq;
 		p->dim = dim;
 		p->k = req->k;
+		p->filter_words = (uint32) filter_words;
+		if (allowed)
+			memcpy(cagra_search_filter(p), allowed, filter_words * sizeof(uint64));
 		memcpy(cagra_search_queries(p), queries, (Size) nq * dim * sizeof(float));
 		call.key = *key;
 		call.search = *req;
+		call.search.filtered = allowed != NULL;
 		call.nq = nq;
 
 		CagraCallOutcome o = cagra_call_run(&call, cagra_worker_timeout_ms);
@@ -188,11 +193,20 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 
 CagraOffload
 cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
-					uint32 nq, const float *queries, uint32 *ids, float *dists, uint64 *tids,
-					CagraCopyExtent *copy, char *why, size_t whylen)
+					uint32 nq, const float *queries, const uint64 *allowed, uint32 *ids, float *dists,
+					uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	Size		per_query = (Size) source->format.dim * sizeof(float) + (Size) req->k * 16;
-	uint32		chunk = (uint32) Max((Size) 1, (CAGRA_CHUNK_BYTES - 64) / per_query);
+	/* every chunk carries the whole bitset */
+	Size		filter_bytes = allowed ? cagra_node_bitset_words(key->n) * sizeof(uint64) : 0;
+
+	if (filter_bytes + per_query + 64 > CAGRA_CHUNK_BYTES)
+	{
+		strlcpy(why, "the allowed rows' bitset does not fit one request", whylen);
+		return CAGRA_OFFLOAD_SKIPPED;
+	}
+
+	uint32		chunk = (uint32) Max((Size) 1, (CAGRA_CHUNK_BYTES - 64 - filter_bytes) / per_query);
 
 	copy->n = key->n;
 	copy->reused = key->reused;
@@ -202,7 +216,7 @@ cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, con
 		CagraCopyExtent got;
 		Size		at = (Size) first * req->k;
 		CagraOffload r = cagra_search_chunk(key, source, req, count,
-											queries + (Size) first * source->format.dim,
+											queries + (Size) first * source->format.dim, allowed,
 											ids + at, dists + at, tids ? tids + at : NULL, &got,
 											why, whylen);
 

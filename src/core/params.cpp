@@ -3,6 +3,7 @@
  * Every message says what is wrong and the hint says what to do, so the
  * PostgreSQL side can pass them on unchanged (errmsg / errhint).
  */
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -85,6 +86,25 @@ uint32_t auto_max_iterations(const SearchParams &params)
     /* A converging search expands roughly every buffer entry once; the cap
      * only has to stop pathological walks, so leave generous room. */
     return 2 * (params.itopk_size / width) + 32;
+}
+
+FilteredSearchPlan plan_filtered_search(const SearchParams &params, uint32_t degree, uint64_t passing, uint64_t n,
+                                        uint32_t max_itopk)
+{
+    FilteredSearchPlan plan;
+    plan.params = params;
+    /* candidates a traversal would keep to meet itopk_size passing nodes;
+     * beyond 2^30 the iteration count would not fit (n < 2^32 anyway) */
+    const uint64_t wanted =
+        passing ? std::min<uint64_t>({n, ((uint64_t)params.itopk_size * n + passing - 1) / passing, 1u << 30}) : 0;
+    plan.params.itopk_size = (uint32_t)std::max<uint64_t>(params.itopk_size, std::min<uint64_t>(wanted, max_itopk));
+    if (params.max_iterations == 0) {
+        SearchParams widened = params;
+        widened.itopk_size = (uint32_t)std::max<uint64_t>(params.itopk_size, wanted);
+        plan.params.max_iterations = auto_max_iterations(widened);
+    }
+    plan.exact = passing <= (uint64_t)plan.params.search_width * degree * plan.params.max_iterations;
+    return plan;
 }
 
 void validate_search_params(const SearchParams &p, uint32_t k)

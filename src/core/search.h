@@ -96,6 +96,22 @@ uint32_t auto_max_iterations(const SearchParams &params);
  * or > itopk_size, k > itopk_size. */
 void validate_search_params(const SearchParams &params, uint32_t k);
 
+/*
+ * How a search runs whose filter lets `passing` of the graph's `n` nodes be
+ * returned.  A traversal meets one passing node in n / passing, so it keeps
+ * itopk_size * n / passing candidates (at most max_itopk) and, when
+ * max_iterations is 0, iterates as long as a search of that many candidates
+ * (at most n) would.  When the passing nodes are no more than such a
+ * traversal measures at most (search_width * degree per iteration),
+ * measuring every one of them is no more work, and exact.
+ */
+struct FilteredSearchPlan {
+    SearchParams params; /* the caller's, widened */
+    bool exact = false;  /* measure each passing node instead of traversing */
+};
+FilteredSearchPlan plan_filtered_search(const SearchParams &params, uint32_t degree, uint64_t passing, uint64_t n,
+                                        uint32_t max_itopk);
+
 namespace detail {
 
 /* Whether an accessor offers the optional prefetch_neighbors(id). */

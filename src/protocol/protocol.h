@@ -137,11 +137,13 @@ typedef struct CagraCopyExtent
 } CagraCopyExtent;
 
 /* What a search asks for: searches of one index with equal requests are
- * batched into one launch. */
+ * batched into one launch, unless filtered (worker/batch.cpp). */
 typedef struct CagraSearchRequest
 {
 	uint32		k;
 	cagra::SearchParams params;
+	bool		filtered;		/* the payload carries an allowed-node bitset
+								 * (set by cagra_worker_search) */
 } CagraSearchRequest;
 
 static inline bool
@@ -281,29 +283,51 @@ const char *cagra_worker_state_name(CagraWorkerState state);
 
 /* ---- payloads (DSM) ---- */
 
-/* SEARCH: header, nq x dim prepared queries, then the answers: nq x k ids
- * (cagra::kInvalidNode padding), nq x k distances and nq x k heap TIDs of the
- * ids as the copy has them (cagra_pack_tid; 0 for padding). */
+/* Words of a bitset of n nodes (bit i % 64 of word i / 64: node i). */
+static inline Size
+cagra_node_bitset_words(uint64 n)
+{
+	return (Size) ((n + 63) / 64);
+}
+
+static inline bool
+cagra_node_bit(const uint64 *bits, uint32 id)
+{
+	return (bits[id >> 6] >> (id & 63)) & 1;
+}
+
+/* SEARCH: header; for a filtered search the allowed-node bitset, a bit per
+ * node of the requester's index key (cagra_node_bitset_words(key.n) words:
+ * 125 kB at 1M nodes), the nodes that may be returned; nq x dim prepared
+ * queries; then the answers: nq x k ids (cagra::kInvalidNode padding),
+ * nq x k distances and nq x k heap TIDs of the ids as the copy has them
+ * (cagra_pack_tid; 0 for padding). */
 typedef struct CagraSearchPayload
 {
 	uint32		nq;
 	uint32		dim;
 	uint32		k;
-	uint32		pad;
+	uint32		filter_words;	/* 0 unless filtered */
 } CagraSearchPayload;
 
 static inline Size
-cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k)
+cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k, Size filter_words)
 {
-	return MAXALIGN(sizeof(CagraSearchPayload)) + (Size) nq * dim * sizeof(float) +
-		(Size) nq * k * (sizeof(uint32) + sizeof(float)) + sizeof(uint64) +
-		(Size) nq * k * sizeof(uint64);
+	return MAXALIGN(sizeof(CagraSearchPayload)) + filter_words * sizeof(uint64) +
+		(Size) nq * dim * sizeof(float) + (Size) nq * k * (sizeof(uint32) + sizeof(float)) +
+		sizeof(uint64) + (Size) nq * k * sizeof(uint64);
+}
+
+static inline uint64 *
+cagra_search_filter(CagraSearchPayload *p)
+{
+	return (uint64 *) ((char *) p + MAXALIGN(sizeof(CagraSearchPayload)));
 }
 
 static inline float *
 cagra_search_queries(CagraSearchPayload *p)
 {
-	return (float *) ((char *) p + MAXALIGN(sizeof(CagraSearchPayload)));
+	return (float *) (cagra_search_filter(p) + p->filter_words);
 }
 
 static inline uint32 *

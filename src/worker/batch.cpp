@@ -31,10 +31,13 @@ extern "C" {
 /* Search threads running (0: batches run in the main loop). */
 static int	search_threads = 0;
 
+/* Whether two searches go into one launch: the same copy and request, and
+ * no filter (the kernel takes one bitset for the whole launch, and each
+ * filtered search brings its own). */
 static bool
 cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 {
-	return a->key.db == b->key.db && a->key.index == b->key.index &&
+	return !a->search.filtered && !b->search.filtered && a->key.db == b->key.db && a->key.index == b->key.index &&
 		a->key.relfilenode == b->key.relfilenode && a->key.generation == b->key.generation &&
 		a->key.n == b->key.n && cagra_same_search_request(&a->search, &b->search);
 }
@@ -265,9 +268,24 @@ cagra_worker_answer(const int *slots, int n)
 	cagra_answer(cagra_worker_shared, slots, n);
 }
 
+/* Why the worker cannot answer this payload of a batch of `req` against
+ * `copy`, or NULL. */
+static const char *
+cagra_search_payload_problem(CagraSearchPayload *p, const CagraSearchRequest &req, const CagraIndexCopy *copy)
+{
+	if (!p)
+		return "request segment gone";
+	if (p->dim != copy->format.dim || p->k != req.k)
+		return "query dimensions do not match the index copy";
+	if (req.filtered && p->filter_words < cagra_node_bitset_words(copy->key.n))
+		return "the allowed-node bitset is shorter than the index copy";
+	return NULL;
+}
+
 /* Run one batch (on a search thread, or here when there is none): gather
  * the queries of every payload, search, write each answer into its payload
- * and slot.  No PostgreSQL call but GetCurrentTimestamp (a clock read), so
+ * and slot.  A filtered search is a batch of its own: its bitset is the
+ * batch's.  No PostgreSQL call but GetCurrentTimestamp (a clock read), so
  * that its times compare with the backends'. */
 static void
 cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
@@ -298,13 +316,16 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		const float *queries;
 		uint32	   *ids;
 		float	   *dists;
+		const uint64 *allowed = NULL;
 
-		if (n == 1 && only && only->dim == dim && only->k == k)
+		if (n == 1 && !cagra_search_payload_problem(only, req, copy))
 		{
 			nq = only->nq;
 			queries = cagra_search_queries(only);
 			ids = cagra_search_ids(only);
 			dists = cagra_search_distances(only);
+			if (req.filtered)
+				allowed = cagra_search_filter(only);
 		}
 		else
 		{
@@ -314,7 +335,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			{
 				CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
 
-				if (!p || p->dim != dim || p->k != k)
+				if (cagra_search_payload_problem(p, req, copy))
 					continue;
 				gathered_queries.insert(gathered_queries.end(), cagra_search_queries(p),
 										cagra_search_queries(p) + (size_t) p->nq * dim);
@@ -329,7 +350,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 
 		TimestampTz engine_started = GetCurrentTimestamp();
 
-		r = nq > 0 ? cagra_engine_search(*copy, lane, queries, nq, req, ids, dists, &device_ms, &msg)
+		r = nq > 0 ? cagra_engine_search(*copy, lane, queries, nq, req, allowed, ids, dists, &device_ms, &msg)
 			: CAGRA_REPLY_OK;
 		cagra_add_timing(sh, CAGRA_TIMING_ENGINE, (uint64) Max(GetCurrentTimestamp() - engine_started, 0), 1);
 		if (device_ms >= 0.0)
@@ -341,12 +362,12 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		{
 			CagraRequestSlot *s = &sh->slots[job->picked[i]];
 			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
+			const char *problem = cagra_search_payload_problem(p, req, copy);
 
-			if (!p || p->dim != dim || p->k != k)
+			if (problem)
 			{
 				s->reply = CAGRA_REPLY_ERROR;
-				strlcpy(s->message, p ? "query dimensions do not match the index copy" : "request segment gone",
-						sizeof(s->message));
+				strlcpy(s->message, problem, sizeof(s->message));
 				continue;
 			}
 			s->reply = r;

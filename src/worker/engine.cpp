@@ -282,19 +282,20 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 
 /* ---- searches ---- */
 
+/* Queries begin..end-1 traversing the copy; only nodes set in `accepted`
+ * are returned. */
 static void
-cagra_cpu_search_range(const CagraIndexCopy &copy, const float *queries, uint32_t begin,
-					   uint32_t end, const CagraSearchRequest &req, uint32_t *ids, float *dists)
+cagra_cpu_search_range(const CagraIndexCopy &copy, const float *queries, uint32_t begin, uint32_t end,
+					   uint32_t k, const cagra::SearchParams &params, const uint64_t *accepted, uint32_t *ids,
+					   float *dists)
 {
 	cagra::InMemoryGraph g = cagra_cpu_graph(copy);
-	const uint64_t *live = copy.live.data();
-	auto		accept = [live](uint32_t id) { return (live[id >> 6] >> (id & 63)) & 1; };
-	uint32_t	k = req.k;
+	auto		accept = [accepted](uint32_t id) { return cagra_node_bit(accepted, id); };
 	std::vector<cagra::Neighbor> out(k);
 
 	for (uint32_t q = begin; q < end; q++)
 	{
-		cagra::Searcher<cagra::InMemoryGraph> s(g, queries + (uint64_t) q * copy.format.dim, req.params,
+		cagra::Searcher<cagra::InMemoryGraph> s(g, queries + (uint64_t) q * copy.format.dim, params,
 												copy.entry_index);
 		uint32_t	got = s.next(k, accept, out.data());
 
@@ -302,6 +303,31 @@ cagra_cpu_search_range(const CagraIndexCopy &copy, const float *queries, uint32_
 		{
 			ids[(uint64_t) q * k + i] = i < got ? out[i].id : cagra::kInvalidNode;
 			dists[(uint64_t) q * k + i] = i < got ? out[i].distance : INFINITY;
+		}
+	}
+}
+
+/* Queries begin..end-1 against each of `nodes`: their k nearest. */
+static void
+cagra_cpu_measure_range(const CagraIndexCopy &copy, const float *queries, uint32_t begin, uint32_t end,
+						uint32_t k, const std::vector<uint32_t> &nodes, uint32_t *ids, float *dists)
+{
+	cagra::InMemoryGraph g = cagra_cpu_graph(copy);
+	std::vector<float> d(nodes.size());
+	std::vector<uint32_t> order(nodes.size());
+	uint32_t	take = (uint32_t) std::min<size_t>(k, nodes.size());
+
+	for (uint32_t q = begin; q < end; q++)
+	{
+		g.distances(queries + (uint64_t) q * copy.format.dim, nodes.data(), (uint32_t) nodes.size(), d.data());
+		for (uint32_t i = 0; i < order.size(); i++)
+			order[i] = i;
+		std::partial_sort(order.begin(), order.begin() + take, order.end(),
+						  [&d](uint32_t a, uint32_t b) { return d[a] < d[b]; });
+		for (uint32_t i = 0; i < k; i++)
+		{
+			ids[(uint64_t) q * k + i] = i < take ? nodes[order[i]] : cagra::kInvalidNode;
+			dists[(uint64_t) q * k + i] = i < take ? d[order[i]] : INFINITY;
 		}
 	}
 }
@@ -347,52 +373,142 @@ cagra_run_threads(uint32_t threads, Fn fn)
 		std::rethrow_exception(error);
 }
 
+/* fn(begin, end) over the nq queries, split among the host's cores. */
+template <class Fn>
+static void
+cagra_cpu_split_queries(uint32_t nq, Fn fn)
+{
+	uint32_t	hw = std::max(1u, std::thread::hardware_concurrency());
+	uint32_t	threads = std::min<uint32_t>(hw, (nq + 7) / 8);
+
+	cagra_run_threads(threads, [&](uint32_t t) {
+		uint64_t	begin = (uint64_t) nq * t / threads;
+		uint64_t	end = (uint64_t) nq * (t + 1) / threads;
+
+		fn((uint32_t) begin, (uint32_t) end);
+	});
+}
+
+/* The lane's search context on the copy's device; NULL: the copy's own
+ * (cagra_gpu_search), or an error in msg when it cannot be made. */
+static bool
+cagra_gpu_context(const CagraIndexCopy &copy, CagraSearchLane *lane, cagra_gpu_search_context **ctx,
+				  std::string *msg)
+{
+	*ctx = lane ? lane->context(copy.device, msg) : nullptr;
+	return !lane || *ctx;
+}
+
+/* The GPU library's traversal (accepted: NULL, or the nodes it may return). */
+static CagraReply
+cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
+				   const cagra::SearchParams &params, const uint64_t *accepted, uint32_t *ids, float *dists,
+				   double *device_ms, std::string *msg)
+{
+	cagra_gpu_search_params p = cagra_gpu_search_params_of(params);
+	cagra_gpu_search_context *ctx;
+
+	/* A batch this small leaves most of the device idle (one thread block
+	 * per query), so each query expands more parents a step: fewer, wider
+	 * steps at the same or better recall.  c1m on an H200, itopk 32: a lone
+	 * query 0.287 -> 0.171 ms, batches of 16 51,361 -> 80,092 queries/s
+	 * (bench/gpu_bench.cu).  Only where the session kept
+	 * cagra.search_width at 1. */
+	constexpr uint32_t kSmallBatch = 64, kSmallBatchWidth = 8;
+
+	if (p.search_width == 1 && nq <= kSmallBatch && copy.degree > 0)
+		p.search_width = std::max(1u, std::min({kSmallBatchWidth, p.itopk_size,
+												CAGRA_GPU_MAX_STEP_CANDIDATES / copy.degree}));
+	if (!cagra_gpu_context(copy, lane, &ctx, msg))
+		return CAGRA_REPLY_ERROR;
+	if (!ctx)
+		return cagra_gpu_reply(gpu_api->search(copy.gpu, queries, nq, k, &p, accepted, ids, dists), msg);
+
+	CagraReply	r = cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, k, &p, accepted, ids, dists), msg);
+
+	if (r == CAGRA_REPLY_OK)
+		*device_ms = gpu_api->search_context_device_ms(ctx);
+	return r;
+}
+
+/* The GPU library's exact search of `nodes`. */
+static CagraReply
+cagra_gpu_measure(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
+				  const std::vector<uint32_t> &nodes, uint32_t *ids, float *dists, std::string *msg)
+{
+	cagra_gpu_search_context *ctx;
+	uint32_t	count = (uint32_t) nodes.size();
+
+	if (!cagra_gpu_context(copy, lane, &ctx, msg))
+		return CAGRA_REPLY_ERROR;
+	if (ctx)
+		return cagra_gpu_reply(gpu_api->search_nodes_in(ctx, copy.gpu, queries, nq, k, nodes.data(), count, ids,
+														dists), msg);
+	return cagra_gpu_reply(gpu_api->search_nodes(copy.gpu, queries, nq, k, nodes.data(), count, ids, dists), msg);
+}
+
+/*
+ * A filtered search: the allowed nodes the copy holds live, and what the
+ * core plans for their pass rate (plan_filtered_search): when few pass,
+ * each is measured; else a traversal with itopk_size (up to the kernel's
+ * 512) and max_iterations widened by the inverse of the pass rate.
+ */
+static CagraReply
+cagra_engine_search_filtered(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
+							 const CagraSearchRequest &req, const uint64_t *allowed, uint32_t *ids, float *dists,
+							 double *device_ms, std::string *msg)
+{
+	std::vector<uint64_t> accepted(copy.live.size());
+	uint64_t	passing = 0;
+
+	for (size_t w = 0; w < accepted.size(); w++)
+	{
+		accepted[w] = copy.live[w] & allowed[w];
+		passing += (uint64_t) __builtin_popcountll(accepted[w]);
+	}
+
+	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(req.params, copy.degree, passing, copy.key.n,
+																 CAGRA_WORKER_MAX_K);
+
+	if (!plan.exact)
+	{
+		if (gpu_api)
+			return cagra_gpu_traverse(copy, lane, queries, nq, req.k, plan.params, accepted.data(), ids, dists,
+									  device_ms, msg);
+		cagra_cpu_split_queries(nq, [&](uint32_t begin, uint32_t end) {
+			cagra_cpu_search_range(copy, queries, begin, end, req.k, plan.params, accepted.data(), ids, dists);
+		});
+		return CAGRA_REPLY_OK;
+	}
+
+	std::vector<uint32_t> nodes;
+
+	nodes.reserve(passing);
+	for (size_t w = 0; w < accepted.size(); w++)
+		for (uint64_t bits = accepted[w]; bits; bits &= bits - 1)
+			nodes.push_back((uint32_t) (w * 64 + __builtin_ctzll(bits)));
+	if (gpu_api)
+		return cagra_gpu_measure(copy, lane, queries, nq, req.k, nodes, ids, dists, msg);
+	cagra_cpu_split_queries(nq, [&](uint32_t begin, uint32_t end) {
+		cagra_cpu_measure_range(copy, queries, begin, end, req.k, nodes, ids, dists);
+	});
+	return CAGRA_REPLY_OK;
+}
+
 CagraReply
 cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
-					const CagraSearchRequest &req, uint32_t *ids, float *dists,
+					const CagraSearchRequest &req, const uint64_t *allowed, uint32_t *ids, float *dists,
 					double *device_ms, std::string *msg) noexcept
 {
 	*device_ms = -1.0;
 	return cagra_engine_guard(msg, [&]() -> CagraReply {
+		if (allowed)
+			return cagra_engine_search_filtered(copy, lane, queries, nq, req, allowed, ids, dists, device_ms, msg);
 		if (gpu_api)
-		{
-			cagra_gpu_search_params p = cagra_gpu_search_params_of(req.params);
-			const uint64_t *filter = copy.all_live ? nullptr : copy.live.data();
-
-			/* A batch this small leaves most of the device idle (one thread
-			 * block per query), so each query expands more parents a step:
-			 * fewer, wider steps at the same or better recall.  c1m on an
-			 * H200, itopk 32: a lone query 0.287 -> 0.171 ms, batches of 16
-			 * 51,361 -> 80,092 queries/s (bench/gpu_bench.cu).  Only where
-			 * the session kept cagra.search_width at 1. */
-			constexpr uint32_t kSmallBatch = 64, kSmallBatchWidth = 8;
-
-			if (p.search_width == 1 && nq <= kSmallBatch && copy.degree > 0)
-				p.search_width = std::max(1u, std::min({kSmallBatchWidth, p.itopk_size,
-														CAGRA_GPU_MAX_STEP_CANDIDATES / copy.degree}));
-
-			if (!lane)
-				return cagra_gpu_reply(gpu_api->search(copy.gpu, queries, nq, req.k, &p, filter, ids, dists), msg);
-
-			cagra_gpu_search_context *ctx = lane->context(copy.device, msg);
-
-			if (!ctx)
-				return CAGRA_REPLY_ERROR;
-			CagraReply	r = cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, req.k, &p, filter, ids, dists),
-											msg);
-
-			if (r == CAGRA_REPLY_OK)
-				*device_ms = gpu_api->search_context_device_ms(ctx);
-			return r;
-		}
-		uint32_t	hw = std::max(1u, std::thread::hardware_concurrency());
-		uint32_t	threads = std::min<uint32_t>(hw, (nq + 7) / 8);
-
-		cagra_run_threads(threads, [&](uint32_t t) {
-			uint64_t	begin = (uint64_t) nq * t / threads;
-			uint64_t	end = (uint64_t) nq * (t + 1) / threads;
-
-			cagra_cpu_search_range(copy, queries, (uint32_t) begin, (uint32_t) end, req, ids, dists);
+			return cagra_gpu_traverse(copy, lane, queries, nq, req.k, req.params,
+									  copy.all_live ? nullptr : copy.live.data(), ids, dists, device_ms, msg);
+		cagra_cpu_split_queries(nq, [&](uint32_t begin, uint32_t end) {
+			cagra_cpu_search_range(copy, queries, begin, end, req.k, req.params, copy.live.data(), ids, dists);
 		});
 		return CAGRA_REPLY_OK;
 	});

@@ -89,13 +89,14 @@ CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCop
 							  std::string *msg) noexcept;
 
 /* nq queries against a copy: nq x k ids (cagra::kInvalidNode padding)
- * and distances, each row sorted.  Safe on several threads at once for
- * different lanes (lane NULL: the copy's own context, one thread only). */
-/* *device_ms: the GPU's own time of the search, negative when not known
- * (the CPU engine, the index's own context). */
+ * and distances, each row sorted; with `allowed` (a bitset of at least the
+ * copy's nodes, cagra_node_bitset_words) only nodes it sets.  Safe on
+ * several threads at once for different lanes (lane NULL: the copy's own
+ * context, one thread only).  *device_ms: the GPU's own time of the search,
+ * negative when not known (the CPU engine, the index's own context). */
 CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
-								const CagraSearchRequest &req, uint32_t *ids, float *dists,
-								double *device_ms, std::string *msg) noexcept;
+								const CagraSearchRequest &req, const uint64_t *allowed, uint32_t *ids,
+								float *dists, double *device_ms, std::string *msg) noexcept;
 
 /* How another thread stops a build: the core polls `progress.cancel`, the
  * GPU library `gpu_cancel`; request() sets both. */

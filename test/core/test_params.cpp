@@ -171,6 +171,52 @@ TEST(Params, AutoMaxIterations)
     EXPECT_EQ(auto_max_iterations(p), 2u * 16 + 32);
 }
 
+TEST(Params, FilteredSearchWidensWithThePassRate)
+{
+    SearchParams p; /* itopk 64, width 1 */
+    /* everything passes: the caller's parameters; exact only for small graphs */
+    FilteredSearchPlan all = plan_filtered_search(p, 32, 1000000, 1000000, 512);
+    EXPECT_EQ(all.params.itopk_size, 64u);
+    EXPECT_EQ(all.params.max_iterations, auto_max_iterations(p));
+    EXPECT_FALSE(all.exact);
+    EXPECT_TRUE(plan_filtered_search(p, 32, 5000, 5000, 512).exact); /* 5,000 <= 32 * 160 */
+    /* half: twice the candidates and iterations */
+    FilteredSearchPlan half = plan_filtered_search(p, 32, 500000, 1000000, 512);
+    EXPECT_EQ(half.params.itopk_size, 128u);
+    EXPECT_EQ(half.params.max_iterations, 2u * 128 + 32);
+    EXPECT_FALSE(half.exact);
+    /* 10%: the buffer stops at max_itopk, the iterations do not */
+    FilteredSearchPlan tenth = plan_filtered_search(p, 32, 100000, 1000000, 512);
+    EXPECT_EQ(tenth.params.itopk_size, 512u);
+    EXPECT_EQ(tenth.params.max_iterations, 2u * 640 + 32);
+    EXPECT_FALSE(tenth.exact);
+    EXPECT_EQ(plan_filtered_search(p, 32, 100000, 1000000, 1024).params.itopk_size, 640u);
+    /* 1%: fewer passing nodes than the traversal would measure */
+    FilteredSearchPlan rare = plan_filtered_search(p, 32, 10000, 1000000, 512);
+    EXPECT_EQ(rare.params.max_iterations, 2u * 6400 + 32);
+    EXPECT_TRUE(rare.exact);
+    /* one node, or none */
+    FilteredSearchPlan one = plan_filtered_search(p, 32, 1, 1000000, 512);
+    EXPECT_EQ(one.params.max_iterations, 2u * 1000000 + 32);
+    EXPECT_TRUE(one.exact);
+    EXPECT_TRUE(plan_filtered_search(p, 32, 0, 1000000, 512).exact);
+    /* the caller's own iteration count stays, and bounds the exact case */
+    SearchParams fixed = p;
+    fixed.max_iterations = 100;
+    FilteredSearchPlan f = plan_filtered_search(fixed, 32, 10000, 1000000, 512);
+    EXPECT_EQ(f.params.max_iterations, 100u);
+    EXPECT_FALSE(f.exact);
+    EXPECT_TRUE(plan_filtered_search(fixed, 32, 3200, 1000000, 512).exact);
+    /* wider searches measure more per iteration */
+    SearchParams wide = p;
+    wide.search_width = 4;
+    FilteredSearchPlan w = plan_filtered_search(wide, 32, 100000, 1000000, 512);
+    EXPECT_EQ(w.params.max_iterations, 2u * 640 / 4 + 32);
+    EXPECT_FALSE(w.exact); /* 100,000 > 4 * 32 * 352 */
+    /* a graph smaller than itopk_size: the caller's buffer */
+    EXPECT_EQ(plan_filtered_search(p, 32, 10, 40, 512).params.itopk_size, 64u);
+}
+
 TEST(Params, GraphAndDataMismatch)
 {
     std::vector<float> data(8, 1.0f);

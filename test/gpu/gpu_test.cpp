@@ -225,13 +225,10 @@ struct Results {
     std::vector<float> dists;
 };
 
-Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim, uint32_t k, uint32_t itopk,
-                   const std::vector<uint64_t> *filter = nullptr)
+Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim, uint32_t k,
+                   const cagra_gpu_search_params &sp, const std::vector<uint64_t> *filter = nullptr)
 {
     uint32_t nq = (uint32_t)(queries.size() / dim);
-    cagra_gpu_search_params sp;
-    cagra_gpu_default_search_params(&sp);
-    sp.itopk_size = itopk;
     Results r;
     r.ids.assign((size_t)nq * k, 0xCDCDCDCDu);
     r.dists.assign((size_t)nq * k, -1.0f);
@@ -239,6 +236,69 @@ Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint3
                                            r.ids.data(), r.dists.data());
     EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
     return r;
+}
+
+Results gpu_search(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim, uint32_t k, uint32_t itopk,
+                   const std::vector<uint64_t> *filter = nullptr)
+{
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    sp.itopk_size = itopk;
+    return gpu_search(ix, queries, dim, k, sp, filter);
+}
+
+Results gpu_search_nodes(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim, uint32_t k,
+                         const std::vector<uint32_t> &nodes)
+{
+    uint32_t nq = (uint32_t)(queries.size() / dim);
+    Results r;
+    r.ids.assign((size_t)nq * k, 0xCDCDCDCDu);
+    r.dists.assign((size_t)nq * k, -1.0f);
+    cagra_gpu_status st = cagra_gpu_search_nodes(ix, queries.data(), nq, k, nodes.data(), (uint32_t)nodes.size(),
+                                                 r.ids.data(), r.dists.data());
+    EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
+    return r;
+}
+
+/* A filter passing each node with probability `rate`; *passing: how many. */
+std::vector<uint64_t> random_filter(uint64_t n, double rate, uint32_t seed, uint64_t *passing)
+{
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::vector<uint64_t> f((n + 63) / 64, 0);
+    *passing = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (u(rng) < rate) {
+            f[i / 64] |= 1ULL << (i % 64);
+            (*passing)++;
+        }
+    return f;
+}
+
+std::vector<uint32_t> filter_nodes(const std::vector<uint64_t> &f, uint64_t n)
+{
+    std::vector<uint32_t> nodes;
+    for (uint64_t i = 0; i < n; i++)
+        if ((f[i / 64] >> (i % 64)) & 1)
+            nodes.push_back((uint32_t)i);
+    return nodes;
+}
+
+cagra_gpu_search_params gpu_params_of(const cagra::SearchParams &p)
+{
+    cagra_gpu_search_params g;
+    cagra_gpu_default_search_params(&g);
+    g.itopk_size = p.itopk_size;
+    g.search_width = p.search_width;
+    g.max_iterations = p.max_iterations;
+    return g;
+}
+
+void expect_only_passing(const Results &r, const std::vector<uint64_t> &f)
+{
+    for (uint32_t id : r.ids)
+        ASSERT_TRUE(id != CAGRA_GPU_INVALID_NODE && ((f[id / 64] >> (id % 64)) & 1))
+            << "node " << id << " does not pass the filter";
 }
 
 /* Rows sorted, distances the exact fp32 distance of the returned node. */
@@ -905,6 +965,114 @@ TEST(GpuSearch, FilterAndLargeK)
     }
     Exact truth512 = exact_knn(data, queries, dim, cagra::Metric::L2, 512);
     EXPECT_GE(recall(truth512, big.ids, 512), 0.9);
+}
+
+/* Filtered searches as the worker runs them (cagra::plan_filtered_search):
+ * every passing node measured when few pass, else a traversal with
+ * itopk_size and max_iterations widened for the pass rate; only passing
+ * nodes, exact distances, and recall@10 >= 0.95 against the brute-force
+ * filtered answer at pass rates 50%, 1% and 0.1%. */
+TEST(GpuSearch, FilteredAsTheWorkerPlansIt)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, k = 10, nq = 200;
+    const uint64_t n = 100000;
+    auto data = clustered(n, dim, 71, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 72, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    for (double rate : {0.5, 0.01, 0.001}) {
+        SCOPED_TRACE("pass rate " + std::to_string(rate));
+        uint64_t passing = 0;
+        auto f = random_filter(n, rate, 73, &passing);
+        cagra::FilteredSearchPlan plan =
+            cagra::plan_filtered_search(cagra::SearchParams{}, 32, passing, n, CAGRA_GPU_MAX_ITOPK);
+        EXPECT_EQ(plan.exact, rate < 0.5) << "the plan this test means to cover";
+        Results r = plan.exact ? gpu_search_nodes(l.ix, queries, dim, k, filter_nodes(f, n))
+                               : gpu_search(l.ix, queries, dim, k, gpu_params_of(plan.params), &f);
+        expect_only_passing(r, f);
+        expect_results_exact(r, data, queries, dim, cagra::Metric::L2, k);
+        Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, k, &f);
+        const double got = recall(truth, r.ids, k);
+        std::printf("recall: filter passing %.1f%% (%s): recall@10 %.4f\n", 100 * rate,
+                    plan.exact ? "every passing node measured" : "traversal", got);
+        EXPECT_GE(got, 0.95);
+    }
+}
+
+/* The traversal alone where few pass: rejected nodes leave the candidates
+ * once expanded, so the widened buffer fills with passing ones (without
+ * that, itopk holds 5 passing nodes in 512 at 1%). */
+TEST(GpuSearch, FilteredTraversalAtLowPassRates)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, k = 10, nq = 200;
+    const uint64_t n = 100000;
+    auto data = clustered(n, dim, 81, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 82, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    for (double rate : {0.05, 0.01}) {
+        SCOPED_TRACE("pass rate " + std::to_string(rate));
+        uint64_t passing = 0;
+        auto f = random_filter(n, rate, 83, &passing);
+        cagra::FilteredSearchPlan plan =
+            cagra::plan_filtered_search(cagra::SearchParams{}, 32, passing, n, CAGRA_GPU_MAX_ITOPK);
+        EXPECT_EQ(plan.params.itopk_size, CAGRA_GPU_MAX_ITOPK);
+        Results r = gpu_search(l.ix, queries, dim, k, gpu_params_of(plan.params), &f);
+        expect_only_passing(r, f);
+        expect_results_exact(r, data, queries, dim, cagra::Metric::L2, k);
+        Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, k, &f);
+        const double got = recall(truth, r.ids, k);
+        std::printf("recall: filtered traversal, %.0f%% passing, itopk %u, %u iterations: recall@10 %.4f\n", 100 * rate,
+                    plan.params.itopk_size, plan.params.max_iterations, got);
+        EXPECT_GE(got, 0.9);
+    }
+}
+
+TEST(GpuSearch, NodesSearchIsExactAndChecksItsNodes)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 16, nq = 50;
+    const uint64_t n = 5000;
+    auto data = clustered(n, dim, 91, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 92, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+
+    /* 3000 nodes: several chunks of the kernel's candidate buffer */
+    uint64_t passing = 0;
+    auto f = random_filter(n, 0.6, 93, &passing);
+    Results r = gpu_search_nodes(l.ix, queries, dim, 64, filter_nodes(f, n));
+    expect_only_passing(r, f);
+    expect_results_exact(r, data, queries, dim, cagra::Metric::L2, 64);
+    EXPECT_EQ(recall(exact_knn(data, queries, dim, cagra::Metric::L2, 64, &f), r.ids, 64), 1.0);
+
+    /* fewer nodes than k: padded; none: all padding */
+    std::vector<uint32_t> three = {7, 4000, 123};
+    Results few = gpu_search_nodes(l.ix, queries, dim, 5, three);
+    for (uint32_t q = 0; q < nq; q++) {
+        std::set<uint32_t> got(&few.ids[q * 5], &few.ids[q * 5] + 3);
+        EXPECT_EQ(got, std::set<uint32_t>(three.begin(), three.end())) << "query " << q;
+        for (uint32_t j = 3; j < 5; j++) {
+            EXPECT_EQ(few.ids[q * 5 + j], CAGRA_GPU_INVALID_NODE);
+            EXPECT_TRUE(std::isinf(few.dists[q * 5 + j]));
+        }
+    }
+    Results none = gpu_search_nodes(l.ix, queries, dim, 5, {});
+    for (uint32_t id : none.ids)
+        EXPECT_EQ(id, CAGRA_GPU_INVALID_NODE);
+
+    std::vector<uint32_t> ids(5), bad = {1, (uint32_t)n};
+    std::vector<float> d(5);
+    EXPECT_EQ(cagra_gpu_search_nodes(l.ix, queries.data(), 1, 5, bad.data(), 2, ids.data(), d.data()),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("not in the index"), std::string::npos);
+    EXPECT_EQ(cagra_gpu_search_nodes(l.ix, queries.data(), 1, 0, three.data(), 3, ids.data(), d.data()),
+              CAGRA_GPU_INVALID_ARGUMENT);
 }
 
 TEST(GpuSearch, BadSearchArgumentsAreRefused)

@@ -1,9 +1,11 @@
 # test/t/102_worker_gpu.pl — the worker on a real device (run by
 # test/device-sql.sh on the GPU machine; skipped elsewhere): CREATE INDEX
 # is built on the GPU, searches are served by the GPU with the recall of
-# the CPU path (float16 and L1 indexes too), and a worker killed with
-# SIGKILL during a batch takes the cluster through crash recovery, after
-# which the index checks clean and the worker serves again.
+# the CPU path (float16 and L1 indexes too), filtered ones too (a widened
+# traversal, every allowed node measured, an index scan continued in worker
+# rounds), and a worker killed with SIGKILL during a batch takes the cluster
+# through crash recovery, after which the index checks clean and the worker
+# serves again.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -77,6 +79,38 @@ my $scan = q{SET cagra.device = gpu; SET enable_seqscan = off;
 	SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE id = 1000) LIMIT 3};
 like($node->safe_psql('postgres', $scan), qr/^1000\n/, 'index scan on the GPU finds the row');
 is(status('queries'), $q0 + 1, 'the index scan was served by the GPU');
+is(status('errors || \'|\' || fallbacks'), '0|0', 'no errors, no fallbacks');
+
+# filtered searches on the GPU: 50% of the rows allowed (a traversal widened
+# for the pass rate), 1% and 0.1% (each allowed node measured)
+for my $c ([ 'id % 100 < 50', '50%' ], [ 'id % 100 = 7', '1%' ], [ 'id % 1000 = 7', '0.1%' ])
+{
+	my ($filter, $what) = @$c;
+	$q0 = status('queries');
+	my ($got, $failing) = split /\|/, $node->safe_psql('postgres', qq{
+		SET enable_indexscan = off;
+		WITH r AS (SELECT s.query, s.ctid FROM cagra_search('items_v', ARRAY(SELECT v FROM queries ORDER BY id), 10,
+		                                                     ARRAY(SELECT ctid FROM items WHERE $filter)) s),
+		     e AS (SELECT q.rn AS query, x.ctid FROM
+		             (SELECT row_number() OVER (ORDER BY id) rn, v FROM queries) q,
+		             LATERAL (SELECT ctid FROM items WHERE $filter ORDER BY v <-> q.v LIMIT 10) x)
+		SELECT round(count(r.ctid)::numeric / count(*), 3),
+		       (SELECT count(*) FROM r WHERE ctid NOT IN (SELECT ctid FROM items WHERE $filter))
+		  FROM e LEFT JOIN r USING (query, ctid)});
+	diag("filtered cagra_search, $what allowed: recall\@10 $got");
+	cmp_ok($got, '>=', 0.95, "$what allowed: recall\@10 >= 0.95");
+	is($failing, '0', "$what allowed: only allowed rows");
+	is(status('queries') - $q0, 100, "$what allowed: served by the GPU");
+}
+# a WHERE the index does not see (5% pass): the scan asks the GPU again with
+# more candidates until it has its rows
+$q0 = status('queries');
+is($node->safe_psql('postgres', q{
+	SET enable_seqscan = off;
+	SELECT count(*) FROM (SELECT id FROM items WHERE id % 20 = 3
+	                       ORDER BY v <-> (SELECT v FROM queries WHERE id = 1000) LIMIT 10) s}), '10',
+	'filtered index scan: 10 rows');
+cmp_ok(status('queries') - $q0, '>=', 2, 'its continuation served by the GPU');
 is(status('errors || \'|\' || fallbacks'), '0|0', 'no errors, no fallbacks');
 
 # SIGKILL of the worker during a batch: crash recovery, then service again.

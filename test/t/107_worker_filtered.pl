@@ -1,0 +1,250 @@
+# test/t/107_worker_filtered.pl — filtered searches through the worker (its
+# CPU engine): cagra_search with allowed rows at every selectivity down to
+# one row (a traversal widened for the pass rate when many rows pass, each
+# allowed node measured when few do) returns only allowed rows, min(k,
+# matching) per query, recall@10 >= 0.95 against the exact filtered answer,
+# served by the worker; an index scan with a WHERE the index does not see
+# continues on the worker in rounds of growing itopk_size, in distance
+# order, then on the CPU; cancel works while a filtered request waits; with
+# rows inserted, deleted and vacuumed by another session meanwhile, no row
+# that fails the filter or that the snapshot cannot see comes back.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use CagraGpuNode;
+
+my $node = CagraGpuNode::cpu_worker('filteredworker', "autovacuum = off\n");
+
+# 20,000 rows, cat = id % 100: each cat value is 1% of the rows
+$node->safe_psql('postgres', q{
+	CREATE TABLE items (id int, cat int, v vector(8)) WITH (fillfactor = 50);
+	INSERT INTO items SELECT i, i % 100, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.011 * j)
+	                                           FROM generate_series(1, 8) j)::vector
+	  FROM generate_series(1, 20000) i;
+	CREATE INDEX items_v ON items USING cagra (v) WITH (graph_degree = 16);
+	VACUUM items;
+	-- rows of cat 0: the cat filters below keep the query's own row out
+	CREATE TABLE queries AS SELECT row_number() OVER (ORDER BY id) AS qno, v FROM items WHERE id % 1000 = 500;
+});
+
+sub status
+{
+	my ($cols) = @_;
+	return $node->safe_psql('postgres', "SELECT $cols FROM cagra_status");
+}
+
+# For the rows `filter` selects, cagra_search with them allowed: queries
+# answered, rows per query, whether all pass, and recall@k against the
+# exact filtered answer (a sequential scan and a sort).
+sub check_search
+{
+	my ($filter, $k) = @_;
+	return $node->safe_psql('postgres', qq{
+		SET enable_indexscan = off;
+		WITH got AS (
+			SELECT s.query, t.id, t.cat FROM cagra_search('items_v', ARRAY(SELECT v FROM queries ORDER BY qno), $k,
+			                                              ARRAY(SELECT ctid FROM items WHERE $filter)) s
+			  JOIN items t ON t.ctid = s.ctid),
+		want AS (
+			SELECT q.qno AS query, x.id FROM queries q, LATERAL (
+				SELECT id FROM items WHERE $filter ORDER BY v <-> q.v LIMIT $k) x)
+		SELECT count(DISTINCT g.query), round(count(*)::numeric / NULLIF(count(DISTINCT g.query), 0), 1),
+		       bool_and(g.id IN (SELECT id FROM items WHERE $filter)),
+		       (SELECT count(*) FROM got JOIN want USING (query, id))::numeric /
+		       NULLIF((SELECT count(*) FROM want), 0) >= 0.95
+		  FROM got g});
+}
+
+my $nq = $node->safe_psql('postgres', 'SELECT count(*) FROM queries');
+is($nq, '20', '20 queries');
+
+# --- cagra_search with allowed rows -------------------------------------------
+# 90% and 50% pass: traversals widened for the pass rate; 10%, 1%, 5 rows and
+# one row: fewer rows than a traversal would measure, so each is measured
+my @cases = (
+	[ 'cat < 90', '10.0', '90% of the rows (a traversal)' ],
+	[ 'cat < 50', '10.0', '50% of the rows (a traversal)' ],
+	[ 'cat < 10', '10.0', '10% of the rows' ],
+	[ 'cat = 7', '10.0', '1% of the rows' ],
+	[ 'id IN (17, 4242, 9999, 12345, 19999)', '5.0', 'five rows' ],
+	[ 'id = 4242', '1.0', 'one row' ]);
+for my $c (@cases)
+{
+	my ($filter, $per_query, $what) = @$c;
+	my ($q0, $f0) = split /\|/, status('queries, fallbacks');
+	is(check_search($filter, 10), "20|$per_query|t|t",
+		"$what: min(10, matching) rows per query, all allowed, recall\@10 >= 0.95");
+	my ($q1, $f1) = split /\|/, status('queries, fallbacks');
+	is($q1 - $q0, 20, "$what: the worker served the 20 queries");
+	is($f1, $f0, "$what: no fallback");
+}
+is(check_search('cat < 0', 10), '0|||', 'no row allowed: no rows');
+
+# the same rows as the backend's own filtered search (exact there too when few pass)
+my $rows = q{
+	SELECT string_agg(s.query || ':' || t.id, ',' ORDER BY s.query, s.distance, t.id)
+	  FROM cagra_search('items_v', ARRAY(SELECT v FROM queries ORDER BY qno), 10,
+	                    ARRAY(SELECT ctid FROM items WHERE cat = 7)) s JOIN items t ON t.ctid = s.ctid};
+is($node->safe_psql('postgres', $rows), $node->safe_psql('postgres', "SET cagra.device = cpu; $rows"),
+	'1% allowed: the worker returns the backend\'s rows');
+
+# rows appended after the worker's copy: merged from the pages, filtered too
+my $uploads = status('uploads');
+$node->safe_psql('postgres', q{
+	INSERT INTO items SELECT 100000 + qno, 7, v FROM queries WHERE qno IN (1, 2);
+	INSERT INTO items SELECT 200000 + qno, 8, v FROM queries WHERE qno IN (1, 2)});
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(t.id::text, ',' ORDER BY t.id)
+	  FROM cagra_search('items_v', ARRAY(SELECT v FROM queries WHERE qno IN (1, 2) ORDER BY qno), 1,
+	                    ARRAY(SELECT ctid FROM items WHERE cat = 7)) s JOIN items t ON t.ctid = s.ctid}),
+	'100001,100002', 'appended allowed rows are found, appended rows not allowed are not');
+is(status('uploads'), $uploads, 'without a new copy');
+
+# --- index scans whose filter the index does not see ----------------------------
+# ORDER BY v <-> q LIMIT 10 WHERE cat < 5: one row in 20 passes, so the
+# first round (itopk_size 64) gives too few and the scan asks the worker
+# again with 128, 256, ... candidates
+my $scan_q = q{SELECT v FROM queries WHERE qno = 3};
+my $scan = qq{
+	SET enable_seqscan = off;
+	SET enable_bitmapscan = off;
+	SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+	  SELECT id, v, row_number() OVER () AS n FROM (
+	    SELECT id, v FROM items WHERE cat < 5 ORDER BY v <-> ($scan_q) LIMIT 10) l) s};
+like($node->safe_psql('postgres', qq{
+	SET enable_seqscan = off;
+	EXPLAIN (COSTS OFF) SELECT id FROM items WHERE cat < 5 ORDER BY v <-> ($scan_q) LIMIT 10}),
+	qr/Index Scan using items_v/, 'the filtered query is an index scan');
+
+# the ids of a scan's rows, and whether their distances never decrease
+sub scan_rows
+{
+	my ($out) = @_;
+	my (@ids, @d);
+	for (split /,/, $out)
+	{
+		my ($id, $dist) = split /:/;
+		push @ids, $id;
+		push @d, $dist;
+	}
+	my $sorted = 1;
+	$sorted &&= $d[$_ - 1] <= $d[$_] for 1 .. $#d;
+	return (\@ids, $sorted);
+}
+
+my $exact_ids = $node->safe_psql('postgres', qq{
+	SET enable_indexscan = off;
+	SELECT string_agg(id::text, ',' ORDER BY d) FROM (
+	  SELECT id, v <-> ($scan_q) AS d FROM items WHERE cat < 5 ORDER BY d LIMIT 10) s});
+my %exact = map { $_ => 1 } split /,/, $exact_ids;
+my $q0 = status('queries');
+my ($ids, $sorted) = scan_rows($node->safe_psql('postgres', $scan));
+my $rounds = status('queries') - $q0;
+is(scalar(@$ids), 10, 'the filtered index scan returns 10 rows');
+ok($sorted, 'in distance order');
+cmp_ok(scalar(grep { $exact{$_} } @$ids), '>=', 9, 'recall@10 of the scan >= 0.9');
+cmp_ok($rounds, '>=', 2, "the continuation was served by the worker ($rounds rounds)");
+cmp_ok($rounds, '<=', 4, 'in rounds up to itopk_size 512');
+
+# three matching rows: the rounds up to 512 find some, the CPU search the rest
+my $few = qq{
+	SET enable_seqscan = off;
+	SET enable_bitmapscan = off;
+	SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+	  SELECT id, v, row_number() OVER () AS n FROM (
+	    SELECT id, v FROM items WHERE id IN (17, 9999, 19999) ORDER BY v <-> ($scan_q) LIMIT 10) l) s};
+$q0 = status('queries');
+($ids, $sorted) = scan_rows($node->safe_psql('postgres', $few));
+is(join(',', sort { $a <=> $b } @$ids), '17,9999,19999', 'three matching rows: all three');
+ok($sorted, 'in distance order');
+is(status('queries') - $q0, 4, 'four worker rounds (64 .. 512), then the CPU search');
+
+# --- cancel while a filtered request waits in the worker's queue --------------------
+$node->append_conf('postgresql.conf', "cagra.batch_window = 1000000\n");
+$node->reload;
+$node->poll_query_until('postgres', "SELECT current_setting('cagra.batch_window') = '1000000'");
+sleep(1);    # the worker reloads on SIGHUP
+$q0 = status('queries');
+my ($ret, $out, $err) = $node->psql('postgres', q{
+	SET statement_timeout = '300ms';
+	SELECT count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM queries), 10,
+	                                  ARRAY(SELECT ctid FROM items WHERE cat < 50))});
+like($err, qr/canceling statement due to statement timeout/, 'statement_timeout ends a filtered search that waits');
+$node->append_conf('postgresql.conf', "cagra.batch_window = 0\n");
+$node->reload;
+$node->poll_query_until('postgres', "SELECT current_setting('cagra.batch_window') = '0'");
+sleep(2);    # the worker finishes its window, finds the request abandoned
+is(status('queries'), $q0, 'the abandoned request was not searched');
+is(check_search('cat < 50', 10), '20|10.0|t|t', 'the next filtered search is served');
+
+# --- concurrent inserts, deletes and vacuum under a filter ---------------------------
+# another session keeps inserting rows of cat 7 and 8 near the queries and
+# deleting them, with a VACUUM now and then (new copies, reused slots);
+# every search must return only visible rows that pass the filter, and
+# min(10, visible matching) of them
+my $writes = '';
+for my $round (1 .. 60)
+{
+	my $base = 300000 + $round * 100;
+	$writes .= "INSERT INTO items SELECT $base + qno, 7 + qno % 2, (SELECT array_agg(x + 0.0001 * $round)
+	              FROM unnest(v::real[]) x)::vector FROM queries;\n";
+	$writes .= "DELETE FROM items WHERE id BETWEEN $base - 200 AND $base - 100;\n";
+	$writes .= "DELETE FROM items WHERE cat = 7 AND id % 97 = $round % 97 AND id < 20000;\n";
+	$writes .= "VACUUM items;\n" if $round % 15 == 0;
+	$writes .= "SELECT pg_sleep(0.05);\n";
+}
+my $script = $node->basedir . '/writes.sql';
+open(my $fh, '>', $script) or die "cannot write $script: $!";
+print $fh $writes;
+close($fh);
+my $writer = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-f', $script, '-d', $node->connstr('postgres') ],
+	'>', \my $writer_out, '2>', \my $writer_err);
+
+my $bad = 0;
+my $checks = 0;
+my ($served0) = status('queries');
+while ($writer->pumpable && $checks < 200)
+{
+	$writer->pump_nb;
+	# cagra_search: every row visible (joins the table) and of cat 7, and
+	# min(10, cat-7 rows) per query
+	my $r = $node->safe_psql('postgres', q{
+		WITH got AS (
+			SELECT s.query, t.id, t.cat FROM cagra_search('items_v', ARRAY(SELECT v FROM queries ORDER BY qno), 10,
+			                                              ARRAY(SELECT ctid FROM items WHERE cat = 7)) s
+			  LEFT JOIN items t ON t.ctid = s.ctid)
+		SELECT count(*) FILTER (WHERE id IS NULL OR cat <> 7),
+		       count(*) = 10 * (SELECT count(*) FROM queries) FROM got});
+	if ($r ne '0|t')
+	{
+		$bad++;
+		diag("cagra_search: $r (rows failing, all there)");
+	}
+	# the index scan: 10 rows, in order (the executor checks the filter and
+	# the row's visibility itself)
+	($ids, $sorted) = scan_rows($node->safe_psql('postgres', qq{
+		SET enable_seqscan = off;
+		SET enable_bitmapscan = off;
+		SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+		  SELECT id, v, row_number() OVER () AS n FROM (
+		    SELECT id, v FROM items WHERE cat = 7 ORDER BY v <-> ($scan_q) LIMIT 10) l) s}));
+	if (!(scalar(@$ids) == 10 && $sorted))
+	{
+		$bad++;
+		diag('index scan: ' . scalar(@$ids) . " rows, sorted $sorted");
+	}
+	$checks++;
+}
+$writer->finish;
+is($writer_err, '', 'the writer ran without errors');
+cmp_ok($checks, '>=', 5, "searches ran while the writer worked ($checks rounds)");
+is($bad, 0, 'no invisible row, no row failing the filter, never fewer rows than asked');
+cmp_ok(status('queries') - $served0, '>', 0, 'the worker served searches meanwhile');
+is(check_search('cat = 7', 10), '20|10.0|t|t', 'after the writer: exact filtered answers');
+
+$node->stop;
+done_testing();
