@@ -553,7 +553,8 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 		return;
 	}
 	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, (uint64) Max(GetCurrentTimestamp() - f->queued_at, 0), 1);
-	if (f->nq < (uint64) cagra_batch_max && cagra_batch_window_us > 0)
+	/* a filtered search never shares its launch: nothing to wait for */
+	if (f->nq < (uint64) cagra_batch_max && cagra_batch_window_us > 0 && !f->search.filtered)
 		cagra_wait_batch_window(sh, f->queued_at);
 	n = cagra_collect_batch(sh, first, picked, &total);
 
