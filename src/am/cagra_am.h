@@ -194,6 +194,31 @@ cagra_locate(const CagraMetaData *meta, uint32 id, uint32 offset,
 	*page_offset = CAGRA_PAGE_DATA_START + (uint32) (pos % CAGRA_PAGE_USABLE);
 }
 
+/* The block that holds node `id`'s header. */
+static inline BlockNumber
+cagra_header_block(const CagraMetaData *meta, uint32 id)
+{
+	BlockNumber blkno;
+	uint32		page_offset;
+
+	cagra_locate(meta, id, 0, &blkno, &page_offset);
+	return blkno;
+}
+
+/* One past the last node (below meta->n) whose header shares the page of
+ * `first`'s: headers never cross a page and their blocks grow with the node
+ * id, so a scan of every header reads each such page once. */
+static inline uint32
+cagra_header_run_end(const CagraMetaData *meta, uint32 first)
+{
+	BlockNumber blkno = cagra_header_block(meta, first);
+	uint32		end = first + 1;
+
+	while (end < meta->n && cagra_header_block(meta, end) == blkno)
+		end++;
+	return end;
+}
+
 /* At most this many pages in one node group. */
 #define CAGRA_MAX_GROUP_PAGES 64
 

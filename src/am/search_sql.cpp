@@ -214,7 +214,7 @@ cagra_cmp_tids(const void *a, const void *b)
  * ignored).  A TID may name any member of a HOT chain, as a row's ctid does
  * after a HOT update; the index holds the chain's root, so each TID is
  * mapped to its root first (heap_get_root_tuples, one share-locked page at
- * a time).  Then every node header is read once.
+ * a time).  Then the node headers are read page by page, each page once.
  */
 static CagraAllowed *
 cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, ArrayType *tids)
@@ -266,19 +266,33 @@ cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, Ar
 	a->bits = (uint64 *) palloc_extended(sizeof(uint64) * Max(cagra_node_bitset_words(meta->n), (Size) 1),
 										 MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 	a->ids = (uint32 *) palloc_extended(sizeof(uint32) * (Size) Max(Min(nset, (int) meta->n), 1), MCXT_ALLOC_HUGE);
-	for (uint32 id = 0; id < meta->n && nset > 0 && a->count < (uint32) nset; id++)
+	/* the headers page by page, each page share-locked once */
+	for (uint32 first = 0, end; first < meta->n && nset > 0 && a->count < (uint32) nset; first = end)
 	{
-		CagraNodeHeader hdr;
+		Buffer		buf = ReadBuffer(index, cagra_header_block(meta, first));
+		Page		page;
 
-		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
-		if (cagra_node_is_live(hdr.flags) &&
-			bsearch(&hdr.heap_tid, set, nset, sizeof(ItemPointerData), cagra_cmp_tids))
+		end = cagra_header_run_end(meta, first);
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		for (uint32 id = first; id < end; id++)
 		{
-			a->bits[id >> 6] |= UINT64CONST(1) << (id & 63);
-			a->ids[a->count++] = id;
+			BlockNumber blkno;
+			uint32		off;
+
+			cagra_locate(meta, id, 0, &blkno, &off);
+
+			const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((const char *) page + off);
+
+			if (cagra_node_is_live(hdr->flags) &&
+				bsearch(&hdr->heap_tid, set, nset, sizeof(ItemPointerData), cagra_cmp_tids))
+			{
+				a->bits[id >> 6] |= UINT64CONST(1) << (id & 63);
+				a->ids[a->count++] = id;
+			}
 		}
-		if ((id & 4095) == 4095)
-			CHECK_FOR_INTERRUPTS();
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
 	}
 	pfree(set);
 	return a;

@@ -21,17 +21,6 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-/* The block that holds node `id`'s header. */
-static BlockNumber
-cagra_header_block(const CagraMetaData *meta, uint32 id)
-{
-	BlockNumber blkno;
-	uint32		off;
-
-	cagra_locate(meta, id, 0, &blkno, &off);
-	return blkno;
-}
-
 /*
  * Phase 1.  Fills removed[id] for every deleted node (old and new) and
  * returns how many nodes this pass deleted; *live gets the live count.
@@ -43,14 +32,12 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 	uint32		newly = 0;
 
 	*live = 0;
-	/* the headers of consecutive nodes on one page, page by page (headers
-	 * never cross a page, and their blocks grow with the node id) */
+	/* the headers of consecutive nodes on one page, page by page */
 	for (uint32 first = 0, last; first < meta->n; first = last)
 	{
 		BlockNumber blkno = cagra_header_block(meta, first);
 
-		for (last = first + 1; last < meta->n && cagra_header_block(meta, last) == blkno; last++)
-			;
+		last = cagra_header_run_end(meta, first);
 
 		Buffer		buf;
 		Page		page;
