@@ -159,7 +159,7 @@ cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 	s->backend_pid = MyProcPid;
 	s->backend_latch = MyLatch;
 	s->worker_generation = sh->generation;
-	s->seq = ++sh->next_seq;
+	s->seq = pg_atomic_add_fetch_u64(&sh->next_seq, 1);
 	s->queued_at = GetCurrentTimestamp();
 	s->answered_at = 0;
 	s->reply = CAGRA_REPLY_OK;

@@ -211,7 +211,7 @@ typedef struct CagraWorkerShared
 	Latch	   *latch;			/* the worker's latch while running */
 	uint64		generation;		/* bumped at every worker start */
 	TimestampTz started_at;
-	uint64		next_seq;
+	pg_atomic_uint64 next_seq;	/* queue order of the slots (backends queue under a shared lock) */
 	char		message[256];	/* why the worker is not running, or library version */
 
 	int			device_count;

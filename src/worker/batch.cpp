@@ -602,9 +602,11 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 
 	if (!cagra_take_slot(s))
 		return;					/* its backend gave up */
-	if (s->kind == CAGRA_REQ_SEARCH)
+	/* its backend may have queued another request in it since the look:
+	 * serve it here only if the look would have let it through */
+	if (s->kind == CAGRA_REQ_SEARCH || (s->kind == CAGRA_REQ_BUILD_RUN && cagra_worker_build_busy()))
 	{
-		cagra_untake_slot(s);	/* and queued a search since */
+		cagra_untake_slot(s);
 		return;
 	}
 
