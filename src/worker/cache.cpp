@@ -15,6 +15,8 @@
 #include "worker/cache.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -135,8 +137,11 @@ cagra_cache_miss_reply(const CagraIndexKey &key, pid_t asker, char *msg, size_t 
 		too_large.erase(big);
 	auto		up = uploads.find(id);
 
+	/* another backend's upload, unless it went quiet or its backend exited
+	 * (a session cancelled mid-upload must not hold the copy off for long) */
 	if (up != uploads.end() && up->second->owner != asker &&
-		now - up->second->last_touch < cagra_upload_stale_us())
+		now - up->second->last_touch < cagra_upload_stale_us() &&
+		!(kill(up->second->owner, 0) != 0 && errno == ESRCH))
 		return CAGRA_REPLY_LOADING;
 	if (up != uploads.end())
 		uploads.erase(up);
