@@ -1,0 +1,81 @@
+# test/t/108_worker_cancel_storm.pl — the worker's request slots under
+# load and cancels (its CPU engine): sessions whose cagra_search calls are
+# cancelled by a 2 ms statement_timeout, at any step of their round trip
+# (queued, taken, answered, uploading the copy), run beside clients whose
+# index scans must all succeed.  Slots move by compare-and-swap
+# (protocol.h); a slot freed twice, answered after it was reused or lost
+# would show as a failed or wrong search, a worker that stops answering, or
+# slots that never come back.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use CagraGpuNode;
+
+my $node = CagraGpuNode::cpu_worker('cancelstorm', "max_connections = 40\n");
+
+$node->safe_psql('postgres', q{
+	CREATE TABLE items (id int PRIMARY KEY, v vector(16));
+	INSERT INTO items SELECT i, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.11 * j)
+	                                  FROM generate_series(1, 16) j)::vector
+	  FROM generate_series(1, 20000) i;
+	CREATE INDEX items_v ON items USING cagra (v) WITH (graph_degree = 16);
+});
+my $generation = $node->safe_psql('postgres', 'SELECT generation FROM cagra_status');
+
+my $scan = q{
+	\set q random(1, 20000)
+	SET enable_seqscan = off;
+	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :q) LIMIT 10;
+};
+my $cancelled = q{
+	\set q random(1, 19900)
+	DO $$ BEGIN
+	  SET LOCAL statement_timeout = '2ms';
+	  PERFORM count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM items WHERE id BETWEEN 1 AND 80), 10);
+	EXCEPTION WHEN query_canceled THEN NULL;
+	END $$;
+};
+
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my @runs;
+for my $run ([ 'scan', $scan, 4, '' ], [ 'cancelled', $cancelled, 6, '-C' ])
+{
+	my ($name, $script, $clients, $reconnect) = @$run;
+	my $file = "$dir/$name.sql";
+	PostgreSQL::Test::Utils::append_to_file($file, $script);
+	my ($out, $err) = ('', '');
+	my @cmd = ('pgbench', '-n', '-f', $file, '-c', $clients, '-j', 2, '-T', 8, ($reconnect ? ($reconnect) : ()),
+		'-d', $node->connstr('postgres'));
+	push @runs, [ $name, IPC::Run::start(\@cmd, '>', \$out, '2>', \$err), \$out, \$err ];
+}
+my %processed;
+for my $r (@runs)
+{
+	my ($name, $h, $out, $err) = @$r;
+	$h->finish;
+	is($h->result(0), 0, "pgbench ($name) exited cleanly") or diag($$err);
+	like($$out, qr/number of failed transactions: 0 /, "no $name transaction failed");
+	($processed{$name}) = $$out =~ /number of transactions actually processed: (\d+)/;
+}
+cmp_ok($processed{scan}, '>', 0, "index scans ran ($processed{scan})");
+cmp_ok($processed{cancelled}, '>', 0, "cancelled calls ran ($processed{cancelled})");
+
+is($node->safe_psql('postgres', 'SELECT state, generation FROM cagra_status'), "running|$generation",
+	'the worker still runs, in the same generation');
+is($node->safe_psql('postgres', 'SELECT uploads FROM cagra_status'), '1', 'one copy uploaded, none stuck');
+
+# the worker serves the next search, with the right rows
+my $before = $node->safe_psql('postgres', 'SELECT queries FROM cagra_status');
+my $check = q{
+	SET enable_seqscan = off;
+	SELECT string_agg(id::text, ',') FROM (
+	  SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 4242) LIMIT 3) s};
+my $result = $node->safe_psql('postgres', $check);
+like($result, qr/^4242,/, 'a search after the storm finds the row itself first');
+is($node->safe_psql('postgres', 'SELECT queries FROM cagra_status'), $before + 1, 'through the worker');
+is($node->safe_psql('postgres', "SET cagra.device = cpu; $check"), $result, 'same rows as the CPU search');
+
+$node->stop;
+done_testing();
