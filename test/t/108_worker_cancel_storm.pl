@@ -5,7 +5,10 @@
 # index scans must all succeed.  Slots move by compare-and-swap
 # (protocol.h); a slot freed twice, answered after it was reused or lost
 # would show as a failed or wrong search, a worker that stops answering, or
-# slots that never come back.
+# slots that never come back.  Then sessions cancelled while they upload
+# the copy: the next session must not be told the dead one is loading (it
+# was, for twice cagra.worker_timeout, before the worker checked that the
+# uploading backend still exists; rounds 2-5 and 7 of 12 failed so).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -76,6 +79,25 @@ my $result = $node->safe_psql('postgres', $check);
 like($result, qr/^4242,/, 'a search after the storm finds the row itself first');
 is($node->safe_psql('postgres', 'SELECT queries FROM cagra_status'), $before + 1, 'through the worker');
 is($node->safe_psql('postgres', "SET cagra.device = cpu; $check"), $result, 'same rows as the CPU search');
+
+# --- a session cancelled while it uploads the copy -----------------------------
+# Each REINDEX makes a new copy key, so the next search uploads the copy;
+# that search is cancelled after 1 to 12 ms, in some rounds before the
+# worker saw it, in others while the session streams the copy.  The session
+# then exits; the next session's search must be served by the worker at
+# once (it uploads the copy itself), not told that the dead one is loading.
+my @missed;
+for my $ms (1 .. 12)
+{
+	$node->safe_psql('postgres', 'REINDEX INDEX items_v');
+	$node->psql('postgres', qq{
+		SET statement_timeout = '${ms}ms';
+		SELECT count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM items WHERE id <= 50), 10)});
+	my $q = $node->safe_psql('postgres', 'SELECT queries FROM cagra_status');
+	$node->safe_psql('postgres', "SET enable_seqscan = off; $check");
+	push @missed, $ms if $node->safe_psql('postgres', 'SELECT queries FROM cagra_status') != $q + 1;
+}
+is(join(',', @missed), '', 'after every cancelled upload the next search went to the worker');
 
 $node->stop;
 done_testing();
