@@ -93,6 +93,10 @@ for my $ms (1 .. 12)
 	$node->psql('postgres', qq{
 		SET statement_timeout = '${ms}ms';
 		SELECT count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM items WHERE id <= 50), 10)});
+	# its backend is gone (exiting after the client left takes a moment)
+	$node->poll_query_until('postgres', q{
+		SELECT count(*) = 0 FROM pg_stat_activity
+		 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()});
 	my $q = $node->safe_psql('postgres', 'SELECT queries FROM cagra_status');
 	$node->safe_psql('postgres', "SET enable_seqscan = off; $check");
 	push @missed, $ms if $node->safe_psql('postgres', 'SELECT queries FROM cagra_status') != $q + 1;
