@@ -13,10 +13,11 @@
  * rows without the policies' filter (docs/reference.md).
  *
  * With a fourth argument, `allowed` (tid[]), only rows it names are
- * returned: their nodes become a bitset, which goes with the queries to the
- * worker when it runs; there, or in the backend, the search is exact over
- * them when they are few, else a traversal that returns only them, widened
- * for their pass rate (cagra::plan_filtered_search).
+ * returned: their TIDs (HOT chains' roots) go with the queries to the
+ * worker when it runs, which maps them to its copy's nodes; in the backend
+ * the node headers are read to find them.  Either way the search is exact
+ * over the allowed nodes when they are few, else a traversal that returns
+ * only them, widened for their pass rate (cagra::plan_filtered_search).
  */
 #include "am/accessor.h"
 #include "am/search_resolve.h"
@@ -61,7 +62,9 @@ PG_FUNCTION_INFO_V1(cagra_search);
 /* The nodes a filtered search may return: one bit per node id. */
 typedef struct CagraAllowed
 {
-	uint64	   *bits;			/* cagra_node_bitset_words(meta->n) words */
+	CagraAllowedTids rows;		/* what the worker is sent */
+	/* the nodes, for the searches in the backend (cagra_allowed_nodes) */
+	uint64	   *bits;			/* cagra_node_bitset_words(meta->n) words, or NULL */
 	uint32		count;			/* bits set */
 	uint32	   *ids;			/* the set bits' ids, ascending */
 } CagraAllowed;
@@ -210,14 +213,14 @@ cagra_cmp_tids(const void *a, const void *b)
 }
 
 /*
- * The live nodes whose heap TID is among `tids` (a tid[]; NULL elements
- * ignored).  A TID may name any member of a HOT chain, as a row's ctid does
- * after a HOT update; the index holds the chain's root, so each TID is
- * mapped to its root first (heap_get_root_tuples, one share-locked page at
- * a time).  Then the node headers are read page by page, each page once.
+ * The rows of `tids` (a tid[]; NULL elements ignored) as the index holds
+ * them: a TID may name any member of a HOT chain, as a row's ctid does after
+ * a HOT update, and the index holds the chain's root, so each TID is mapped
+ * to its root (heap_get_root_tuples, one share-locked page at a time).
+ * Packed, ascending, without repeats; no node is looked up yet.
  */
 static CagraAllowed *
-cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, ArrayType *tids)
+cagra_allowed_rows(Relation heap, ArrayType *tids)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -262,12 +265,32 @@ cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, Ar
 	qsort(set, nset, sizeof(ItemPointerData), cagra_cmp_tids);
 
 	CagraAllowed *a = (CagraAllowed *) palloc0(sizeof(CagraAllowed));
+	uint64	   *packed = (uint64 *) palloc_extended(sizeof(uint64) * Max(nset, 1), MCXT_ALLOC_HUGE);
+	uint32		n = 0;
 
+	/* packing keeps ItemPointerCompare's order */
+	for (int i = 0; i < nset; i++)
+		if (n == 0 || packed[n - 1] != cagra_pack_tid(&set[i]))
+			packed[n++] = cagra_pack_tid(&set[i]);
+	pfree(set);
+	a->rows.tids = packed;
+	a->rows.count = n;
+	return a;
+}
+
+/* The live nodes of the allowed rows, for a search in the backend: the node
+ * headers read page by page, each page share-locked once. */
+static void
+cagra_allowed_nodes(Relation index, const CagraMetaData *meta, CagraAllowed *a)
+{
+	if (a->bits)
+		return;
 	a->bits = (uint64 *) palloc_extended(sizeof(uint64) * Max(cagra_node_bitset_words(meta->n), (Size) 1),
 										 MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
-	a->ids = (uint32 *) palloc_extended(sizeof(uint32) * (Size) Max(Min(nset, (int) meta->n), 1), MCXT_ALLOC_HUGE);
-	/* the headers page by page, each page share-locked once */
-	for (uint32 first = 0, end; first < meta->n && nset > 0 && a->count < (uint32) nset; first = end)
+	a->ids = (uint32 *) palloc_extended(sizeof(uint32) * (Size) Max(Min(a->rows.count, meta->n), 1),
+										MCXT_ALLOC_HUGE);
+	a->count = 0;
+	for (uint32 first = 0, end; first < meta->n && a->count < a->rows.count; first = end)
 	{
 		Buffer		buf = ReadBuffer(index, cagra_header_block(meta, first));
 		Page		page;
@@ -284,8 +307,7 @@ cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, Ar
 
 			const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((const char *) page + off);
 
-			if (cagra_node_is_live(hdr->flags) &&
-				bsearch(&hdr->heap_tid, set, nset, sizeof(ItemPointerData), cagra_cmp_tids))
+			if (cagra_node_is_live(hdr->flags) && cagra_allowed_tid(&a->rows, cagra_pack_tid(&hdr->heap_tid)))
 			{
 				a->bits[id >> 6] |= UINT64CONST(1) << (id & 63);
 				a->ids[a->count++] = id;
@@ -294,8 +316,6 @@ cagra_allowed_nodes(Relation index, Relation heap, const CagraMetaData *meta, Ar
 		UnlockReleaseBuffer(buf);
 		CHECK_FOR_INTERRUPTS();
 	}
-	pfree(set);
-	return a;
 }
 
 /*
@@ -388,10 +408,12 @@ cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *quer
 }
 
 /* Candidates of every query into c->ids/dists: on the worker when it can,
- * else on the CPU; only allowed nodes when `allowed` is not NULL. */
+ * else on the CPU; only nodes of allowed rows when `allowed` is not NULL
+ * (the worker maps the rows to its copy's nodes; the backend reads the
+ * node headers only when it searches itself). */
 static void
 cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
-						const bool *present, const CagraAllowed *allowed, CagraCandidates *c)
+						const bool *present, CagraAllowed *allowed, CagraCandidates *c)
 {
 	cagra::SearchParams params = cagra_search_params();
 
@@ -408,15 +430,15 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 
 		uint64	   *copy_tids = (uint64 *) cagra_scratch(CAGRA_SCRATCH_COPY_TIDS,
 															sizeof(uint64) * (Size) c->nq * c->kk);
-		const uint64 *bits = allowed ? allowed->bits : NULL;
-		CagraOffload r = cagra_search_through_worker(index, meta, &req, (uint32) c->nq, queries, bits, c->ids,
+		const CagraAllowedTids *rows = allowed ? &allowed->rows : NULL;
+		CagraOffload r = cagra_search_through_worker(index, meta, &req, (uint32) c->nq, queries, rows, c->ids,
 													 c->dists, copy_tids, &copy, why, sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
 			/* the merge moves candidates: their copy TIDs would not follow */
 			if (cagra_copy_is_partial(meta, &copy))
-				cagra_merge_tail(index, meta, &copy, c->nq, queries, present, bits, c->kk, c->ids, c->dists);
+				cagra_merge_tail(index, meta, &copy, c->nq, queries, present, rows, c->kk, c->ids, c->dists);
 			else
 				c->copy_tids = copy_tids;
 			return;
@@ -425,6 +447,8 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 	}
 	if (allowed)
 	{
+		cagra_allowed_nodes(index, meta, allowed);
+
 		cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(params, meta->graph_degree, allowed->count,
 																	 meta->n, cagra::kMaxItopk);
 
@@ -567,8 +591,8 @@ cagra_search(PG_FUNCTION_ARGS)
 	CagraAllowed *allowed = NULL;
 
 	if (PG_NARGS() > 3 && meta.n > 0)
-		allowed = cagra_allowed_nodes(index, heap, &meta, PG_GETARG_ARRAYTYPE_P(3));
-	if (meta.n > 0 && meta.live > 0 && nitems > 0 && (!allowed || allowed->count > 0))
+		allowed = cagra_allowed_rows(heap, PG_GETARG_ARRAYTYPE_P(3));
+	if (meta.n > 0 && meta.live > 0 && nitems > 0 && (!allowed || allowed->rows.count > 0))
 	{
 		/* more candidates than k: some may be invisible to this snapshot */
 		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));

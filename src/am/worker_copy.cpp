@@ -95,8 +95,8 @@ cagra_copy_key(Relation index, const CagraMetaData *meta)
 
 CagraOffload
 cagra_search_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
-							uint32 nq, const float *queries, const uint64 *allowed, uint32 *ids, float *dists,
-							uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
+							uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids,
+							float *dists, uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	CagraIndexKey key = cagra_copy_key(index, meta);
 	CagraPageSource pages;
@@ -125,8 +125,8 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 
 void
 cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
-				 const float *queries, const bool *present, const uint64 *allowed, uint32 kk, uint32 *ids,
-				 float *dists)
+				 const float *queries, const bool *present, const CagraAllowedTids *allowed, uint32 kk,
+				 uint32 *ids, float *dists)
 {
 	cagra::VectorFormat format = cagra_format_of(meta);
 	uint32		from = Min(copy->n, meta->n);
@@ -148,11 +148,11 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 			: meta->reuse_log[(reused_from + (i - (meta->n - from))) % CAGRA_REUSE_LOG];
 		CagraNodeHeader hdr;
 
-		if ((id >= from && i >= meta->n - from) || (allowed && !cagra_node_bit(allowed, id)))
+		if (id >= from && i >= meta->n - from)
 			continue;
 
 		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
-		if (!cagra_node_is_live(hdr.flags))
+		if (!cagra_node_is_live(hdr.flags) || (allowed && !cagra_allowed_tid(allowed, cagra_pack_tid(&hdr.heap_tid))))
 			continue;
 		cagra_read_record_bytes(index, meta, id, voff, format.vector_bytes(),
 								vecs + (Size) ntail * format.vector_bytes());

@@ -11,21 +11,21 @@
 #include "client/client.h"
 
 /* nq prepared queries through the worker (client.h, cagra_worker_search;
- * allowed: NULL, or the nodes that may be returned, a bitset of meta->n),
- * the index copy uploaded from the pages of `index` when the worker asks. */
+ * allowed: NULL, or the rows that may be returned), the index copy
+ * uploaded from the pages of `index` when the worker asks. */
 CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *meta,
 										 const CagraSearchRequest *req, uint32 nq, const float *queries,
-										 const uint64 *allowed, uint32 *ids, float *dists, uint64 *tids,
-										 CagraCopyExtent *copy, char *why, size_t whylen);
+										 const CagraAllowedTids *allowed, uint32 *ids, float *dists,
+										 uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen);
 
 /*
  * What the worker's copy lacks (cagra_copy_is_partial): nodes [copy->n,
  * meta->n), appended after it was made, and the slots of inserts
  * copy->reused + 1 .. meta->reused (reuse_log).  Read their vectors once,
- * then merge the exact nearest of the live ones (and allowed ones, unless
- * allowed is NULL) into every present query's sorted row of kk (present
- * NULL: all), never twice the same id.
+ * then merge the exact nearest of the live ones (of the rows `allowed`
+ * names, unless it is NULL) into every present query's sorted row of kk
+ * (present NULL: all), never twice the same id.
  */
 void		cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
-							 const float *queries, const bool *present, const uint64 *allowed, uint32 kk,
-							 uint32 *ids, float *dists);
+							 const float *queries, const bool *present, const CagraAllowedTids *allowed,
+							 uint32 kk, uint32 *ids, float *dists);

@@ -58,16 +58,42 @@ typedef struct CagraCopySource
 	void	   *arg;
 } CagraCopySource;
 
+/* The rows a filtered search may return: their heap TIDs as the index
+ * holds them (HOT chains' roots), packed (cagra_pack_tid) and ascending. */
+typedef struct CagraAllowedTids
+{
+	const uint64 *tids;
+	uint32		count;
+} CagraAllowedTids;
+
+static inline bool
+cagra_allowed_tid(const CagraAllowedTids *allowed, uint64 packed)
+{
+	uint32		lo = 0,
+				hi = allowed->count;
+
+	while (lo < hi)
+	{
+		uint32		mid = lo + (hi - lo) / 2;
+
+		if (allowed->tids[mid] < packed)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < allowed->count && allowed->tids[lo] == packed;
+}
+
 /*
  * nq prepared queries against the copy of `key` (uploaded from `source`
  * first when the worker asks for it): nq x req->k node ids
  * (cagra::kInvalidNode padding), distances and, unless tids is NULL, the
  * heap TIDs the worker's copy has for them (cagra_pack_tid); *copy: what
  * the copy holds (nodes from copy->n to key->n, and slots reused after
- * copy->reused, are the caller's to search).  With `allowed` (a bitset of
- * key->n nodes, cagra_node_bitset_words) only the nodes it sets are
- * returned; the worker searches such a request alone, widened for its pass
- * rate (docs/worker.md).
+ * copy->reused, are the caller's to search).  With `allowed` only nodes of
+ * the rows it names are returned: the worker maps their TIDs to its copy's
+ * nodes and searches such a request alone, widened for its pass rate
+ * (docs/worker.md).
  *
  * The copy is of the generation the meta page showed after the caller's
  * snapshot was taken, so under an MVCC snapshot its TIDs may be used
@@ -77,7 +103,7 @@ typedef struct CagraCopySource
  */
 CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source,
 								 const CagraSearchRequest *req, uint32 nq, const float *queries,
-								 const uint64 *allowed, uint32 *ids, float *dists, uint64 *tids,
+								 const CagraAllowedTids *allowed, uint32 *ids, float *dists, uint64 *tids,
 								 CagraCopyExtent *copy, char *why, size_t whylen);
 
 /* ---- builds ---- */

@@ -123,17 +123,17 @@ cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *w
 /* One SEARCH request for up to a chunk of queries. */
 static CagraOffload
 cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const CagraSearchRequest *req,
-				   uint32 nq, const float *queries, const uint64 *allowed, uint32 *ids, float *dists,
+				   uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids, float *dists,
 				   uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	uint32		dim = src->format.dim;
-	Size		filter_words = allowed ? cagra_node_bitset_words(key->n) : 0;
+	Size		filter_tids = allowed ? allowed->count : 0;
 
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
 		CagraCall	call;
 
-		if (!cagra_call_init(&call, CAGRA_REQ_SEARCH, cagra_search_payload_size(nq, dim, req->k, filter_words)))
+		if (!cagra_call_init(&call, CAGRA_REQ_SEARCH, cagra_search_payload_size(nq, dim, req->k, filter_tids)))
 		{
 			strlcpy(why, "no dynamic shared memory segment for the queries", whylen);
 			return CAGRA_OFFLOAD_FAILED;
@@ -143,9 +143,9 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 		p->nq = nq;
 		p->dim = dim;
 		p->k = req->k;
-		p->filter_words = (uint32) filter_words;
+		p->filter_tids = (uint32) filter_tids;
 		if (allowed)
-			memcpy(cagra_search_filter(p), allowed, filter_words * sizeof(uint64));
+			memcpy(cagra_search_filter(p), allowed->tids, filter_tids * sizeof(uint64));
 		memcpy(cagra_search_queries(p), queries, (Size) nq * dim * sizeof(float));
 		call.key = *key;
 		call.search = *req;
@@ -193,16 +193,16 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 
 CagraOffload
 cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
-					uint32 nq, const float *queries, const uint64 *allowed, uint32 *ids, float *dists,
+					uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids, float *dists,
 					uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	Size		per_query = (Size) source->format.dim * sizeof(float) + (Size) req->k * 16;
-	/* every chunk carries the whole bitset */
-	Size		filter_bytes = allowed ? cagra_node_bitset_words(key->n) * sizeof(uint64) : 0;
+	/* every chunk carries all the allowed TIDs */
+	Size		filter_bytes = allowed ? (Size) allowed->count * sizeof(uint64) : 0;
 
 	if (filter_bytes + per_query + 64 > CAGRA_CHUNK_BYTES)
 	{
-		strlcpy(why, "the allowed rows' bitset does not fit one request", whylen);
+		strlcpy(why, "the allowed rows' TIDs do not fit one request", whylen);
 		return CAGRA_OFFLOAD_SKIPPED;
 	}
 

@@ -142,7 +142,7 @@ typedef struct CagraSearchRequest
 {
 	uint32		k;
 	cagra::SearchParams params;
-	bool		filtered;		/* the payload carries an allowed-node bitset
+	bool		filtered;		/* the payload carries the allowed rows' TIDs
 								 * (set by cagra_worker_search) */
 } CagraSearchRequest;
 
@@ -296,24 +296,24 @@ cagra_node_bit(const uint64 *bits, uint32 id)
 	return (bits[id >> 6] >> (id & 63)) & 1;
 }
 
-/* SEARCH: header; for a filtered search the allowed-node bitset, a bit per
- * node of the requester's index key (cagra_node_bitset_words(key.n) words:
- * 125 kB at 1M nodes), the nodes that may be returned; nq x dim prepared
- * queries; then the answers: nq x k ids (cagra::kInvalidNode padding),
- * nq x k distances and nq x k heap TIDs of the ids as the copy has them
+/* SEARCH: header; for a filtered search the allowed rows, their heap TIDs
+ * as the index holds them (HOT chains' roots, cagra_pack_tid), ascending,
+ * which the worker maps to its copy's nodes; nq x dim prepared queries;
+ * then the answers: nq x k ids (cagra::kInvalidNode padding), nq x k
+ * distances and nq x k heap TIDs of the ids as the copy has them
  * (cagra_pack_tid; 0 for padding). */
 typedef struct CagraSearchPayload
 {
 	uint32		nq;
 	uint32		dim;
 	uint32		k;
-	uint32		filter_words;	/* 0 unless filtered */
+	uint32		filter_tids;	/* 0 unless filtered */
 } CagraSearchPayload;
 
 static inline Size
-cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k, Size filter_words)
+cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k, Size filter_tids)
 {
-	return MAXALIGN(sizeof(CagraSearchPayload)) + filter_words * sizeof(uint64) +
+	return MAXALIGN(sizeof(CagraSearchPayload)) + filter_tids * sizeof(uint64) +
 		(Size) nq * dim * sizeof(float) + (Size) nq * k * (sizeof(uint32) + sizeof(float)) +
 		sizeof(uint64) + (Size) nq * k * sizeof(uint64);
 }
@@ -327,7 +327,7 @@ cagra_search_filter(CagraSearchPayload *p)
 static inline float *
 cagra_search_queries(CagraSearchPayload *p)
 {
-	return (float *) (cagra_search_filter(p) + p->filter_words);
+	return (float *) (cagra_search_filter(p) + p->filter_tids);
 }
 
 static inline uint32 *

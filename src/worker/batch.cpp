@@ -277,15 +277,13 @@ cagra_search_payload_problem(CagraSearchPayload *p, const CagraSearchRequest &re
 		return "request segment gone";
 	if (p->dim != copy->format.dim || p->k != req.k)
 		return "query dimensions do not match the index copy";
-	if (req.filtered && p->filter_words < cagra_node_bitset_words(copy->key.n))
-		return "the allowed-node bitset is shorter than the index copy";
 	return NULL;
 }
 
 /* Run one batch (on a search thread, or here when there is none): gather
  * the queries of every payload, search, write each answer into its payload
- * and slot.  A filtered search is a batch of its own: its bitset is the
- * batch's.  No PostgreSQL call but GetCurrentTimestamp (a clock read), so
+ * and slot.  A filtered search is a batch of its own: the nodes of its
+ * allowed rows are the batch's filter.  No PostgreSQL call but GetCurrentTimestamp (a clock read), so
  * that its times compare with the backends'. */
 static void
 cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
@@ -312,6 +310,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		static thread_local std::vector<float> gathered_queries;
 		static thread_local std::vector<uint32> gathered_ids;
 		static thread_local std::vector<float> gathered_dists;
+		static thread_local std::vector<uint64> allowed_nodes;
 		CagraSearchPayload *only = (CagraSearchPayload *) job->payloads[0];
 		const float *queries;
 		uint32	   *ids;
@@ -325,7 +324,10 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			ids = cagra_search_ids(only);
 			dists = cagra_search_distances(only);
 			if (req.filtered)
-				allowed = cagra_search_filter(only);
+			{
+				cagra_engine_allowed_nodes(*copy, cagra_search_filter(only), only->filter_tids, allowed_nodes);
+				allowed = allowed_nodes.data();
+			}
 		}
 		else
 		{

@@ -8,6 +8,7 @@
 #include "worker/engine.h"
 
 #include <algorithm>
+#include <numeric>
 #include <exception>
 #include <new>
 #include <thread>
@@ -246,6 +247,10 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 		copy.entries = staged.entries;
 		copy.live.swap(staged.live);
 		copy.tids.swap(staged.tids);
+		copy.by_tid.resize(copy.tids.size());
+		std::iota(copy.by_tid.begin(), copy.by_tid.end(), 0u);
+		std::sort(copy.by_tid.begin(), copy.by_tid.end(),
+				  [&copy](uint32_t a, uint32_t b) { return copy.tids[a] < copy.tids[b]; });
 		copy.all_live = true;
 		for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
 			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
@@ -260,7 +265,8 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.graph.degree = staged.degree;
 			copy.graph.edges.swap(staged.rows);
 			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
-				copy.live.size() * sizeof(uint64_t) + copy.tids.size() * sizeof(uint64_t);
+				copy.live.size() * sizeof(uint64_t) + copy.tids.size() * sizeof(uint64_t) +
+				copy.by_tid.size() * sizeof(uint32_t);
 			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 			return CAGRA_REPLY_OK;
 		}
@@ -281,6 +287,24 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 }
 
 /* ---- searches ---- */
+
+void
+cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uint32_t count,
+						   std::vector<uint64_t> &bits)
+{
+	bits.assign(cagra_node_bitset_words(copy.key.n), 0);
+	auto		at = copy.by_tid.begin();
+
+	for (uint32_t i = 0; i < count && at != copy.by_tid.end(); i++)
+	{
+		/* both ascending: each search starts where the last one ended; a
+		 * TID can name several nodes (a deleted one and its slot's new row) */
+		at = std::lower_bound(at, copy.by_tid.end(), tids[i],
+							  [&copy](uint32_t node, uint64_t tid) { return copy.tids[node] < tid; });
+		for (; at != copy.by_tid.end() && copy.tids[*at] == tids[i]; ++at)
+			bits[*at >> 6] |= UINT64_C(1) << (*at & 63);
+	}
+}
 
 /* Queries begin..end-1 traversing the copy; only nodes set in `accepted`
  * are returned. */

@@ -46,6 +46,7 @@ struct CagraIndexCopy
 	std::vector<uint64_t> live;
 	bool		all_live = false;	/* searches need no filter */
 	std::vector<uint64_t> tids;		/* heap TID of each node, packed (host memory) */
+	std::vector<uint32_t> by_tid;	/* the nodes in ascending order of their TIDs */
 	std::vector<uint32_t> entries;
 	/* GPU */
 	cagra_gpu_index *gpu = nullptr;
@@ -97,6 +98,12 @@ CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCop
 CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
 								const CagraSearchRequest &req, const uint64_t *allowed, uint32_t *ids,
 								float *dists, double *device_ms, std::string *msg) noexcept;
+
+/* The bitset (cagra_node_bitset_words(copy.key.n) words) of the copy's
+ * nodes whose heap TIDs are among `tids` (packed, ascending): how a
+ * filtered request's rows become the nodes it allows. */
+void		cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uint32_t count,
+									   std::vector<uint64_t> &bits);
 
 /* How another thread stops a build: the core polls `progress.cancel`, the
  * GPU library `gpu_cancel`; request() sets both. */
