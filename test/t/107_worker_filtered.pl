@@ -91,6 +91,22 @@ my $rows = q{
 is($node->safe_psql('postgres', $rows), $node->safe_psql('postgres', "SET cagra.device = cpu; $rows"),
 	'1% allowed: the worker returns the backend\'s rows');
 
+# a HOT-updated row: its ctid names the heap-only tuple, the copy holds the
+# chain's root, which is what the backend sends and the worker looks up
+my $root = $node->safe_psql('postgres', 'SELECT ctid FROM items WHERE id = 4242');
+my $nodes = $node->safe_psql('postgres', "SELECT nodes FROM cagra_index_info('items_v')");
+$node->safe_psql('postgres', 'UPDATE items SET cat = cat WHERE id = 4242');
+isnt($node->safe_psql('postgres', 'SELECT ctid FROM items WHERE id = 4242'), $root,
+	'the update gave the row a new ctid');
+is($node->safe_psql('postgres', "SELECT nodes FROM cagra_index_info('items_v')"), $nodes,
+	'a HOT update: no new index entry');
+my ($hq0, $hu0) = split /\|/, status('queries, uploads');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(t.id::text, ',') FROM cagra_search('items_v', ARRAY(SELECT v FROM queries WHERE qno = 1), 3,
+	                                                     ARRAY(SELECT ctid FROM items WHERE id = 4242)) s
+	  JOIN items t ON t.ctid = s.ctid}), '4242', 'a HOT-updated allowed row is found by its new ctid');
+is(status('queries, uploads'), ($hq0 + 1) . "|$hu0", 'through the worker, with the same copy');
+
 # rows appended after the worker's copy: merged from the pages, filtered too
 my $uploads = status('uploads');
 $node->safe_psql('postgres', q{
