@@ -20,6 +20,7 @@ _PG_init(void)
 {
 	cagra_init_reloptions();
 	cagra_define_search_gucs();
+	cagra_init_filtered_scan();
 	cagra_worker_register();
 	MarkGUCPrefixReserved("cagra");
 }

@@ -13,6 +13,7 @@ extern "C" {
 #include "access/amapi.h"
 #include "access/generic_xlog.h"
 #include "access/reloptions.h"
+#include "nodes/pathnodes.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
 #include "storage/itemptr.h"
@@ -315,6 +316,7 @@ extern int	cagra_itopk_size;
 extern int	cagra_search_width;
 extern int	cagra_max_iterations;
 extern int	cagra_max_scan_tuples;
+extern bool cagra_enable_filtered_scan;
 
 void		cagra_init_reloptions(void);
 void		cagra_define_search_gucs(void);
@@ -415,6 +417,21 @@ void		cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 							   Cost *indexStartupCost, Cost *indexTotalCost,
 							   Selectivity *indexSelectivity, double *indexCorrelation,
 							   double *indexPages);
+/* What a filtered scan (filtered_scan.cpp) of `bitmap`'s rows costs. */
+typedef struct CagraFilteredScanCost
+{
+	Cost		startup;		/* the bitmap and the search, before the first row */
+	Cost		total;			/* and every row fetched from the heap */
+	double		allowed;		/* rows the bitmap is estimated to give */
+	bool		exact;			/* the search measures every one of them */
+} CagraFilteredScanCost;
+
+/* False when the index cannot serve a filtered scan (its vectors are
+ * rounded to float16, or it is empty). */
+bool		cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, Path *bitmap,
+									 double rows, CagraFilteredScanCost *cost);
+/* The planner hook and the custom scan methods (_PG_init). */
+void		cagra_init_filtered_scan(void);
 bytea	   *cagra_options(Datum reloptions, bool validate);
 bool		cagra_validate(Oid opclassoid);
 char	   *cagra_buildphasename(int64 phasenum);

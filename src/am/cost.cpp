@@ -17,7 +17,8 @@
  * Filters the scan does not answer (the table's conditions less those its
  * predicate implies) are checked on the rows it returns, so a LIMIT k needs
  * k / selectivity of them; the planner's LIMIT fraction scales the run cost
- * by that.  A scan stops after cagra.max_scan_tuples rows: when the rows
+ * by that, and rows past what the worker's rounds give cost a node read
+ * each.  A scan stops after cagra.max_scan_tuples rows: when the rows
  * that pass the filter among those are fewer than the LIMIT asks for, the
  * path would return too few rows, and is costed as disabled so that a plan
  * that finds them all (a bitmap or sequential scan and a sort) wins.
@@ -25,6 +26,8 @@
 #include "am/cagra_am.h"
 
 #include <cmath>
+
+#include "core/search.h"
 
 extern "C" {
 #include "access/genam.h"
@@ -71,12 +74,82 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 												  NULL);
 	double		passing = Min(tuples, (double) cagra_max_scan_tuples) * filtered;
 
+	/*
+	 * Rows past the first search: the worker's rounds give up to
+	 * CAGRA_WORKER_MAX_K of them at little more than a distance each; past
+	 * those the backend's search continues, each row an expansion of a node
+	 * read at random (cagra_gettuple).  With a filter, LIMIT k walks about
+	 * k / selectivity rows; the planner scales the run cost by the LIMIT's
+	 * fraction of the rows that pass, so the run cost per row is the mean
+	 * over the rows that LIMIT walks.
+	 */
+	double		near_row = cpu_index_tuple_cost + degree * cpu_operator_cost;
+	double		far_row = degree * (cpu_index_tuple_cost + cpu_operator_cost) + spc_random_page_cost;
+	double		wanted = root->limit_tuples > 0 ? root->limit_tuples : (double) cagra_itopk_size;
+	double		walked = Min(tuples, wanted / Max(filtered, 1.0 / tuples));
+	double		near = Min(walked, (double) CAGRA_WORKER_MAX_K);
+	double		per_row = (near * near_row + (walked - near) * far_row) / Max(walked, 1.0);
+
 	*indexStartupCost = search;
-	*indexTotalCost = search + tuples * (cpu_index_tuple_cost + degree * cpu_operator_cost);
+	*indexTotalCost = search + tuples * per_row;
 	if (root->limit_tuples > 0 && passing < root->limit_tuples && filtered < 1.0)
 	{
 		*indexStartupCost += disable_cost;
 		*indexTotalCost += disable_cost;
 	}
 	*indexPages = pages;
+}
+
+/*
+ * A filtered scan (filtered_scan.cpp): the filter's bitmap index scans, then
+ * one search over the rows they allow, before the first row; each row
+ * returned is a heap fetch.  The allowed rows are sent to the search (one
+ * operator cost each: packing, copying, mapping to nodes), which measures
+ * every one of them or traverses as cagra::plan_filtered_search says (one
+ * operator and one index tuple cost per distance, as the index scan's
+ * search above), plus the fixed cost of a search round: a round trip to
+ * the worker or the set-up of a search in the backend, measured at about
+ * 0.3 ms, what a bitmap heap scan of some 200 rows and its sort take, which
+ * the planner prices near 100 random page reads.  So a filter that passes
+ * fewer rows than that is left to the bitmap heap scan and a sort.  Of the
+ * allowed rows, the WHERE clause's other conditions keep rows / allowed,
+ * so each row returned costs allowed / rows fetches.
+ */
+#define CAGRA_SEARCH_ROUND_PAGES 100
+bool
+cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, Path *bitmap, double rows,
+						 CagraFilteredScanCost *cost)
+{
+	CagraMetaData meta;
+
+	cagra_read_meta(index, &meta);
+	if (meta.n == 0 || cagra_index_rounds_vectors(index, &meta))
+		return false;
+
+	Cost		bitmap_cost;
+	Selectivity bitmap_sel;
+
+	cost_bitmap_tree_node(bitmap, &bitmap_cost, &bitmap_sel);
+
+	double		tuples = Max(info->rel->tuples, 1.0);
+	double		allowed = Max(1.0, Min(tuples, ceil(bitmap_sel * tuples)));
+	cagra::SearchParams params = cagra_search_params();
+
+	if (root->limit_tuples > params.itopk_size)
+		params.itopk_size = (uint32) Min(root->limit_tuples, (double) CAGRA_WORKER_MAX_K);
+
+	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(params, meta.graph_degree, (uint64) allowed,
+																 meta.n, CAGRA_WORKER_MAX_K);
+	double		distances = plan.exact ? allowed
+		: Min((double) meta.n, (double) plan.params.max_iterations * plan.params.search_width * meta.graph_degree);
+	double		spc_random_page_cost,
+				spc_seq_page_cost;
+
+	get_tablespace_page_costs(info->rel->reltablespace, &spc_random_page_cost, &spc_seq_page_cost);
+	cost->allowed = allowed;
+	cost->exact = plan.exact;
+	cost->startup = bitmap_cost + CAGRA_SEARCH_ROUND_PAGES * spc_random_page_cost + allowed * cpu_operator_cost +
+		distances * (cpu_operator_cost + cpu_index_tuple_cost);
+	cost->total = cost->startup + Max(allowed, rows) * (spc_random_page_cost + cpu_tuple_cost);
+	return true;
 }

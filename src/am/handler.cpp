@@ -62,6 +62,10 @@ cagra_define_search_gucs(void)
 							"Most rows one cagra index scan returns when the executor keeps asking (filters, large LIMIT).",
 							NULL, &cagra_max_scan_tuples, cagra_max_scan_tuples, 1, INT_MAX,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("cagra.enable_filtered_scan",
+							 "Lets the planner use a cagra filtered scan for ORDER BY queries whose WHERE clause has an index.",
+							 NULL, &cagra_enable_filtered_scan, cagra_enable_filtered_scan,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 }
 
 static relopt_enum_elt_def cagra_device_values[] = {

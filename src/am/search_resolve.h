@@ -1,8 +1,9 @@
 /*
- * search_resolve.h — what cagra_search (search_sql.cpp) and the resolution of
- * a whole batch's candidates (search_resolve.cpp) share: the candidates of
- * every query with what is known of each, and scratch arrays kept between
- * calls.  Backends only.
+ * search_resolve.h — what cagra_search (search_sql.cpp), the filtered scan
+ * (filtered_scan.cpp) and the resolution of a whole batch's candidates
+ * (search_resolve.cpp) share: the rows a filtered search may return, the
+ * candidates of every query with what is known of each, the search that
+ * finds them, and scratch arrays kept between calls.  Backends only.
  */
 #pragma once
 
@@ -14,6 +15,21 @@ extern "C" {
 }
 
 #include "am/cagra_am.h"
+#include "client/client.h"
+
+/* The nodes a filtered search may return. */
+typedef struct CagraAllowed
+{
+	CagraAllowedTids rows;		/* what the worker is sent */
+	/* the nodes, for the searches in the backend (cagra_allowed_nodes) */
+	uint64	   *bits;			/* cagra_node_bitset_words(meta->n) words, or NULL */
+	uint32		count;			/* bits set */
+	uint32	   *ids;			/* the set bits' ids, ascending */
+} CagraAllowed;
+
+/* The allowed rows of `count` packed root TIDs (cagra_pack_tid), ascending
+ * and without repeats; takes `packed`. */
+CagraAllowed *cagra_allowed_packed(uint64 *packed, uint32 count);
 
 /* What is known of one candidate (query q, rank i: candidate q * kk + i). */
 #define CAGRA_CAND_UNKNOWN 0
@@ -30,6 +46,7 @@ typedef struct CagraCandidates
 	uint8	   *state;			/* nq x kk CAGRA_CAND_* */
 	ItemPointerData *tids;		/* nq x kk */
 	uint64	   *copy_tids;		/* nq x kk heap TIDs from the worker's copy, or NULL */
+	bool		by_worker;		/* the worker found them (else the backend) */
 } CagraCandidates;
 
 /* ---- scratch arrays ----
@@ -66,3 +83,15 @@ void	   *cagra_scratch(CagraScratchKind kind, Size size);
  */
 void		cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
 						  const bool *present, uint32 k, CagraCandidates *c);
+
+/*
+ * Candidates of every present query into c->ids/dists (c->kk each, sorted,
+ * kInvalidNode padded): on the worker when it can and kk is within its
+ * limit, else on the CPU; only nodes of allowed rows when `allowed` is not
+ * NULL (the worker maps the rows to its copy's nodes; the backend reads the
+ * node headers only when it searches itself, and measures every allowed
+ * node when that is cheaper or kk exceeds what a traversal keeps).
+ * c->copy_tids is set when the worker's copy gave every candidate's TID.
+ */
+void		cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
+									const bool *present, CagraAllowed *allowed, CagraCandidates *c);

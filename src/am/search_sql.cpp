@@ -59,16 +59,6 @@ PG_FUNCTION_INFO_V1(cagra_search);
 }
 
 
-/* The nodes a filtered search may return: one bit per node id. */
-typedef struct CagraAllowed
-{
-	CagraAllowedTids rows;		/* what the worker is sent */
-	/* the nodes, for the searches in the backend (cagra_allowed_nodes) */
-	uint64	   *bits;			/* cagra_node_bitset_words(meta->n) words, or NULL */
-	uint32		count;			/* bits set */
-	uint32	   *ids;			/* the set bits' ids, ascending */
-} CagraAllowed;
-
 /* The CPU path for one query: up to k live node ids and distances (only
  * allowed nodes, unless allowed is NULL). */
 static void
@@ -264,7 +254,6 @@ cagra_allowed_rows(Relation heap, ArrayType *tids)
 	}
 	qsort(set, nset, sizeof(ItemPointerData), cagra_cmp_tids);
 
-	CagraAllowed *a = (CagraAllowed *) palloc0(sizeof(CagraAllowed));
 	uint64	   *packed = (uint64 *) palloc_extended(sizeof(uint64) * Max(nset, 1), MCXT_ALLOC_HUGE);
 	uint32		n = 0;
 
@@ -273,8 +262,16 @@ cagra_allowed_rows(Relation heap, ArrayType *tids)
 		if (n == 0 || packed[n - 1] != cagra_pack_tid(&set[i]))
 			packed[n++] = cagra_pack_tid(&set[i]);
 	pfree(set);
+	return cagra_allowed_packed(packed, n);
+}
+
+CagraAllowed *
+cagra_allowed_packed(uint64 *packed, uint32 count)
+{
+	CagraAllowed *a = (CagraAllowed *) palloc0(sizeof(CagraAllowed));
+
 	a->rows.tids = packed;
-	a->rows.count = n;
+	a->rows.count = count;
 	return a;
 }
 
@@ -407,18 +404,14 @@ cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *quer
 	pfree(bestd);
 }
 
-/* Candidates of every query into c->ids/dists: on the worker when it can,
- * else on the CPU; only nodes of allowed rows when `allowed` is not NULL
- * (the worker maps the rows to its copy's nodes; the backend reads the
- * node headers only when it searches itself). */
-static void
+void
 cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
 						const bool *present, CagraAllowed *allowed, CagraCandidates *c)
 {
 	cagra::SearchParams params = cagra_search_params();
 
 	params.itopk_size = Max(params.itopk_size, c->kk);
-	if (cagra_worker_wanted("search"))
+	if (c->kk <= CAGRA_WORKER_MAX_K && cagra_worker_wanted("search"))
 	{
 		CagraSearchRequest req;
 		char		why[256];
@@ -436,6 +429,7 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
+			c->by_worker = true;
 			/* the merge moves candidates: their copy TIDs would not follow */
 			if (cagra_copy_is_partial(meta, &copy))
 				cagra_merge_tail(index, meta, &copy, c->nq, queries, present, rows, c->kk, c->ids, c->dists);
@@ -452,7 +446,8 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 		cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(params, meta->graph_degree, allowed->count,
 																	 meta->n, cagra::kMaxItopk);
 
-		if (plan.exact)
+		/* more candidates than a traversal keeps: every allowed node */
+		if (plan.exact || c->kk > cagra::kMaxItopk)
 		{
 			cagra_exact_allowed(index, meta, queries, present, allowed, c);
 			return;
@@ -621,6 +616,7 @@ cagra_search(PG_FUNCTION_ARGS)
 			c.state = (uint8 *) cagra_scratch(CAGRA_SCRATCH_STATE, total);
 			c.tids = (ItemPointerData *) cagra_scratch(CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
 			c.copy_tids = NULL;
+			c.by_worker = false;
 			memset(c.state, CAGRA_CAND_UNKNOWN, total);
 			for (Size i = 0; i < total; i++)
 				c.ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */

@@ -1,0 +1,685 @@
+/*
+ * filtered_scan.cpp — the filtered search as a custom scan:
+ *
+ *   SELECT ... FROM t WHERE <filter> ORDER BY v <-> q LIMIT k
+ *
+ * An index scan cannot see the query's WHERE clause (the index AM
+ * interface passes only the ORDER BY), so it returns rows in distance order
+ * and the executor drops those that fail the filter: with a selective
+ * filter it walks thousands of nodes for k rows.  When the filter has an
+ * index of its own, the planner hook here offers a custom scan,
+ * "Cagra Filtered Scan", beside that index scan and the bitmap-scan-and-
+ * sort plan, and the costs choose (cost.cpp, cagra_filtered_scan_cost):
+ *
+ *   1. the filter's bitmap index scan (the plan the planner made for a
+ *      bitmap heap scan of the same conditions, run without its heap part)
+ *      gives the TIDs of the rows that may pass;
+ *   2. those rows go to the search as its allowed set (search_resolve.h):
+ *      to the GPU worker, which maps them to its copy's nodes, or to the
+ *      CPU; the search measures every allowed node when they are few, else
+ *      traverses the graph returning only them (cagra::plan_filtered_search);
+ *   3. the results, in distance order, are fetched from the heap under the
+ *      statement's snapshot, and every condition of the WHERE clause
+ *      (row-level security's too) is checked on them again (ExecScan), so
+ *      a lossy bitmap or a condition no index answers never lets a row
+ *      through that fails it;
+ *   4. when the executor wants more rows than a round gave, the next round
+ *      asks for twice as many, skipping rows already returned; past what
+ *      the worker answers in one search, every allowed node is measured on
+ *      the CPU, up to cagra.max_scan_tuples rows in all.
+ *
+ * Indexes that round vectors to float16 (whose order is a lower bound the
+ * executor rechecks, xs_recheckorderby) are left to the index scan: this
+ * scan returns rows in the index's order as exact.
+ */
+#include "am/accessor.h"
+#include "am/search_resolve.h"
+
+#include <cmath>
+
+#include "core/search.h"
+#include "type/vector.h"
+
+extern "C" {
+#include "access/relation.h"
+#include "access/tableam.h"
+#include "commands/explain.h"
+#include "executor/executor.h"
+#include "executor/nodeCustom.h"
+#include "miscadmin.h"
+#include "nodes/extensible.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/tidbitmap.h"
+#include "optimizer/cost.h"
+#include "optimizer/pathnode.h"
+#include "optimizer/paths.h"
+#include "optimizer/restrictinfo.h"
+#include "storage/predicate.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/ruleutils.h"
+}
+
+bool		cagra_enable_filtered_scan = true;
+
+static set_rel_pathlist_hook_type prev_set_rel_pathlist_hook = NULL;
+
+/* custom_private of the plan: Consts, in this order */
+enum
+{
+	CAGRA_FS_INDEX,				/* oid of the cagra index */
+	CAGRA_FS_LIMIT,				/* rows the query's LIMIT wants, 0 unknown (int4) */
+	CAGRA_FS_ALLOWED,			/* estimated allowed rows (float8) */
+	CAGRA_FS_EXACT,				/* whether the planned search measures them all (bool) */
+	CAGRA_FS_NPRIVATE
+};
+
+/* ---- planning ---- */
+
+static Plan *cagra_fs_plan(PlannerInfo *root, RelOptInfo *rel, CustomPath *best_path, List *tlist,
+						   List *clauses, List *custom_plans);
+
+static const CustomPathMethods cagra_fs_path_methods = {
+	.CustomName = "Cagra Filtered Scan",
+	.PlanCustomPath = cagra_fs_plan,
+};
+
+static Node *cagra_fs_create_state(CustomScan *cscan);
+
+static const CustomScanMethods cagra_fs_scan_methods = {
+	.CustomName = "Cagra Filtered Scan",
+	.CreateCustomScanState = cagra_fs_create_state,
+};
+
+/* Whether the index is a cagra index (its access method's cost function). */
+static bool
+cagra_is_cagra_index(const IndexOptInfo *info)
+{
+	return reinterpret_cast<void *>(info->amcostestimate) == reinterpret_cast<void *>(cagra_costestimate);
+}
+
+/* A cagra index path that answers the query's ORDER BY. */
+static bool
+cagra_is_ordered_path(Path *p)
+{
+	if (!IsA(p, IndexPath) || p->param_info != NULL || p->pathkeys == NIL)
+		return false;
+
+	IndexPath  *ip = (IndexPath *) p;
+
+	return cagra_is_cagra_index(ip->indexinfo) && ip->indexorderbys != NIL &&
+		list_length(ip->indexorderbys) == 1;
+}
+
+/* A path that can be the filter's bitmap: a bitmap heap scan's bitmap, or
+ * an index scan of an index that can give one (the bitmap heap path may
+ * have lost to a sequential scan). */
+static Path *
+cagra_filter_bitmap_of(Path *p)
+{
+	if (p->param_info != NULL)
+		return NULL;
+	if (IsA(p, BitmapHeapPath))
+		return ((BitmapHeapPath *) p)->bitmapqual;
+	if (IsA(p, IndexPath))
+	{
+		IndexPath  *ip = (IndexPath *) p;
+
+		if (ip->indexinfo->amhasgetbitmap && ip->indexclauses != NIL && ip->indexorderbys == NIL &&
+			!cagra_is_cagra_index(ip->indexinfo))
+			return p;
+	}
+	return NULL;
+}
+
+/* The cheapest filter bitmap among `paths`, or NULL. */
+static Path *
+cagra_cheapest_filter_bitmap(List *paths)
+{
+	Path	   *best = NULL;
+	Cost		best_cost = 0;
+	ListCell   *lc;
+
+	foreach(lc, paths)
+	{
+		Path	   *b = cagra_filter_bitmap_of((Path *) lfirst(lc));
+		Cost		cost;
+		Selectivity sel;
+
+		if (!b)
+			continue;
+		cost_bitmap_tree_node(b, &cost, &sel);
+		if (!best || cost < best_cost)
+		{
+			best = b;
+			best_cost = cost;
+		}
+	}
+	return best;
+}
+
+/*
+ * The filter's index paths lost to a sequential scan, or to the ordered
+ * path when enable_indexscan and enable_bitmapscan are off (their disable
+ * costs make all paths tie): make them again, apart from the rel's own
+ * paths and as if enabled (the filtered scan has its own setting), and take
+ * the bitmap from those.
+ */
+static Path *
+cagra_remade_filter_bitmap(PlannerInfo *root, RelOptInfo *rel)
+{
+	List	   *pathlist = rel->pathlist;
+	List	   *partial = rel->partial_pathlist;
+	bool		indexscan = enable_indexscan;
+	bool		bitmapscan = enable_bitmapscan;
+	Path	   *bitmap = NULL;
+
+	rel->pathlist = NIL;
+	rel->partial_pathlist = NIL;
+	enable_indexscan = enable_bitmapscan = true;
+	PG_TRY();
+	{
+		create_index_paths(root, rel);
+		bitmap = cagra_cheapest_filter_bitmap(rel->pathlist);
+	}
+	PG_FINALLY();
+	{
+		enable_indexscan = indexscan;
+		enable_bitmapscan = bitmapscan;
+		rel->pathlist = pathlist;
+		rel->partial_pathlist = partial;
+	}
+	PG_END_TRY();
+	return bitmap;
+}
+
+static Const *
+cagra_fs_const_oid(Oid value)
+{
+	return makeConst(OIDOID, -1, InvalidOid, sizeof(Oid), ObjectIdGetDatum(value), false, true);
+}
+
+/*
+ * set_rel_pathlist_hook: a filtered scan for a base table with a WHERE
+ * clause, a cagra index that orders it by the query's ORDER BY, and a
+ * bitmap for the filter.
+ */
+static void
+cagra_fs_add_paths(PlannerInfo *root, RelOptInfo *rel, Index rti, RangeTblEntry *rte)
+{
+	if (prev_set_rel_pathlist_hook)
+		prev_set_rel_pathlist_hook(root, rel, rti, rte);
+	if (!cagra_enable_filtered_scan || rel->baserestrictinfo == NIL || rte->rtekind != RTE_RELATION ||
+		rte->tablesample != NULL ||
+		(rel->reloptkind != RELOPT_BASEREL && rel->reloptkind != RELOPT_OTHER_MEMBER_REL))
+		return;
+
+	IndexPath  *ordered = NULL;
+	ListCell   *lc;
+
+	foreach(lc, rel->pathlist)
+	{
+		Path	   *p = (Path *) lfirst(lc);
+
+		if (cagra_is_ordered_path(p) && (!ordered || p->total_cost < ordered->path.total_cost))
+			ordered = (IndexPath *) p;
+	}
+	if (!ordered)
+		return;
+
+	Path	   *bitmap = cagra_cheapest_filter_bitmap(rel->pathlist);
+
+	if (!bitmap)
+		bitmap = cagra_remade_filter_bitmap(root, rel);
+	if (!bitmap)
+		return;
+
+	Relation	index = index_open(ordered->indexinfo->indexoid, NoLock);
+	CagraFilteredScanCost cost;
+	bool		usable = cagra_filtered_scan_cost(root, ordered->indexinfo, index, bitmap, rel->rows, &cost);
+
+	index_close(index, NoLock);
+	if (!usable)
+		return;
+
+	CustomPath *cp = makeNode(CustomPath);
+
+	cp->path.pathtype = T_CustomScan;
+	cp->path.parent = rel;
+	cp->path.pathtarget = rel->reltarget;
+	cp->path.param_info = NULL;
+	cp->path.parallel_aware = false;
+	cp->path.parallel_safe = false;	/* a backend's own worker requests */
+	cp->path.parallel_workers = 0;
+	cp->path.rows = rel->rows;
+	cp->path.startup_cost = cost.startup;
+	cp->path.total_cost = cost.total;
+	cp->path.pathkeys = ordered->path.pathkeys;
+	cp->flags = CUSTOMPATH_SUPPORT_PROJECTION;
+	/* a new bitmap heap path: add_path may free the one in the list */
+	cp->custom_paths = list_make1(create_bitmap_heap_path(root, rel, bitmap, NULL, 1.0, 0));
+	cp->custom_private = list_make5(linitial(ordered->indexorderbys),
+									cagra_fs_const_oid(ordered->indexinfo->indexoid),
+									makeConst(INT4OID, -1, InvalidOid, sizeof(int32),
+											  Int32GetDatum(root->limit_tuples > 0 &&
+															root->limit_tuples < PG_INT32_MAX
+															? (int32) root->limit_tuples : 0),
+											  false, true),
+									makeConst(FLOAT8OID, -1, InvalidOid, sizeof(float8),
+											  Float8GetDatum(cost.allowed), false, FLOAT8PASSBYVAL),
+									makeBoolConst(cost.exact, false));
+	cp->methods = &cagra_fs_path_methods;
+	add_path(rel, &cp->path);
+}
+
+/*
+ * The plan: the bitmap heap scan's plan gives the bitmap index scans of
+ * the filter (its heap part is not run); the WHERE clause is the scan's
+ * qual, checked on every row returned; custom_exprs holds the ORDER BY
+ * expression (its right side is the query vector, evaluated per rescan).
+ */
+static Plan *
+cagra_fs_plan(PlannerInfo *root, RelOptInfo *rel, CustomPath *best_path, List *tlist, List *clauses,
+			  List *custom_plans)
+{
+	CustomScan *cs = makeNode(CustomScan);
+	Plan	   *heap_plan = (Plan *) linitial(custom_plans);
+
+	Assert(IsA(heap_plan, BitmapHeapScan));
+	cs->scan.plan.targetlist = tlist;
+	cs->scan.plan.qual = extract_actual_clauses(clauses, false);
+	cs->scan.scanrelid = rel->relid;
+	cs->flags = best_path->flags;
+	cs->custom_plans = list_make1(outerPlan(heap_plan));
+	cs->custom_exprs = list_make1(copyObjectImpl(linitial(best_path->custom_private)));
+	cs->custom_private = list_copy_tail(best_path->custom_private, 1);
+	cs->methods = &cagra_fs_scan_methods;
+	return &cs->scan.plan;
+}
+
+/* ---- execution ---- */
+
+typedef struct CagraFilteredScanState
+{
+	CustomScanState css;
+	Relation	index;
+	ExprState  *query_expr;		/* the ORDER BY's right side */
+	IndexFetchTableData *fetch;
+	TupleTableSlot *heap_slot;	/* the scan slot is virtual (nodeCustom.c) */
+	MemoryContext search_cxt;	/* one search: reset by every rescan */
+	int32		limit;			/* the planner's LIMIT, 0 unknown */
+
+	/* the search of the current rescan */
+	bool		started;
+	bool		done;			/* no row left */
+	CagraMetaData meta;
+	float	   *query;			/* prepared */
+	CagraAllowed *allowed;
+	uint32		cap;			/* most candidates a round may ask for */
+	CagraCandidates round;		/* nq 1: ids, dists, copy TIDs of one round */
+	uint32		pos;
+	HTAB	   *returned;		/* root TIDs the rounds returned */
+	uint64		nreturned;
+	float		last_distance;
+
+	/* for EXPLAIN ANALYZE, over all rescans */
+	uint64		searches;
+	uint64		rounds;
+	uint64		worker_rounds;
+	uint64		allowed_rows;
+} CagraFilteredScanState;
+
+static void cagra_fs_begin(CustomScanState *node, EState *estate, int eflags);
+static TupleTableSlot *cagra_fs_exec(CustomScanState *node);
+static void cagra_fs_end(CustomScanState *node);
+static void cagra_fs_rescan(CustomScanState *node);
+static void cagra_fs_explain(CustomScanState *node, List *ancestors, ExplainState *es);
+
+static const CustomExecMethods cagra_fs_exec_methods = {
+	.CustomName = "Cagra Filtered Scan",
+	.BeginCustomScan = cagra_fs_begin,
+	.ExecCustomScan = cagra_fs_exec,
+	.EndCustomScan = cagra_fs_end,
+	.ReScanCustomScan = cagra_fs_rescan,
+	.ExplainCustomScan = cagra_fs_explain,
+};
+
+static Node *
+cagra_fs_create_state(CustomScan *cscan)
+{
+	CagraFilteredScanState *s = (CagraFilteredScanState *) newNode(sizeof(CagraFilteredScanState),
+																  T_CustomScanState);
+
+	s->css.methods = &cagra_fs_exec_methods;
+	return (Node *) s;
+}
+
+static Const *
+cagra_fs_private(const CustomScan *cs, int which)
+{
+	return (Const *) list_nth(cs->custom_private, which);
+}
+
+static void
+cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
+{
+	CagraFilteredScanState *s = (CagraFilteredScanState *) node;
+	CustomScan *cs = (CustomScan *) node->ss.ps.plan;
+	OpExpr	   *orderby = (OpExpr *) linitial(cs->custom_exprs);
+	Relation	heap = node->ss.ss_currentRelation;
+
+	s->index = index_open(DatumGetObjectId(cagra_fs_private(cs, CAGRA_FS_INDEX)->constvalue), AccessShareLock);
+	s->limit = DatumGetInt32(cagra_fs_private(cs, CAGRA_FS_LIMIT)->constvalue);
+	s->query_expr = ExecInitExpr((Expr *) lsecond(orderby->args), &node->ss.ps);
+	node->custom_ps = list_make1(ExecInitNode((Plan *) linitial(cs->custom_plans), estate, eflags));
+	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
+		return;
+	s->fetch = table_index_fetch_begin(heap);
+	s->heap_slot = table_slot_create(heap, &estate->es_tupleTable);
+	s->search_cxt = AllocSetContextCreate(estate->es_query_cxt, "cagra filtered scan", ALLOCSET_DEFAULT_SIZES);
+	/* as index_beginscan does for an access method without predicate locks */
+	PredicateLockRelation(s->index, estate->es_snapshot);
+}
+
+/* The allowed rows: the filter's bitmap as packed TIDs, ascending (bitmap
+ * index entries point at HOT chains' roots, as the index's nodes do).  A
+ * lossy page allows each of its line pointers. */
+static CagraAllowed *
+cagra_fs_allowed(TIDBitmap *tbm)
+{
+	TBMIterator *it = tbm_begin_iterate(tbm);
+	TBMIterateResult *r;
+	Size		size = 1024;
+	Size		n = 0;
+	uint64	   *packed = (uint64 *) palloc(sizeof(uint64) * size);
+
+	while ((r = tbm_iterate(it)) != NULL)
+	{
+		int			count = r->ntuples >= 0 ? r->ntuples : MaxHeapTuplesPerPage;
+
+		if (n + count > size)
+		{
+			size = Max(2 * size, n + count);
+			if (size > PG_UINT32_MAX)
+				ereport(ERROR,
+						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						 errmsg("a cagra filtered scan allows at most %u rows", PG_UINT32_MAX)));
+			packed = (uint64 *) repalloc_huge(packed, sizeof(uint64) * size);
+		}
+		for (int i = 0; i < count; i++)
+		{
+			ItemPointerData tid;
+
+			ItemPointerSet(&tid, r->blockno, r->ntuples >= 0 ? r->offsets[i] : (OffsetNumber) (i + 1));
+			packed[n++] = cagra_pack_tid(&tid);
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	tbm_end_iterate(it);
+	return cagra_allowed_packed(packed, (uint32) n);
+}
+
+/* One round: the kk nearest allowed nodes, on the worker or the CPU. */
+static void
+cagra_fs_round(CagraFilteredScanState *s, uint32 kk)
+{
+	CagraCandidates *c = &s->round;
+	bool		present = true;
+
+	c->nq = 1;
+	c->kk = kk;
+	c->ids = (uint32 *) (c->ids ? repalloc(c->ids, sizeof(uint32) * kk) : palloc(sizeof(uint32) * kk));
+	c->dists = (float *) (c->dists ? repalloc(c->dists, sizeof(float) * kk) : palloc(sizeof(float) * kk));
+	for (uint32 i = 0; i < kk; i++)
+		c->ids[i] = cagra::kInvalidNode;
+	c->state = NULL;
+	c->tids = NULL;
+	c->copy_tids = NULL;
+	c->by_worker = false;
+	cagra_search_candidates(s->index, &s->meta, s->query, &present, s->allowed, c);
+	/* the worker's TIDs are in scratch memory, valid until the next search */
+	if (c->copy_tids)
+	{
+		uint64	   *tids = (uint64 *) palloc(sizeof(uint64) * kk);
+
+		memcpy(tids, c->copy_tids, sizeof(uint64) * kk);
+		c->copy_tids = tids;
+	}
+	s->pos = 0;
+	s->rounds++;
+	s->worker_rounds += c->by_worker;
+}
+
+/* Set up the search of this rescan; false when it returns nothing. */
+static bool
+cagra_fs_start(CagraFilteredScanState *s)
+{
+	ExprContext *econtext = s->css.ss.ps.ps_ExprContext;
+	bool		isnull;
+	Datum		q = ExecEvalExprSwitchContext(s->query_expr, econtext, &isnull);
+	PlanState  *child = (PlanState *) linitial(s->css.custom_ps);
+
+	cagra_read_meta(s->index, &s->meta);
+	if (cagra_index_rounds_vectors(s->index, &s->meta))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cagra filtered scan of index \"%s\": its vectors are rounded to float16 since the plan was made",
+						RelationGetRelationName(s->index)),
+				 errhint("Run the query again: it is planned anew.")));
+	if (s->meta.n == 0 || s->meta.live == 0)
+		return false;
+
+	const float *raw;
+
+	if (isnull)
+		raw = (const float *) palloc0(sizeof(float) * s->meta.dims);	/* any order will do */
+	else
+	{
+		int			dim;
+
+		raw = vector_datum_floats(q, cagra_index_is_halfvec(s->index), &dim);
+		cagra_check_dims(s->index, s->meta.dims, dim);
+	}
+	s->query = (float *) palloc(sizeof(float) * s->meta.dims);
+	cagra_prepare((cagra::Metric) s->meta.metric, raw, s->query, s->meta.dims);
+
+	TIDBitmap  *tbm = (TIDBitmap *) MultiExecProcNode(child);
+
+	if (!tbm || !IsA(tbm, TIDBitmap))
+		elog(ERROR, "cagra filtered scan: the filter's plan gave no bitmap");
+	s->allowed = cagra_fs_allowed(tbm);
+	tbm_free(tbm);
+	s->searches++;
+	s->allowed_rows += s->allowed->rows.count;
+	if (s->allowed->rows.count == 0)
+		return false;
+
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(ItemPointerData);
+	ctl.entrysize = sizeof(ItemPointerData);
+	ctl.hcxt = CurrentMemoryContext;
+	s->returned = hash_create("cagra filtered scan rows", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	s->cap = (uint32) Min((uint64) s->allowed->rows.count,
+						  Min((uint64) s->meta.live, (uint64) cagra_max_scan_tuples));
+
+	uint32		kk = Max((uint32) cagra_itopk_size, (uint32) s->limit);
+
+	cagra_fs_round(s, Max(Min(Min(kk, (uint32) CAGRA_WORKER_MAX_K), s->cap), (uint32) 1));
+	return true;
+}
+
+/* The next candidate's visible heap tuple into `slot`; false when the round
+ * has none left. */
+static bool
+cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
+{
+	CagraCandidates *c = &s->round;
+	Snapshot	snapshot = s->css.ss.ps.state->es_snapshot;
+
+	while (s->pos < c->kk)
+	{
+		uint32		i = s->pos++;
+		uint32		id = c->ids[i];
+		ItemPointerData root;
+		bool		found;
+
+		if (id == cagra::kInvalidNode)
+		{
+			s->pos = c->kk;
+			break;
+		}
+		if (c->copy_tids)
+			cagra_unpack_tid(c->copy_tids[i], &root);
+		else
+		{
+			CagraNodeHeader hdr;
+
+			/* the page says whether vacuum removed it since the copy was made */
+			cagra_read_record_bytes(s->index, &s->meta, id, 0, sizeof(hdr), &hdr);
+			if (!cagra_node_is_live(hdr.flags))
+				continue;
+			root = hdr.heap_tid;
+		}
+		/* a later round may find rows an earlier one did not: keep the order */
+		if (s->nreturned > 0 && (c->dists[i] < s->last_distance))
+			continue;
+		hash_search(s->returned, &root, HASH_ENTER, &found);
+		if (found)
+			continue;
+		s->nreturned++;
+		s->last_distance = c->dists[i];
+
+		bool		call_again = false;
+		bool		all_dead = false;
+		ItemPointerData tid = root;
+
+		if (table_index_fetch_tuple(s->fetch, &tid, snapshot, slot, &call_again, &all_dead))
+			return true;
+	}
+	return false;
+}
+
+static TupleTableSlot *
+cagra_fs_next(ScanState *ss)
+{
+	CagraFilteredScanState *s = (CagraFilteredScanState *) ss;
+	TupleTableSlot *slot = ss->ss_ScanTupleSlot;
+
+	if (!s->started)
+	{
+		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
+
+		s->started = true;
+		s->done = !cagra_fs_start(s);
+		MemoryContextSwitchTo(old);
+	}
+	while (!s->done)
+	{
+		if (cagra_fs_next_in_round(s, s->heap_slot))
+			return ExecCopySlot(slot, s->heap_slot);
+
+		/* the round ran out: a wider one, unless it was short (no more) or the widest */
+		CagraCandidates *c = &s->round;
+
+		if (c->ids[c->kk - 1] == cagra::kInvalidNode || c->kk >= s->cap)
+		{
+			s->done = true;
+			break;
+		}
+
+		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
+
+		cagra_fs_round(s, (uint32) Min((uint64) 2 * c->kk, (uint64) s->cap));
+		MemoryContextSwitchTo(old);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return ExecClearTuple(slot);
+}
+
+/* EvalPlanQual: the row came from the heap; ExecScan checks the qual. */
+static bool
+cagra_fs_recheck(ScanState *ss, TupleTableSlot *slot)
+{
+	return true;
+}
+
+static TupleTableSlot *
+cagra_fs_exec(CustomScanState *node)
+{
+	return ExecScan(&node->ss, cagra_fs_next, cagra_fs_recheck);
+}
+
+static void
+cagra_fs_reset(CagraFilteredScanState *s)
+{
+	s->started = false;
+	s->done = false;
+	s->query = NULL;
+	s->allowed = NULL;
+	memset(&s->round, 0, sizeof(s->round));
+	s->returned = NULL;
+	s->nreturned = 0;
+	s->pos = 0;
+	if (s->search_cxt)
+		MemoryContextReset(s->search_cxt);
+}
+
+static void
+cagra_fs_rescan(CustomScanState *node)
+{
+	CagraFilteredScanState *s = (CagraFilteredScanState *) node;
+	PlanState  *child = (PlanState *) linitial(node->custom_ps);
+
+	cagra_fs_reset(s);
+	/* a changed parameter makes the child rescan when it is next run */
+	if (child->chgParam == NULL)
+		ExecReScan(child);
+}
+
+static void
+cagra_fs_end(CustomScanState *node)
+{
+	CagraFilteredScanState *s = (CagraFilteredScanState *) node;
+
+	ExecEndNode((PlanState *) linitial(node->custom_ps));
+	if (s->fetch)
+		table_index_fetch_end(s->fetch);
+	index_close(s->index, AccessShareLock);
+}
+
+/* The index, the ORDER BY, the plan's choice and its estimate, and under
+ * ANALYZE what the searches did. */
+static void
+cagra_fs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
+{
+	CagraFilteredScanState *s = (CagraFilteredScanState *) node;
+	CustomScan *cs = (CustomScan *) node->ss.ps.plan;
+	List	   *context = set_deparse_context_plan(es->deparse_cxt, &cs->scan.plan, ancestors);
+	double		allowed = DatumGetFloat8(cagra_fs_private(cs, CAGRA_FS_ALLOWED)->constvalue);
+	bool		exact = DatumGetBool(cagra_fs_private(cs, CAGRA_FS_EXACT)->constvalue);
+
+	ExplainPropertyText("Index", RelationGetRelationName(s->index), es);
+	ExplainPropertyText("Order By", deparse_expression((Node *) linitial(cs->custom_exprs), context, false, false),
+						es);
+	ExplainPropertyText("Search", exact ? "exact over the allowed rows" : "traversal of the allowed rows", es);
+	ExplainPropertyFloat("Allowed Rows", NULL, allowed, 0, es);
+	if (es->analyze && s->searches > 0)
+	{
+		ExplainPropertyFloat("Actual Allowed Rows", NULL, (double) s->allowed_rows / s->searches, 0, es);
+		ExplainPropertyInteger("Search Rounds", NULL, (int64) s->rounds, es);
+		if (es->verbose)
+			ExplainPropertyInteger("Worker Rounds", NULL, (int64) s->worker_rounds, es);
+	}
+}
+
+void
+cagra_init_filtered_scan(void)
+{
+	RegisterCustomScanMethods(&cagra_fs_scan_methods);
+	prev_set_rel_pathlist_hook = set_rel_pathlist_hook;
+	set_rel_pathlist_hook = cagra_fs_add_paths;
+}
