@@ -5,7 +5,9 @@
 # matching) per query, recall@10 >= 0.95 against the exact filtered answer,
 # served by the worker; an index scan with a WHERE the index does not see
 # continues on the worker in rounds of growing itopk_size, in distance
-# order, then on the CPU; cancel works while a filtered request waits; with
+# order, then on the CPU; the filtered scan (the WHERE has an index) sends
+# the worker the rows the filter's bitmap allows; cancel works while a
+# filtered request waits; with
 # rows inserted, deleted and vacuumed by another session meanwhile, no row
 # that fails the filter or that the snapshot cannot see comes back.
 use strict;
@@ -178,6 +180,35 @@ is(join(',', sort { $a <=> $b } @$ids), '17,9999,19999', 'three matching rows: a
 ok($sorted, 'in distance order');
 is(status('queries') - $q0, 4, 'four worker rounds (64 .. 512), then the CPU search');
 
+# --- the filtered scan: the filter's bitmap gives the worker the allowed rows ---------
+# WHERE cat = 3 (1%, 200 rows) with cat's own index: one worker round with
+# the rows allowed, the exact filtered answer, in order.  The other plans
+# are disabled: on 20,000 rows the bitmap heap scan and sort of 200 rows
+# costs less.
+$node->safe_psql('postgres', 'CREATE INDEX items_cat ON items (cat); ANALYZE items');
+my $only_filtered = 'SET enable_bitmapscan = off; SET enable_indexscan = off; SET enable_seqscan = off;';
+my $fscan = qq{
+	$only_filtered
+	SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+	  SELECT id, v, row_number() OVER () AS n FROM (
+	    SELECT id, v FROM items WHERE cat = 3 ORDER BY v <-> ($scan_q) LIMIT 10) l) s};
+my $fexplain = $node->safe_psql('postgres', qq{
+	$only_filtered
+	EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+	SELECT id FROM items WHERE cat = 3 ORDER BY v <-> ($scan_q) LIMIT 10});
+like($fexplain, qr/Custom Scan \(Cagra Filtered Scan\) on public.items/, 'a 1% filter with an index: the filtered scan');
+like($fexplain, qr/Actual Allowed Rows: 200\b/, 'the bitmap allowed the 200 rows of cat 3');
+like($fexplain, qr/Worker Rounds: 1\b/, 'one round, served by the worker');
+$q0 = status('queries');
+($ids, $sorted) = scan_rows($node->safe_psql('postgres', $fscan));
+is(status('queries') - $q0, 1, 'one worker search');
+is(join(',', @$ids), $node->safe_psql('postgres', qq{
+	SET cagra.enable_filtered_scan = off;
+	SET enable_indexscan = off;
+	SELECT string_agg(id::text, ',' ORDER BY d) FROM (
+	  SELECT id, v <-> ($scan_q) AS d FROM items WHERE cat = 3 ORDER BY d LIMIT 10) s}),
+	'the exact filtered answer, in order');
+
 # --- cancel while a filtered request waits in the worker's queue --------------------
 # the worker is stopped, so the request stays queued until the timeout
 my $worker_pid = status('pid');
@@ -237,18 +268,26 @@ while ($writer->pumpable && $checks < 200)
 		$bad++;
 		diag("cagra_search: $r (rows failing, all there)");
 	}
-	# the index scan: 10 rows, in order (the executor checks the filter and
-	# the row's visibility itself)
-	($ids, $sorted) = scan_rows($node->safe_psql('postgres', qq{
-		SET enable_seqscan = off;
-		SET enable_bitmapscan = off;
-		SELECT string_agg(id || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
-		  SELECT id, v, row_number() OVER () AS n FROM (
-		    SELECT id, v FROM items WHERE cat = 7 ORDER BY v <-> ($scan_q) LIMIT 10) l) s}));
-	if (!(scalar(@$ids) == 10 && $sorted))
+	# the index scan and the filtered scan: 10 rows of cat 7, in order (the
+	# executor checks the filter and the row's visibility itself)
+	for my $plan ('SET cagra.enable_filtered_scan = off', 'SET enable_indexscan = off')
 	{
-		$bad++;
-		diag('index scan: ' . scalar(@$ids) . " rows, sorted $sorted");
+		my $out = $node->safe_psql('postgres', qq{
+			SET enable_seqscan = off;
+			SET enable_bitmapscan = off;
+			$plan;
+			SELECT string_agg(id || ':' || cat || ':' || (v <-> ($scan_q)), ',' ORDER BY n) FROM (
+			  SELECT id, cat, v, row_number() OVER () AS n FROM (
+			    SELECT id, cat, v FROM items WHERE cat = 7 ORDER BY v <-> ($scan_q) LIMIT 10) l) s});
+		my @rows = split /,/, $out;
+		my @d = map { (split /:/)[2] } @rows;
+		my $in_order = 1;
+		$in_order &&= $d[$_ - 1] <= $d[$_] for 1 .. $#d;
+		if (!(scalar(@rows) == 10 && $in_order && !grep { (split /:/)[1] != 7 } @rows))
+		{
+			$bad++;
+			diag("$plan: " . scalar(@rows) . " rows, in order $in_order: $out");
+		}
 	}
 	$checks++;
 }
