@@ -192,6 +192,11 @@ def main():
         print(db.psql("SELECT 'cagra defaults: ' || string_agg(name || ' ' || setting, ', ' ORDER BY name) "
                       "FROM pg_settings WHERE name IN ('cagra.itopk_size', 'cagra.max_scan_tuples', 'cagra.device')"))
         bench.measure("cagra", "defaults", [])
+        # the index scan alone, which filters the rows it returns
+        bench.measure("cagra", "cagra.enable_filtered_scan off", [("cagra.enable_filtered_scan", "off")])
+        # the filtered scan wherever the filter has an index
+        bench.measure("cagra", "filtered scan forced", [("enable_bitmapscan", "off"), ("enable_indexscan", "off"),
+                                                        ("enable_seqscan", "off")])
         for itopk in [int(x) for x in args.cagra_itopk.split(",") if x]:
             bench.measure("cagra", "itopk_size %d" % itopk, [("cagra.itopk_size", itopk)])
         if db.psql("SELECT count(*) FROM pg_views WHERE viewname = 'cagra_status'") == "1":

@@ -384,11 +384,25 @@ cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
 	PredicateLockRelation(s->index, estate->es_snapshot);
 }
 
+/* Line pointers on heap page `blkno` (a lossy bitmap page allows them all). */
+static int
+cagra_heap_page_items(Relation heap, BlockNumber blkno)
+{
+	Buffer		buf = ReadBuffer(heap, blkno);
+	int			n;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	n = PageGetMaxOffsetNumber(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	return n;
+}
+
 /* The allowed rows: the filter's bitmap as packed TIDs, ascending (bitmap
  * index entries point at HOT chains' roots, as the index's nodes do).  A
- * lossy page allows each of its line pointers. */
+ * lossy page allows each of its line pointers, so the rows never outnumber
+ * the table's line pointers. */
 static CagraAllowed *
-cagra_fs_allowed(TIDBitmap *tbm)
+cagra_fs_allowed(TIDBitmap *tbm, Relation heap)
 {
 	TBMIterator *it = tbm_begin_iterate(tbm);
 	TBMIterateResult *r;
@@ -398,7 +412,7 @@ cagra_fs_allowed(TIDBitmap *tbm)
 
 	while ((r = tbm_iterate(it)) != NULL)
 	{
-		int			count = r->ntuples >= 0 ? r->ntuples : MaxHeapTuplesPerPage;
+		int			count = r->ntuples >= 0 ? r->ntuples : cagra_heap_page_items(heap, r->blockno);
 
 		if (n + count > size)
 		{
@@ -490,7 +504,7 @@ cagra_fs_start(CagraFilteredScanState *s)
 
 	if (!tbm || !IsA(tbm, TIDBitmap))
 		elog(ERROR, "cagra filtered scan: the filter's plan gave no bitmap");
-	s->allowed = cagra_fs_allowed(tbm);
+	s->allowed = cagra_fs_allowed(tbm, s->css.ss.ss_currentRelation);
 	tbm_free(tbm);
 	s->searches++;
 	s->allowed_rows += s->allowed->rows.count;
