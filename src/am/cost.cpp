@@ -27,6 +27,7 @@
 
 #include <cmath>
 
+#include "client/client.h"
 #include "core/search.h"
 
 extern "C" {
@@ -113,7 +114,10 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
  * the planner prices near 100 random page reads.  So a filter that passes
  * fewer rows than that is left to the bitmap heap scan and a sort.  Of the
  * allowed rows, the WHERE clause's other conditions keep rows / allowed,
- * so each row returned costs allowed / rows fetches.
+ * so each row returned costs allowed / rows fetches.  Without the worker,
+ * the backend finds the allowed rows' nodes by reading every node header
+ * (one sequential page read per page of them, an operator cost per node),
+ * which leaves the filtered scan to the plans that read the heap.
  */
 #define CAGRA_SEARCH_ROUND_PAGES 100
 bool
@@ -150,6 +154,9 @@ cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, 
 	cost->exact = plan.exact;
 	cost->startup = bitmap_cost + CAGRA_SEARCH_ROUND_PAGES * spc_random_page_cost + allowed * cpu_operator_cost +
 		distances * (cpu_operator_cost + cpu_index_tuple_cost);
+	if (!cagra_worker_serves_searches())
+		cost->startup += ceil((double) meta.n / Max(meta.rows_per_page, 1)) * spc_seq_page_cost +
+			(double) meta.n * cpu_operator_cost;
 	cost->total = cost->startup + Max(allowed, rows) * (spc_random_page_cost + cpu_tuple_cost);
 	return true;
 }

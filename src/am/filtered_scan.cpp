@@ -135,30 +135,21 @@ cagra_filter_bitmap_of(Path *p)
 	return NULL;
 }
 
-/* The cheapest filter bitmap among `paths`, or NULL. */
-static Path *
-cagra_cheapest_filter_bitmap(List *paths)
+/* The filter bitmaps among `paths`. */
+static List *
+cagra_filter_bitmaps(List *paths)
 {
-	Path	   *best = NULL;
-	Cost		best_cost = 0;
+	List	   *bitmaps = NIL;
 	ListCell   *lc;
 
 	foreach(lc, paths)
 	{
 		Path	   *b = cagra_filter_bitmap_of((Path *) lfirst(lc));
-		Cost		cost;
-		Selectivity sel;
 
-		if (!b)
-			continue;
-		cost_bitmap_tree_node(b, &cost, &sel);
-		if (!best || cost < best_cost)
-		{
-			best = b;
-			best_cost = cost;
-		}
+		if (b)
+			bitmaps = lappend(bitmaps, b);
 	}
-	return best;
+	return bitmaps;
 }
 
 /*
@@ -166,16 +157,16 @@ cagra_cheapest_filter_bitmap(List *paths)
  * path when enable_indexscan and enable_bitmapscan are off (their disable
  * costs make all paths tie): make them again, apart from the rel's own
  * paths and as if enabled (the filtered scan has its own setting), and take
- * the bitmap from those.
+ * the bitmaps from those.
  */
-static Path *
-cagra_remade_filter_bitmap(PlannerInfo *root, RelOptInfo *rel)
+static List *
+cagra_remade_filter_bitmaps(PlannerInfo *root, RelOptInfo *rel)
 {
 	List	   *pathlist = rel->pathlist;
 	List	   *partial = rel->partial_pathlist;
 	bool		indexscan = enable_indexscan;
 	bool		bitmapscan = enable_bitmapscan;
-	Path	   *bitmap = NULL;
+	List	   *bitmaps = NIL;
 
 	rel->pathlist = NIL;
 	rel->partial_pathlist = NIL;
@@ -183,7 +174,7 @@ cagra_remade_filter_bitmap(PlannerInfo *root, RelOptInfo *rel)
 	PG_TRY();
 	{
 		create_index_paths(root, rel);
-		bitmap = cagra_cheapest_filter_bitmap(rel->pathlist);
+		bitmaps = cagra_filter_bitmaps(rel->pathlist);
 	}
 	PG_FINALLY();
 	{
@@ -193,7 +184,7 @@ cagra_remade_filter_bitmap(PlannerInfo *root, RelOptInfo *rel)
 		rel->partial_pathlist = partial;
 	}
 	PG_END_TRY();
-	return bitmap;
+	return bitmaps;
 }
 
 static Const *
@@ -230,19 +221,29 @@ cagra_fs_add_paths(PlannerInfo *root, RelOptInfo *rel, Index rti, RangeTblEntry 
 	if (!ordered)
 		return;
 
-	Path	   *bitmap = cagra_cheapest_filter_bitmap(rel->pathlist);
+	List	   *bitmaps = cagra_filter_bitmaps(rel->pathlist);
 
-	if (!bitmap)
-		bitmap = cagra_remade_filter_bitmap(root, rel);
-	if (!bitmap)
-		return;
+	if (bitmaps == NIL)
+		bitmaps = cagra_remade_filter_bitmaps(root, rel);
 
+	/* the bitmap whose scan costs least: a cheap bitmap may allow many rows */
 	Relation	index = index_open(ordered->indexinfo->indexoid, NoLock);
+	Path	   *bitmap = NULL;
 	CagraFilteredScanCost cost;
-	bool		usable = cagra_filtered_scan_cost(root, ordered->indexinfo, index, bitmap, rel->rows, &cost);
 
+	foreach(lc, bitmaps)
+	{
+		CagraFilteredScanCost c;
+
+		if (cagra_filtered_scan_cost(root, ordered->indexinfo, index, (Path *) lfirst(lc), rel->rows, &c) &&
+			(!bitmap || c.total < cost.total))
+		{
+			bitmap = (Path *) lfirst(lc);
+			cost = c;
+		}
+	}
 	index_close(index, NoLock);
-	if (!usable)
+	if (!bitmap)
 		return;
 
 	CustomPath *cp = makeNode(CustomPath);

@@ -31,6 +31,10 @@ typedef enum CagraOffload
  * state); ERROR when cagra.device = gpu and it cannot. */
 bool		cagra_worker_wanted(const char *what);
 
+/* Whether searches go to the worker now, without an error (the planner's
+ * question). */
+bool		cagra_worker_serves_searches(void);
+
 /* Count a fallback; the first of the session also gets a NOTICE. */
 void		cagra_worker_note_fallback(const char *what, const char *why);
 

@@ -32,6 +32,12 @@ cagra_worker_note_fallback(const char *what, const char *why)
 }
 
 bool
+cagra_worker_serves_searches(void)
+{
+	return cagra_device != CAGRA_SEARCH_CPU && cagra_worker_running(NULL);
+}
+
+bool
 cagra_worker_wanted(const char *what)
 {
 	if (cagra_device == CAGRA_SEARCH_CPU)
