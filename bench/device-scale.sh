@@ -48,9 +48,12 @@
 # Settings (environment): N (5000000), DIM (768), NQ (1000), SEED (7),
 # INTRINSIC (100), CLUSTERS (1024), COLUMN (vector | halfvec), STORAGE
 # (float32 | float16), JOBS (nproc - 1), CLIENTS (64), SECONDS_PER_RUN (10),
-# ITOPK (default,32,64,128,256), SHARED_BUFFERS (32GB), MAX_WAL_SIZE_GB (4),
+# ITOPK (default,32,128,256: the server default is 64), SHARED_BUFFERS (32GB), MAX_WAL_SIZE_GB (4),
 # MAINTENANCE_WORK_MEM (the build's estimate x 1.25), INDEX_WAL (replica |
-# minimal), WORKER_BACKEND (gpu | cpu), DEVICE (1; 0: no device_install, the
+# minimal), PARALLEL_WORKERS (unset: PostgreSQL picks the heap scan's workers
+# from the size of the table's main fork, small when the vectors are in TOAST:
+# about 4 at 5,000,000 x 768; a number: ALTER TABLE SET (parallel_workers)),
+# WORKER_BACKEND (gpu | cpu), DEVICE (1; 0: no device_install, the
 # PostgreSQL of PATH's pg_config, for a test elsewhere), SERVER_USER (pguser),
 # SCALE_PGDATA (/tmp/scale-pgdata), SCALE_PORT (5440), SCALE_SOCKET (/tmp),
 # DATA (/tmp/scale-NxDIM-COLUMN: query.fvecs, gt.ivecs), FORCE=1 (go on when
@@ -73,7 +76,7 @@ storage=${STORAGE:-float32}
 jobs=${JOBS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 1 ))}
 clients=${CLIENTS:-64}
 seconds=${SECONDS_PER_RUN:-10}
-itopk=${ITOPK:-default,32,64,128,256}
+itopk=${ITOPK:-default,32,128,256}
 shared_buffers=${SHARED_BUFFERS:-32GB}
 max_wal=${MAX_WAL_SIZE_GB:-4}
 index_wal=${INDEX_WAL:-replica}
@@ -117,7 +120,7 @@ stop_server() {
 # start_server SETTINGS...: the scale cluster with the common settings and these
 start_server() {
   stop_server
-  local opts="-p $port -k $sock -c jit=off -c max_connections=200 -c shared_preload_libraries=cagra \
+  local opts="-p $port -k $sock -c listen_addresses= -c jit=off -c max_connections=200 -c shared_preload_libraries=cagra \
 -c cagra.worker_backend=$worker_backend -c shared_buffers=$shared_buffers -c max_wal_size=${max_wal}GB \
 -c checkpoint_timeout=30min -c wal_buffers=64MB -c maintenance_work_mem=$mwm \
 -c max_parallel_maintenance_workers=$jobs -c max_parallel_workers=$jobs -c max_worker_processes=$(( jobs + 16 )) $*"
@@ -198,7 +201,14 @@ stage_index() {
   else
     start_server -c wal_level=replica
   fi
+  if [ -n "${PARALLEL_WORKERS:-}" ]; then
+    psql -X -q -c "ALTER TABLE bench_items SET (parallel_workers = $PARALLEL_WORKERS)" || exit 1
+  else
+    psql -X -q -c "ALTER TABLE bench_items RESET (parallel_workers)" || exit 1
+  fi
   bench index --storage "$storage" --maintenance-work-mem "$mwm" ${BUILD_DEVICE:+--build-device $BUILD_DEVICE} || { server_log; exit 1; }
+  # PostgreSQL's line on the workers it planned, cagra's on those that scanned
+  grep -h "building index \"bench_items_cagra\"\|heap scanned by" "$pgdata.log" | tail -2 | sed 's/^.*DEBUG: */server log: /'
   bench sizes
   df -h "$(dirname "$pgdata")" | sed 's/^/  /'
   server_log

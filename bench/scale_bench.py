@@ -93,18 +93,18 @@ def cmd_disk(a):
     need = heap + index + wal + files
     st = os.statvfs(a.free_path)
     free = st.f_bavail * st.f_frsize
-    print("disk estimate for %d x %d (%s column, %s index, degree %d): table %.1f GB (%.0f bytes a row), "
-          "index %.1f GB, WAL %.1f GB, files %.1f GB: %.1f GB; free on %s: %.1f GB"
+    print("disk estimate for %d x %d (%s column, %s index, degree %d): table %.1f GiB (%.0f bytes a row), "
+          "index %.1f GiB, WAL %.1f GiB, files %.1f GiB: %.1f GiB; free on %s: %.1f GiB"
           % (a.n, a.dim, a.column, a.storage, a.degree, heap / GB, heap / a.n, index / GB, wal / GB, files / GB,
              need / GB, a.free_path, free / GB))
     if a.existing:
         # a table already loaded: only the index and WAL still have to fit
         need = index + wal
-        print("the table is loaded already: the index and WAL need %.1f GB" % (need / GB))
+        print("the table is loaded already: the index and WAL need %.1f GiB" % (need / GB))
     if need > free:
-        print("it will NOT fit: %.1f GB more are needed" % ((need - free) / GB))
+        print("it will NOT fit: %.1f GiB more are needed" % ((need - free) / GB))
         sys.exit(3)
-    print("it fits, %.1f GB to spare" % ((free - need) / GB))
+    print("it fits, %.1f GiB to spare" % ((free - need) / GB))
 
 
 # ---- sizes ----
@@ -209,16 +209,33 @@ class Sampler:
             if not p:
                 lines.append("%s %s: not seen" % (what, label))
                 continue
-            lines.append("%s %s (pid %s): peak RSS (VmHWM) %.2f GB, sampled peaks: RSS %.2f GB, anonymous %.2f GB, "
-                         "shared memory %.2f GB" % (what, label, self.pids[label], p.get("VmHWM", 0) / GB,
+            lines.append("%s %s (pid %s): peak RSS (VmHWM) %.2f GiB, sampled peaks: RSS %.2f GiB, anonymous %.2f GiB, "
+                         "shared memory %.2f GiB" % (what, label, self.pids[label], p.get("VmHWM", 0) / GB,
                                                      p.get("VmRSS", 0) / GB, p.get("RssAnon", 0) / GB,
                                                      p.get("RssShmem", 0) / GB))
         if self.gpu_peak is not None:
-            lines.append("%s device memory used (nvidia-smi, every 0.1 s): %.2f GB at the start, peak %.2f GB"
+            lines.append("%s device memory used (nvidia-smi, every 0.1 s): %.2f GiB at the start, peak %.2f GiB"
                          % (what, self.gpu_first / GB, self.gpu_peak / GB))
         else:
             lines.append("%s device memory: no nvidia-smi" % what)
         return "\n".join(lines)
+
+
+class NoticeDb(sql_bench.Db):
+    """sql_bench.Db that keeps what psql wrote to stderr (NOTICEs: a CPU
+    fallback of the build and why, rows beyond maintenance_work_mem)."""
+
+    def __init__(self, dsn):
+        super().__init__(dsn)
+        self.notices = []
+
+    def psql(self, sql, stdin=None):
+        cmd = ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", self.dsn, "-c", sql]
+        r = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("psql failed: %s\n%s" % (sql[:200], r.stderr))
+        self.notices += [line for line in r.stderr.splitlines() if line.strip()]
+        return r.stdout.strip()
 
 
 def worker_pid(db):
@@ -235,7 +252,7 @@ def build_pid(db):
 # ---- CREATE INDEX ----
 
 def cmd_index(a):
-    db = sql_bench.Db(a.dsn)
+    db = NoticeDb(a.dsn)
     sql_bench.print_server(db)
     print(db.psql("SELECT format('worker: %s (%s), devices %s', state, backend, devices) FROM cagra_status"))
     db.psql("DROP INDEX IF EXISTS bench_items_cagra")
@@ -249,12 +266,16 @@ def cmd_index(a):
     opclass = "halfvec_l2_ops" if db.psql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                                           "WHERE attrelid = 'bench_items'::regclass AND attname = 'v'"
                                           ).startswith("halfvec") else "vector_l2_ops"
-    sql = ("SET maintenance_work_mem = '%s'; SET client_min_messages = notice; "
+    # log_min_messages debug1: the build's line on its parallel heap scan goes to the server log
+    sql = ("SET maintenance_work_mem = '%s'; SET client_min_messages = notice; SET log_min_messages = debug1; "
            "CREATE INDEX bench_items_cagra ON bench_items USING cagra (v %s) WITH (%s)"
            % (a.maintenance_work_mem, opclass, opts))
     print("statement: %s" % sql, flush=True)
+    db.notices = []
     secs, phases = db.timed_build(sql)
     sampler.finish()
+    for line in db.notices:
+        print("server said: %s" % line)
     info = db.psql("SELECT build_device || '|' || nodes || '|' || nodes_per_page || '|' || pages_per_node "
                    "FROM cagra_index_info('bench_items_cagra')").split("|")
     size = int(db.psql("SELECT pg_relation_size('bench_items_cagra')"))
@@ -264,8 +285,8 @@ def cmd_index(a):
     print(sampler.report("build:"))
     elt = 2 if a.storage == "float16" else 4
     vectors, graph, headers = n * dim * elt, n * a.degree * 4, n * 8
-    print("index size %.2f GB (%d bytes): vectors %.2f GB + graph %.2f GB + node headers (TID, flags) %.2f GB = "
-          "%.2f GB, ratio %.4f; docs/storage.md bound %.2f GB"
+    print("index size %.2f GiB (%d bytes): vectors %.2f GiB + graph %.2f GiB + node headers (TID, flags) %.2f GiB = "
+          "%.2f GiB, ratio %.4f; docs/storage.md bound %.2f GiB"
           % (size / GB, size, vectors / GB, graph / GB, headers / GB, (vectors + graph + headers) / GB,
              size / (vectors + graph + headers), index_bytes(n, dim, a.storage, a.degree) / GB))
     print(db.psql("SELECT format('worker after the build: builds %s, fallbacks %s, errors %s', builds, fallbacks, errors) "
