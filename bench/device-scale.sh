@@ -26,6 +26,8 @@
 #   STAGE=query  recall@10 and 1- and 64-client pgbench q/s at the server's
 #                default cagra.itopk_size and each of ITOPK.
 #   STAGE=all    load, index and query in one command (small sets).
+#   STAGE=build  device_install alone; then STAGE=load SKIP_BUILD=1, should
+#                building and loading not fit one command together.
 #
 # One COPY stream, not several: COPY FREEZE into a table created in the same
 # transaction under wal_level = minimal writes no WAL and leaves every row
@@ -99,7 +101,7 @@ if [ "${DEVICE:-1}" = 1 ]; then
   source bench/device-lib.sh
   with=""
   [ "$column" = halfvec ] && with=pgvector
-  if [ "$stage" = load ] || [ "$stage" = all ]; then
+  if [ "$stage" = load ] || [ "$stage" = all ] || [ "$stage" = build ]; then
     log "build and install (SKIP_BUILD=${SKIP_BUILD:-0})"
     device_install "$out" $with || exit 1
   else
@@ -227,6 +229,7 @@ stage_query() {
 
 status=0
 case $stage in
+  build) ;;   # device_install above, nothing more
   load) stage_load 2>&1 | tee "$out/load.txt"; status=${PIPESTATUS[0]} ;;
   index)
     stage_index 2>&1 | tee "$out/index.txt"; status=${PIPESTATUS[0]}
@@ -238,7 +241,7 @@ case $stage in
     stage_load 2>&1 | tee "$out/load.txt"; status=${PIPESTATUS[0]}
     if [ "$status" = 0 ]; then stage_index 2>&1 | tee "$out/index.txt"; status=${PIPESTATUS[0]}; fi
     if [ "$status" = 0 ]; then stage_query 2>&1 | tee "$out/query.txt"; status=${PIPESTATUS[0]}; fi ;;
-  *) echo "STAGE: load, index, query or all" >&2; exit 2 ;;
+  *) echo "STAGE: build, load, index, query or all" >&2; exit 2 ;;
 esac
 echo "stage $stage: $(( $(date +%s) - t_stage )) s, exit status $status"
 exit "$status"
