@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -100,7 +101,11 @@ public:
         cudaError_t err = cudaMalloc(&ptr_, count * sizeof(T));
         if (err != cudaSuccess) {
             ptr_ = nullptr;
-            fail_cuda(err, "cudaMalloc");
+            /* the size, so that a build the up-front check let through but
+             * that ran out later still says how much it asked for */
+            char what[64];
+            std::snprintf(what, sizeof what, "cudaMalloc of %.1f MiB", count * sizeof(T) / 1048576.0);
+            fail_cuda(err, what);
         }
         count_ = count;
     }

@@ -1121,12 +1121,26 @@ TEST(GpuMemory, TooLargeForTheDeviceIsOutOfMemory)
     std::vector<uint32_t> graph(32);
     EXPECT_EQ(cagra_gpu_build(0, stand_in.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(), nullptr, 0, nullptr),
               CAGRA_GPU_OUT_OF_MEMORY);
-    EXPECT_NE(std::string(cagra_gpu_last_error()).find("free"), std::string::npos) << cagra_gpu_last_error();
+    /* the message says how much the build needs (cagra_gpu_build_memory's
+     * figure, in MiB with one decimal) and how much is free: what the
+     * worker's NOTICE or ERROR passes on to CREATE INDEX */
+    auto mib = [](uint64_t bytes) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+        return std::string(buf);
+    };
+    std::string msg = cagra_gpu_last_error();
+    EXPECT_EQ(msg.find("this build needs " + mib(need) + " of device memory, but only "), 0u) << msg;
+    EXPECT_NE(msg.find(" of " + mib(info.total_memory) + " are free"), std::string::npos) << msg;
     cagra_gpu_index *ix = nullptr;
     EXPECT_EQ(cagra_gpu_index_load(0, stand_in.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(), 32, CAGRA_GPU_L2,
                                    nullptr, 0, &ix),
               CAGRA_GPU_OUT_OF_MEMORY);
     EXPECT_EQ(ix, nullptr);
+    msg = cagra_gpu_last_error();   /* before the next call clears it */
+    uint64_t index_need = 0;
+    ASSERT_EQ(cagra_gpu_index_memory(n, dim, 32, CAGRA_GPU_FLOAT32, &index_need), CAGRA_GPU_OK);
+    EXPECT_NE(msg.find("this index needs " + mib(index_need) + " of device memory"), std::string::npos) << msg;
     /* the device still works afterwards */
     auto data = clustered(2000, 16, 51, cagra::Metric::L2);
     GpuGraph g = gpu_build(data, 16, cagra::Metric::L2);
