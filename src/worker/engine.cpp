@@ -251,6 +251,9 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 		std::iota(copy.by_tid.begin(), copy.by_tid.end(), 0u);
 		std::sort(copy.by_tid.begin(), copy.by_tid.end(),
 				  [&copy](uint32_t a, uint32_t b) { return copy.tids[a] < copy.tids[b]; });
+		copy.tid_order.resize(copy.by_tid.size());
+		for (size_t i = 0; i < copy.by_tid.size(); i++)
+			copy.tid_order[i] = copy.tids[copy.by_tid[i]];
 		copy.all_live = true;
 		for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
 			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
@@ -266,7 +269,7 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.graph.edges.swap(staged.rows);
 			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
 				copy.live.size() * sizeof(uint64_t) + copy.tids.size() * sizeof(uint64_t) +
-				copy.by_tid.size() * sizeof(uint32_t);
+				copy.by_tid.size() * sizeof(uint32_t) + copy.tid_order.size() * sizeof(uint64_t);
 			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 			return CAGRA_REPLY_OK;
 		}
@@ -292,17 +295,33 @@ void
 cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uint32_t count,
 						   std::vector<uint64_t> &bits)
 {
-	bits.assign(cagra_node_bitset_words(copy.key.n), 0);
-	auto		at = copy.by_tid.begin();
+	const uint64_t *order = copy.tid_order.data();
+	size_t		n = copy.tid_order.size();
+	size_t		at = 0;
 
-	for (uint32_t i = 0; i < count && at != copy.by_tid.end(); i++)
+	bits.assign(cagra_node_bitset_words(copy.key.n), 0);
+	for (uint32_t i = 0; i < count && at < n; i++)
 	{
-		/* both ascending: each search starts where the last one ended; a
-		 * TID can name several nodes (a deleted one and its slot's new row) */
-		at = std::lower_bound(at, copy.by_tid.end(), tids[i],
-							  [&copy](uint32_t node, uint64_t tid) { return copy.tids[node] < tid; });
-		for (; at != copy.by_tid.end() && copy.tids[*at] == tids[i]; ++at)
-			bits[*at >> 6] |= UINT64_C(1) << (*at & 63);
+		/*
+		 * Both ascending: each search gallops on from where the last one
+		 * ended (steps of 1, 2, 4, ... then a binary search of the last
+		 * step), so a row costs the logarithm of the gap to the next one in
+		 * memory it just read, not of the whole copy.  A TID can name
+		 * several nodes (a deleted one and its slot's new row).
+		 */
+		size_t		step = 1,
+					lo = at,
+					hi = at;
+
+		while (hi < n && order[hi] < tids[i])
+		{
+			lo = hi + 1;
+			hi = Min(n, hi + step);
+			step *= 2;
+		}
+		at = (size_t) (std::lower_bound(order + lo, order + hi, tids[i]) - order);
+		for (; at < n && order[at] == tids[i]; at++)
+			bits[copy.by_tid[at] >> 6] |= UINT64_C(1) << (copy.by_tid[at] & 63);
 	}
 }
 
