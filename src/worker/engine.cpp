@@ -92,6 +92,7 @@ cagra_gpu_search_params_of(const cagra::SearchParams &p)
 	g.max_iterations = p.max_iterations;
 	g.random_entries = p.random_entries;
 	g.seed = p.seed;
+	g.ctas_per_query = 0;		/* the library chooses from the batch size */
 	return g;
 }
 
