@@ -4,8 +4,9 @@
 # gpu_bench --only latency (batches 1, 4, 16 and 64: one thread block per
 # query against several) on c1m (1,000,000 x 128) and on a hard set
 # (HARD_N x 1,024, intrinsic dimension 100, 1,024 clusters).  The two sets
-# are generated in the background while the tests run.  Logs and tables go
-# to OUTDIR.
+# are generated in the background while the tests run.  Into OUTDIR (six
+# files at most): tests.log, sanitizer.log, latency-c1m.md,
+# latency-hard.md, misc.log (data generation, the benchmark's stderr).
 #
 # usage (repository root): bench/device-latency.sh OUTDIR
 #   env: BIN=DIR      prebuilt libcagra_gpu.so, cagra_gpu_tests and gpu_bench
@@ -13,6 +14,7 @@
 #                     run here, else everything is built (as gpu/device-check.sh)
 #        HARD_N=300000  rows of the hard set (0: skip it)
 #        TESTS=GpuSearch.*:GpuLibrary.*  GoogleTest filter ("" skips the tests)
+#        SANITIZE=1     compute-sanitizer memcheck and racecheck on one small test
 #        GTEST_SRC=.device/googletest    GoogleTest sources for a build here
 set -uo pipefail
 out=${1:-${OUT:-device-out}}
@@ -32,7 +34,7 @@ nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.max.sm,driver_version -
   if [ "$hard_n" -gt 0 ] && [ ! -f /tmp/hard$hard_n/gt.ivecs ]; then
     python3 bench/gen.py /tmp/hard$hard_n "$hard_n" 1024 1000 7 --intrinsic 100 --clusters 1024
   fi
-) >"$out/gen.log" 2>&1 &
+) >"$out/misc.log" 2>&1 &
 gen=$!
 
 tests="" bench=""
@@ -64,21 +66,31 @@ fi
 
 if [ -n "$tests_filter" ]; then
   step "GPU tests ($tests_filter)"
-  timeout 240 "$tests" --gtest_filter="$tests_filter" --gtest_output=xml:"$out/gtest.xml" >"$out/tests.log" 2>&1
+  timeout 240 "$tests" --gtest_filter="$tests_filter" >"$out/tests.log" 2>&1
   echo "tests exit status $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[       OK|Failure|Expected|Which is|^recall:" "$out/tests.log" | head -60
 fi
 
+if [ "${SANITIZE:-0}" = 1 ]; then
+  step "compute-sanitizer memcheck and racecheck (GpuSearch.BadSearch*: a search of one query, several blocks)"
+  for tool in memcheck racecheck; do
+    timeout 90 compute-sanitizer --tool $tool --print-limit 5 "$tests" --gtest_filter='GpuSearch.BadSearch*' \
+      >"$out/sanitizer-$tool.tmp" 2>&1
+    tail -2 "$out/sanitizer-$tool.tmp"
+    cat "$out/sanitizer-$tool.tmp" >>"$out/sanitizer.log" && rm "$out/sanitizer-$tool.tmp"
+  done
+fi
+
 step "waiting for the data sets"
-wait $gen || { tail -5 "$out/gen.log"; exit 1; }
+wait $gen || { tail -5 "$out/misc.log"; exit 1; }
 step "latency, c1m"
-"$bench" /tmp/c1m --only latency --out "$out/latency-c1m.md" >/dev/null 2>"$out/bench-c1m.log" ||
-  { echo "bench failed"; tail -5 "$out/bench-c1m.log"; }
+"$bench" /tmp/c1m --only latency --out "$out/latency-c1m.md" >/dev/null 2>>"$out/misc.log" ||
+  { echo "bench failed"; tail -5 "$out/misc.log"; }
 cat "$out/latency-c1m.md"
 if [ "$hard_n" -gt 0 ]; then
   step "latency, hard $hard_n x 1024"
-  "$bench" /tmp/hard$hard_n --only latency --out "$out/latency-hard.md" >/dev/null 2>"$out/bench-hard.log" ||
-    { echo "bench failed"; tail -5 "$out/bench-hard.log"; }
+  "$bench" /tmp/hard$hard_n --only latency --out "$out/latency-hard.md" >/dev/null 2>>"$out/misc.log" ||
+    { echo "bench failed"; tail -5 "$out/misc.log"; }
   cat "$out/latency-hard.md"
 fi
 step "done"

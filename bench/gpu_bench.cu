@@ -412,7 +412,8 @@ void latency_sweep(cagra_gpu_index *ix, const std::vector<float> &queries, uint3
     struct Mode {
         uint32_t ctas, width;
     };
-    const Mode modes[] = {{1, 1}, {1, 8}, {8, 1}, {8, 2}, {8, 4}, {16, 1}, {16, 2}, {16, 4}, {32, 1}, {32, 2}, {0, 1}};
+    const Mode modes[] = {{1, 1},  {1, 8},  {4, 4},  {4, 8},  {8, 1},  {8, 2}, {8, 4}, {8, 8},
+                          {16, 1}, {16, 2}, {16, 4}, {16, 8}, {32, 2}, {0, 1}, {0, 8}};
     char line[256];
     for (uint32_t itopk : {32u, 64u, 128u})
         for (uint32_t batch : {1u, 4u, 16u, 64u})

@@ -238,10 +238,12 @@ struct cagra_gpu_search_context {
     DeviceBuffer<uint64_t> filter;
     DeviceBuffer<uint32_t> nodes; /* cagra_gpu_search_nodes */
     /* multi-CTA searches: visited tables (all free between launches),
-     * hand-ins, and arrival counts (all 0 between launches) */
+     * hand-ins, arrival counts (all 0 between launches) and bounds (all
+     * kInvalid between launches) */
     DeviceBuffer<uint32_t> visited;
     DeviceBuffer<uint64_t> handed_in;
     DeviceBuffer<uint32_t> arrivals;
+    DeviceBuffer<uint32_t> bounds;
 
     ~cagra_gpu_search_context()
     {
@@ -258,7 +260,6 @@ struct cagra_gpu_index {
     cagra_gpu_metric metric = CAGRA_GPU_L2;
     uint64_t n = 0;
     uint32_t dim = 0, stride = 0, degree = 0, entry_count = 0;
-    uint32_t multiprocessors = 0;
     DeviceBuffer<unsigned char> vectors;
     DeviceBuffer<uint32_t> graph;
     DeviceBuffer<uint32_t> entries;
@@ -559,9 +560,6 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
             ix->degree = degree;
             ix->entry_count = entry_count;
             ix->stride = stride_for(dim, dtype);
-            int sms = 0;
-            check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-            ix->multiprocessors = (uint32_t)sms;
             const uint64_t elt = dtype == CAGRA_GPU_FLOAT16 ? 2 : 4;
             ix->vectors.allocate(n * ix->stride * elt);
             ix->graph.allocate(n * degree);
@@ -701,9 +699,12 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
             check(cudaMemsetAsync(ctx->visited.get(), 0xFF, ctx->visited.bytes(), s), "cudaMemset");
         if (ensure(ctx->arrivals, nq, "this search batch"))
             check(cudaMemsetAsync(ctx->arrivals.get(), 0, ctx->arrivals.bytes(), s), "cudaMemset");
+        if (ensure(ctx->bounds, nq, "this search batch"))
+            check(cudaMemsetAsync(ctx->bounds.get(), 0xFF, ctx->bounds.bytes(), s), "cudaMemset");
         ensure(ctx->handed_in, (uint64_t)nq * a.ctas * a.hand_in, "this search batch");
         a.visited = ctx->visited.get();
         a.arrivals = ctx->arrivals.get();
+        a.bounds = ctx->bounds.get();
         a.handed_in = ctx->handed_in.get();
     }
     if (ctx->started)
@@ -770,15 +771,10 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         SearchArgs a = index_args(ix, k);
         a.random_entries = p->random_entries;
         a.seed = p->seed;
-        a.ctas = search_ctas_per_query(nq, p->itopk_size, k, p->ctas_per_query, ix->multiprocessors);
-        if (a.ctas > 1) {
-            /* each CTA walks with a buffer of its own */
-            const uint32_t cta_itopk = cta_itopk_for(p->itopk_size);
-            a.max_iterations = search_max_iterations(cta_itopk, p->search_width, p->max_iterations);
-            run_batch(ctx, ix, a, p->search_width, cta_itopk, queries, nq, filter, nullptr, 0, ids_out, distances_out);
-            return;
-        }
-        a.max_iterations = search_max_iterations(p->itopk_size, p->search_width, p->max_iterations);
+        a.ctas = search_ctas_per_query(nq, p->itopk_size, k, p->ctas_per_query);
+        /* several CTAs per query: each walks with a buffer of its own */
+        const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;
+        a.max_iterations = search_max_iterations(buffer, p->search_width, p->max_iterations);
         run_batch(ctx, ix, a, p->search_width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
     });
 }

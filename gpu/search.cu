@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
             __syncthreads();
         }
         if (warp == 0) {
-            uint32_t np = pick_parents(a, itopk, a.itopk, a.itopk_cap, a.width, parents, lane);
+            uint32_t np = pick_parents(a, itopk, a.itopk, a.itopk_cap, a.width, ~0u, parents, lane);
             if (lane == 0)
                 s_parents = np;
         }

@@ -11,7 +11,7 @@ namespace cagra_gpu {
 
 /* Multi-CTA searches: the smallest buffer a CTA keeps, and the most keys
  * the CTAs of one query hand in for the final merge. */
-constexpr uint32_t kCtaItopkMin = 32;
+constexpr uint32_t kCtaItopkMin = 32, kCtaItopkMax = 128;
 constexpr uint32_t kMaxHandedIn = 4096;
 
 struct SearchArgs {
@@ -36,24 +36,29 @@ struct SearchArgs {
     uint32_t *visited;   /* nq tables of visited_slots ids (kInvalid: free), the nodes the query's CTAs measured */
     uint64_t *handed_in; /* nq x ctas x hand_in keys: each CTA's best accepted entries at its end */
     uint32_t *arrivals;  /* nq counts of the CTAs that have handed in; 0 between launches */
+    uint32_t *bounds;    /* nq ordered distances, the least of the CTAs' bound_rank-th (kInvalid between launches) */
     uint32_t visited_slots, hand_in;
+    /* the rank in a CTA's buffer whose distance bounds every CTA's parents
+     * (the requested itopk_size); 0: no bound, when the buffer is smaller */
+    uint32_t bound_rank;
     /* shared-memory plan (plan_search) */
     uint32_t itopk_cap, cand_cap, step_cands, hash_slots;
     size_t query_off, itopk_off, cand_off, hash_off, parents_off, smem_bytes;
 };
 
 /* How many CTAs search each of nq queries: `requested` (the caller's
- * ctas_per_query; 0 lets the batch size and the device's `sms` decide),
- * raised so the CTAs keep itopk keys between them and lowered so their
- * hand-ins fit the final merge; 1 means one CTA per query. */
-uint32_t search_ctas_per_query(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t requested, uint32_t sms);
+ * ctas_per_query; 0 lets the batch size and itopk decide), raised so the
+ * CTAs keep itopk keys between them and lowered so their hand-ins fit the
+ * final merge; 1 means one CTA per query. */
+uint32_t search_ctas_per_query(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t requested);
 
-/* The buffer each CTA of a multi-CTA search keeps for a requested itopk. */
+/* The buffer each CTA of a multi-CTA search keeps for a requested itopk:
+ * the next power of two, 32 to 128 keys. */
 uint32_t cta_itopk_for(uint32_t itopk);
 
 /* Fills the buffer sizes and the shared-memory layout; a.stride,
- * a.entry_count, a.random_entries and a.ctas must be set (multi-CTA:
- * itopk is each CTA's own buffer, cta_itopk_for the requested one). */
+ * a.entry_count, a.random_entries, a.ctas (and for several CTAs a.k and
+ * a.max_iterations) must be set. */
 void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk);
 void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk);
 

@@ -9,8 +9,17 @@
  * unexpanded entries of its buffer.  The query's CTAs share one visited table in global
  * memory: a node is measured by the CTA that claims it first (atomicCAS),
  * so no node is measured twice and no node can sit in two CTAs' buffers.
- * A CTA stops when its buffer holds no unexpanded entry, or after
- * max_iterations steps.  It then hands in its best accepted entries (the
+ *
+ * The CTAs also share a bound: each publishes the distance of the
+ * itopk_size-th entry of its buffer (atomicMin per query), and no CTA
+ * expands a parent farther than the least of them.  There are then
+ * itopk_size measured nodes closer than the bound, so a node beyond it
+ * would not be in a single CTA's itopk buffer either, and would not be
+ * expanded there: the CTAs expand what one CTA with that buffer would, in
+ * parallel, and the ones that walk far from the query stop early.  (A
+ * requested itopk_size larger than a CTA's buffer, 128, gets no bound.)
+ * A CTA stops when its buffer holds no unexpanded entry within the bound,
+ * or after max_iterations steps.  It then hands in its best accepted entries (the
  * first min(k, buffer) that the filter passes), and the last CTA of the
  * query to finish (a counter per query) sorts all hand-ins, writes the
  * query's first k, clears the query's visited table and the counter for
@@ -54,7 +63,7 @@ template <class T, int TEAM>
 __global__ void __launch_bounds__(kMultiCtaThreads, 4) search_multi_cta_kernel(SearchArgs a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ uint32_t s_cand_count, s_parents, s_last;
+    __shared__ uint32_t s_cand_count, s_parents, s_last, s_bound;
     float *q = reinterpret_cast<float *>(smem + a.query_off);
     uint64_t *buf = reinterpret_cast<uint64_t *>(smem + a.itopk_off);
     uint64_t *cand = reinterpret_cast<uint64_t *>(smem + a.cand_off);
@@ -68,8 +77,10 @@ __global__ void __launch_bounds__(kMultiCtaThreads, 4) search_multi_cta_kernel(S
         q[i] = a.queries[(uint64_t)qi * a.stride + i];
     for (uint32_t i = tid; i < a.itopk_cap; i += blockDim.x)
         buf[i] = kEmptyKey;
-    if (tid == 0)
+    if (tid == 0) {
         s_cand_count = 0;
+        s_bound = kInvalid; /* until the first step has read the query's */
+    }
     __syncthreads();
 
     /* This CTA's share of the entry nodes: entries cta, cta + ctas, ... */
@@ -93,7 +104,7 @@ __global__ void __launch_bounds__(kMultiCtaThreads, 4) search_multi_cta_kernel(S
 
     for (uint32_t iter = 0; iter < a.max_iterations; iter++) {
         if (warp == 0) {
-            const uint32_t np = pick_parents(a, buf, a.itopk_cap, a.itopk_cap, a.width, parents, lane);
+            const uint32_t np = pick_parents(a, buf, a.itopk_cap, a.itopk_cap, a.width, s_bound, parents, lane);
             if (lane == 0)
                 s_parents = np;
         }
@@ -106,6 +117,13 @@ __global__ void __launch_bounds__(kMultiCtaThreads, 4) search_multi_cta_kernel(S
             const uint32_t id = __ldg(a.graph + (uint64_t)parents[p] * a.degree + e);
             if (id != kInvalid && claim(visited, vmask, id))
                 cand[atomicAdd(&s_cand_count, 1u)] = id;
+        }
+        if (a.bound_rank && tid == blockDim.x - 1) {
+            /* publish this CTA's bound_rank-th distance and learn the
+             * query's bound for the next step, beside the gather's loads */
+            const uint64_t key = buf[a.bound_rank - 1];
+            const uint32_t mine = key == kEmptyKey ? kInvalid : (uint32_t)(key >> 32);
+            s_bound = min(mine, atomicMin(&a.bounds[qi], mine));
         }
         __syncthreads();
         const uint32_t count = s_cand_count;
@@ -159,8 +177,10 @@ __global__ void __launch_bounds__(kMultiCtaThreads, 4) search_multi_cta_kernel(S
     const uint4 none = make_uint4(kInvalid, kInvalid, kInvalid, kInvalid);
     for (uint32_t i = tid; i < a.visited_slots / 4; i += blockDim.x)
         slots[i] = none;
-    if (tid == 0)
+    if (tid == 0) {
         a.arrivals[qi] = 0;
+        a.bounds[qi] = kInvalid;
+    }
 }
 
 template <class T, int TEAM>
@@ -193,26 +213,24 @@ void launch_team(const SearchArgs &a, uint32_t nq, cudaStream_t stream)
 
 uint32_t cta_itopk_for(uint32_t itopk)
 {
-    /* half the requested buffer, between 32 and 128 keys, so that raising
-     * itopk still deepens each CTA's walk */
-    return std::min(128u, std::max(kCtaItopkMin, pow2_at_least(itopk) / 2));
+    return std::min(kCtaItopkMax, std::max(kCtaItopkMin, pow2_at_least(itopk)));
 }
 
-uint32_t search_ctas_per_query(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t requested, uint32_t sms)
+uint32_t search_ctas_per_query(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t requested)
 {
-    /* Batches up to this size leave most multiprocessors idle one CTA per
-     * query; beyond it the extra CTAs only add work. */
-    constexpr uint32_t kMultiCtaMaxBatch = 64;
     /* the grid's second dimension holds the queries */
     constexpr uint32_t kMaxGridQueries = 65535;
-    if (requested == 1 || (requested == 0 && nq > kMultiCtaMaxBatch) || nq > kMaxGridQueries)
+    if (requested == 1 || nq > kMaxGridQueries)
         return 1;
     uint32_t ctas = requested;
     if (ctas == 0) {
-        /* one to two CTAs per multiprocessor in all, 4 to 32 per query */
-        ctas = 4;
-        while (ctas < 32 && (uint64_t)ctas * nq < sms)
-            ctas *= 2;
+        /* Batches up to this size leave most multiprocessors idle one CTA
+         * per query.  An itopk beyond a CTA's buffer gets no bound, and
+         * unbounded CTAs walk longer than one CTA does. */
+        constexpr uint32_t kMultiCtaMaxBatch = 64;
+        if (nq > kMultiCtaMaxBatch || itopk > kCtaItopkMax)
+            return 1;
+        ctas = nq <= 4 ? 16 : 8;
     }
     const uint32_t cta_itopk = cta_itopk_for(itopk);
     const uint32_t hand_in = std::min(pow2_at_least(k), cta_itopk);
@@ -220,22 +238,27 @@ uint32_t search_ctas_per_query(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t
     return std::max(2u, std::min(ctas, kMaxHandedIn / hand_in));
 }
 
-void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
+void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t requested_itopk)
 {
+    const uint32_t itopk = cta_itopk_for(requested_itopk);
     a.itopk = itopk;
     a.itopk_cap = itopk;
     a.width = width;
     a.step_cands = width * degree;
     a.hash_slots = 0;
     a.hand_in = std::min(pow2_at_least(a.k), itopk);
+    a.bound_rank = requested_itopk <= itopk ? requested_itopk : 0;
     const uint32_t entries = a.entry_count + a.random_entries;
     /* the candidate buffer takes one step's neighbours, a chunk of the
      * CTA's entries, and in the last CTA every hand-in */
     a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), pow2_at_least(a.ctas * a.hand_in),
                            std::min(1024u, pow2_at_least((uint32_t)div_up(entries, a.ctas)))});
-    /* about twice the nodes the CTAs claim when each expands as many
-     * parents as its buffer holds and half of their neighbours are new */
-    const uint64_t expected = entries + (uint64_t)a.ctas * itopk * degree / 2;
+    /* about twice the nodes the CTAs claim: bounded, when each expands
+     * half as many parents as its buffer holds and half of their
+     * neighbours are new; unbounded, up to four buffers' worth of steps */
+    const uint64_t expected =
+        a.bound_rank ? entries + (uint64_t)a.ctas * itopk * degree / 4
+                     : entries + (uint64_t)a.ctas * std::min(a.max_iterations, 4 * itopk) * width * degree / 2;
     a.visited_slots =
         (uint32_t)std::min<uint64_t>(kVisitedMaxSlots, std::max<uint64_t>(kVisitedMinSlots, 2 * expected));
     a.visited_slots = pow2_at_least(a.visited_slots);

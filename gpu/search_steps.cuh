@@ -192,11 +192,12 @@ __device__ __noinline__ void close_gaps(uint64_t *buf, uint32_t cap, uint32_t la
 }
 
 /* Warp 0: up to `width` unexpanded entries among the first `scan` of the
- * buffer (`cap` keys) become parents[], marked expanded; with a filter, a
- * parent it rejects leaves the buffer, whose gaps are then closed.
- * Returns how many parents were picked. */
+ * buffer (`cap` keys) whose ordered distance is at most `limit` become
+ * parents[], marked expanded; with a filter, a parent it rejects leaves
+ * the buffer, whose gaps are then closed.  Returns how many parents were
+ * picked. */
 __device__ __forceinline__ uint32_t pick_parents(const SearchArgs &a, uint64_t *buf, uint32_t scan, uint32_t cap,
-                                                 uint32_t width, uint32_t *parents, uint32_t lane)
+                                                 uint32_t width, uint32_t limit, uint32_t *parents, uint32_t lane)
 {
     const uint32_t lt = (1u << lane) - 1;
     uint32_t found = 0;
@@ -205,7 +206,7 @@ __device__ __forceinline__ uint32_t pick_parents(const SearchArgs &a, uint64_t *
         uint32_t i = base + lane;
         uint64_t key = i < scan ? buf[i] : kEmptyKey;
         uint32_t id = (uint32_t)key;
-        bool ok = id != kInvalid && !(id & kExpanded);
+        bool ok = id != kInvalid && !(id & kExpanded) && (uint32_t)(key >> 32) <= limit;
         uint32_t mask = __ballot_sync(0xFFFFFFFFu, ok);
         uint32_t r = found + __popc(mask & lt);
         bool rejected = false;
