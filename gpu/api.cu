@@ -771,11 +771,12 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         SearchArgs a = index_args(ix, k);
         a.random_entries = p->random_entries;
         a.seed = p->seed;
-        a.ctas = search_ctas_per_query(nq, p->itopk_size, k, p->ctas_per_query);
+        const SearchShape shape = search_shape(nq, p->itopk_size, k, p->search_width, p->ctas_per_query);
+        a.ctas = shape.ctas;
         /* several CTAs per query: each walks with a buffer of its own */
         const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;
-        a.max_iterations = search_max_iterations(buffer, p->search_width, p->max_iterations);
-        run_batch(ctx, ix, a, p->search_width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
+        a.max_iterations = search_max_iterations(buffer, shape.width, p->max_iterations);
+        run_batch(ctx, ix, a, shape.width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
     });
 }
 

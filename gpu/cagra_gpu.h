@@ -91,17 +91,19 @@ typedef struct {
     uint32_t random_entries; /* random entry nodes besides the fixed ones */
     uint64_t seed;
     /* Thread blocks that search each query together.  0: the library
-     * chooses from the batch size and itopk_size (several per query for
-     * small batches, which one block per query leaves the device idle
-     * for); 1: one block per query; 2..CAGRA_GPU_MAX_CTAS_PER_QUERY: that
-     * many, raised to itopk_size / the block's own buffer and lowered
-     * where k asks for large hand-ins.  With several blocks per query,
-     * each keeps a buffer of its own (itopk_size rounded up to a power of
-     * two, 32 to 128), expands search_width parents a step, none farther
-     * than the blocks' itopk_size-th nearest so far, and stops after at
-     * most max_iterations steps (0: chosen from its buffer and
-     * search_width).  Results then may differ between runs: which block
-     * measures a node first varies. */
+     * chooses: for batches of up to 64 queries with itopk_size <= 128
+     * (which one block per query leaves the device idle for), 16 blocks
+     * per query up to 16 queries and 8 beyond, each expanding at most 4
+     * parents a step (min(search_width, 4)); else one block per query.
+     * 1: one block per query; 2..CAGRA_GPU_MAX_CTAS_PER_QUERY: that many
+     * at search_width each, raised to itopk_size / the block's own buffer
+     * and lowered where k asks for large hand-ins.  With several blocks
+     * per query, each keeps a buffer of its own (itopk_size rounded up to
+     * a power of two, 32 to 128), expands no parent farther than the
+     * blocks' itopk_size-th nearest so far, and stops after at most
+     * max_iterations steps (0: chosen from its buffer and width).  Results
+     * then may differ between runs: which block measures a node first
+     * varies. */
     uint32_t ctas_per_query;
 } cagra_gpu_search_params;
 

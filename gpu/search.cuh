@@ -46,11 +46,15 @@ struct SearchArgs {
     size_t query_off, itopk_off, cand_off, hash_off, parents_off, smem_bytes;
 };
 
-/* How many CTAs search each of nq queries: `requested` (the caller's
- * ctas_per_query; 0 lets the batch size and itopk decide), raised so the
+/* How many CTAs search each of nq queries, and how many parents each
+ * expands a step: `requested` (the caller's ctas_per_query; 0 lets the
+ * batch size and itopk decide, and caps each CTA's width) raised so the
  * CTAs keep itopk keys between them and lowered so their hand-ins fit the
- * final merge; 1 means one CTA per query. */
-uint32_t search_ctas_per_query(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t requested);
+ * final merge; ctas 1 means one CTA per query at the caller's width. */
+struct SearchShape {
+    uint32_t ctas, width;
+};
+SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested);
 
 /* The buffer each CTA of a multi-CTA search keeps for a requested itopk:
  * the next power of two, 32 to 128 keys. */

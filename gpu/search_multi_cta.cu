@@ -216,26 +216,31 @@ uint32_t cta_itopk_for(uint32_t itopk)
     return std::min(kCtaItopkMax, std::max(kCtaItopkMin, pow2_at_least(itopk)));
 }
 
-uint32_t search_ctas_per_query(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t requested)
+SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested)
 {
     /* the grid's second dimension holds the queries */
     constexpr uint32_t kMaxGridQueries = 65535;
     if (requested == 1 || nq > kMaxGridQueries)
-        return 1;
-    uint32_t ctas = requested;
-    if (ctas == 0) {
-        /* Batches up to this size leave most multiprocessors idle one CTA
+        return {1, width};
+    SearchShape shape{requested, width};
+    if (requested == 0) {
+        /* Batches up to 64 queries leave most multiprocessors idle one CTA
          * per query.  An itopk beyond a CTA's buffer gets no bound, and
-         * unbounded CTAs walk longer than one CTA does. */
-        constexpr uint32_t kMultiCtaMaxBatch = 64;
+         * unbounded CTAs walk longer than one CTA does.  On the H200 (c1m
+         * and a 1,024-dimension set, bench/gpu_bench --only latency):
+         * 16 CTAs were the fastest up to 16 queries, 8 at 64, and more
+         * than 4 parents a step per CTA were slower and lost recall. */
+        constexpr uint32_t kMultiCtaMaxBatch = 64, kMaxCtaWidth = 4;
         if (nq > kMultiCtaMaxBatch || itopk > kCtaItopkMax)
-            return 1;
-        ctas = nq <= 4 ? 16 : 8;
+            return {1, width};
+        shape.ctas = nq <= 16 ? 16 : 8;
+        shape.width = std::min(width, kMaxCtaWidth);
     }
     const uint32_t cta_itopk = cta_itopk_for(itopk);
     const uint32_t hand_in = std::min(pow2_at_least(k), cta_itopk);
-    ctas = std::max(ctas, (uint32_t)div_up(itopk, cta_itopk));
-    return std::max(2u, std::min(ctas, kMaxHandedIn / hand_in));
+    shape.ctas = std::max(shape.ctas, (uint32_t)div_up(itopk, cta_itopk));
+    shape.ctas = std::max(2u, std::min(shape.ctas, kMaxHandedIn / hand_in));
+    return shape;
 }
 
 void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t requested_itopk)

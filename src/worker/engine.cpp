@@ -433,12 +433,14 @@ cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *que
 	cagra_gpu_search_params p = cagra_gpu_search_params_of(params);
 	cagra_gpu_search_context *ctx;
 
-	/* A batch this small leaves most of the device idle (one thread block
-	 * per query), so each query expands more parents a step: fewer, wider
+	/* A batch this small leaves most of the device idle one thread block
+	 * per query, so each query expands more parents a step: fewer, wider
 	 * steps at the same or better recall.  c1m on an H200, itopk 32: a lone
 	 * query 0.287 -> 0.171 ms, batches of 16 51,361 -> 80,092 queries/s
-	 * (bench/gpu_bench.cu).  Only where the session kept
-	 * cagra.search_width at 1. */
+	 * (bench/gpu_bench.cu).  The library searches most such batches with
+	 * several blocks per query and caps each block at 4 parents a step;
+	 * the 8 is for the rest (itopk_size above 128).  Only where the session
+	 * kept cagra.search_width at 1. */
 	constexpr uint32_t kSmallBatch = 64, kSmallBatchWidth = 8;
 
 	if (p.search_width == 1 && nq <= kSmallBatch && copy.degree > 0)
