@@ -771,7 +771,9 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         SearchArgs a = index_args(ix, k);
         a.random_entries = p->random_entries;
         a.seed = p->seed;
-        const SearchShape shape = search_shape(nq, p->itopk_size, k, p->search_width, p->ctas_per_query);
+        const uint64_t row_bytes = (uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4);
+        const SearchShape shape =
+            search_shape(nq, p->itopk_size, k, p->search_width, p->ctas_per_query, ix->degree * row_bytes);
         a.ctas = shape.ctas;
         /* several CTAs per query: each walks with a buffer of its own */
         const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;

@@ -93,8 +93,9 @@ typedef struct {
     /* Thread blocks that search each query together.  0: the library
      * chooses: for batches of up to 64 queries with itopk_size <= 128
      * (which one block per query leaves the device idle for), 16 blocks
-     * per query up to 16 queries and 8 beyond, each expanding at most 4
-     * parents a step (min(search_width, 4)); else one block per query.
+     * per query up to 16 queries and 8 beyond, each expanding
+     * search_width parents a step but at most an eighth of its buffer and
+     * at most 512 KB of vectors; else one block per query.
      * 1: one block per query; 2..CAGRA_GPU_MAX_CTAS_PER_QUERY: that many
      * at search_width each, raised to itopk_size / the block's own buffer
      * and lowered where k asks for large hand-ins.  With several blocks

@@ -48,13 +48,16 @@ struct SearchArgs {
 
 /* How many CTAs search each of nq queries, and how many parents each
  * expands a step: `requested` (the caller's ctas_per_query; 0 lets the
- * batch size and itopk decide, and caps each CTA's width) raised so the
- * CTAs keep itopk keys between them and lowered so their hand-ins fit the
- * final merge; ctas 1 means one CTA per query at the caller's width. */
+ * batch size and itopk decide, and caps each CTA's width by its buffer
+ * and by the bytes of a step, parent_bytes a parent: degree x row bytes)
+ * raised so the CTAs keep itopk keys between them and lowered so their
+ * hand-ins fit the final merge; ctas 1 means one CTA per query at the
+ * caller's width. */
 struct SearchShape {
     uint32_t ctas, width;
 };
-SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested);
+SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested,
+                         uint64_t parent_bytes);
 
 /* The buffer each CTA of a multi-CTA search keeps for a requested itopk:
  * the next power of two, 32 to 128 keys. */
