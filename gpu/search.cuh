@@ -9,8 +9,8 @@
 
 namespace cagra_gpu {
 
-/* Multi-CTA searches: the smallest buffer a CTA keeps, and the most keys
- * the CTAs of one query hand in for the final merge. */
+/* Multi-CTA searches: the sizes of the buffer each CTA keeps, and the
+ * most keys the CTAs of one query hand in for the final merge. */
 constexpr uint32_t kCtaItopkMin = 32, kCtaItopkMax = 128;
 constexpr uint32_t kMaxHandedIn = 4096;
 

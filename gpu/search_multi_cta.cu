@@ -1,14 +1,16 @@
 /*
  * search_multi_cta.cu — CAGRA search with several CTAs per query, for
- * batches too small to fill the device one CTA per query.
+ * batches too small to fill the device one CTA per query, and the
+ * library's choice between one and several (search_shape).
  *
  * The grid is (ctas, nq).  Each CTA of a query keeps a small sorted buffer
  * of its own (cta_itopk_for(itopk) keys in shared memory), starts from its
  * share of the entry nodes (every ctas-th fixed entry and every ctas-th
- * random one), and then expands search_width parents a step: the best
- * unexpanded entries of its buffer.  The query's CTAs share one visited table in global
- * memory: a node is measured by the CTA that claims it first (atomicCAS),
- * so no node is measured twice and no node can sit in two CTAs' buffers.
+ * random one), and then expands `width` parents a step: the best
+ * unexpanded entries of its buffer.  The query's CTAs share one visited
+ * table in global memory: a node is measured by the CTA that claims it
+ * first (atomicCAS), so no node is measured twice and no node can sit in
+ * two CTAs' buffers.
  *
  * The CTAs also share a bound: each publishes the distance of the
  * itopk_size-th entry of its buffer (atomicMin per query), and no CTA
@@ -19,11 +21,12 @@
  * parallel, and the ones that walk far from the query stop early.  (A
  * requested itopk_size larger than a CTA's buffer, 128, gets no bound.)
  * A CTA stops when its buffer holds no unexpanded entry within the bound,
- * or after max_iterations steps.  It then hands in its best accepted entries (the
- * first min(k, buffer) that the filter passes), and the last CTA of the
- * query to finish (a counter per query) sorts all hand-ins, writes the
- * query's first k, clears the query's visited table and the counter for
- * the next launch: no memset and no second kernel per launch.
+ * or after max_iterations steps.  It then hands in its best accepted
+ * entries (the first min(k, buffer) that the filter passes), and the last
+ * CTA of the query to finish (a counter per query) sorts all hand-ins,
+ * writes the query's first k, and clears the query's visited table,
+ * counter and bound for the next launch: no memset and no second kernel
+ * per launch.
  *
  * The visited table never forgets (unlike the single-CTA hash in shared
  * memory), so a filtered search needs no drop rule: a parent the filter
@@ -280,7 +283,6 @@ void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint3
     off += a.itopk_cap * sizeof(uint64_t);
     a.cand_off = off;
     off += a.cand_cap * sizeof(uint64_t);
-    a.hash_off = off;
     a.parents_off = off;
     off += round_up(width * sizeof(uint32_t), 16);
     a.smem_bytes = off;

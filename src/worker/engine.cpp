@@ -438,10 +438,10 @@ cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *que
 	 * steps at the same or better recall.  c1m on an H200, itopk 32: a lone
 	 * query 0.287 -> 0.171 ms, batches of 16 51,361 -> 80,092 queries/s
 	 * (bench/gpu_bench.cu).  The library searches most such batches with
-	 * several blocks per query and caps each block's parents a step (4 at
-	 * itopk 32, or fewer for long vectors); the 8 is used as given for the
-	 * rest (itopk_size above 128).  Only where the session
-	 * kept cagra.search_width at 1. */
+	 * several blocks per query, each expanding at most an eighth of its
+	 * buffer and 512 KB of vectors a step (4 of these 8 at itopk 32); the
+	 * 8 is used as given for the rest (itopk_size above 128).  Only where
+	 * the session kept cagra.search_width at 1. */
 	constexpr uint32_t kSmallBatch = 64, kSmallBatchWidth = 8;
 
 	if (p.search_width == 1 && nq <= kSmallBatch && copy.degree > 0)
