@@ -17,7 +17,7 @@
  * the library chooses from the batch size; 1: one block per query).
  * --only latency: after the build, only the small-batch latency sweep
  * (batches 1, 4, 16 and 64, one block per query at search_width 1 and 8
- * against 8, 16 and 32 blocks per query at search_width 1 to 4 and the
+ * against 4 to 32 blocks per query at search_width 1 to 8 and the
  * library's choice): ms per launch on the host and on the device,
  * queries/s, recall@10.
  *
