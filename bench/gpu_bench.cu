@@ -13,8 +13,16 @@
  * (batch 10,000); the other figures use the first termination's graph.
  * Whether a build added long edges is on standard error with
  * CAGRA_GPU_VERBOSE set.
+ * --ctas N: every search with N thread blocks per query (0, the default:
+ * the library chooses from the batch size; 1: one block per query).
+ * --only latency: after the build, only the small-batch latency sweep
+ * (batches 1, 4, 16 and 64, one block per query at search_width 1 and 8
+ * against 4 to 32 blocks per query at search_width 1 to 8 and the
+ * library's choice): ms per launch on the host and on the device,
+ * queries/s, recall@10.
  *
- * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--out FILE]
+ * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N]
+ *                  [--only latency] [--out FILE]
  */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -27,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -38,6 +47,9 @@
 #include "search.h"
 
 namespace {
+
+/* --ctas: ctas_per_query of every search but the latency sweep's */
+uint32_t g_ctas = 0;
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t)
@@ -272,6 +284,7 @@ Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t
     cagra_gpu_default_search_params(&sp);
     sp.itopk_size = itopk;
     sp.search_width = search_width;
+    sp.ctas_per_query = g_ctas;
     const uint32_t k = 10;
     uint32_t total = std::max(batch, nq);
     std::vector<float> q((uint64_t)total * dim);
@@ -310,6 +323,7 @@ Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uin
     cagra_gpu_search_params sp;
     cagra_gpu_default_search_params(&sp);
     sp.itopk_size = itopk;
+    sp.ctas_per_query = g_ctas;
     const uint32_t k = 10;
     std::vector<float> q((uint64_t)per_thread * dim);
     for (uint32_t i = 0; i < per_thread; i++)
@@ -347,16 +361,87 @@ Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uin
     return r;
 }
 
+struct LatencyRow {
+    double recall, qps, host_ms, device_ms;
+};
+
+/* The 1000 queries (tiled up to the batch) in launches of `batch` through
+ * one created context, one launch at a time: medians of each launch's host
+ * time and of its device time (copies and kernel), queries/s over all. */
+LatencyRow latency_point(cagra_gpu_index *ix, cagra_gpu_search_context *ctx, const std::vector<float> &queries,
+                         uint32_t nq, uint32_t dim, const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk,
+                         uint32_t batch, uint32_t width, uint32_t ctas)
+{
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    sp.itopk_size = itopk;
+    sp.search_width = width;
+    sp.ctas_per_query = ctas;
+    const uint32_t k = 10, total = std::max(batch, nq);
+    std::vector<float> q((uint64_t)total * dim);
+    for (uint32_t i = 0; i < total; i++)
+        std::memcpy(&q[(uint64_t)i * dim], &queries[(uint64_t)(i % nq) * dim], 4ull * dim);
+    std::vector<uint32_t> ids((uint64_t)total * k);
+    std::vector<float> dist((uint64_t)total * k);
+    GPU_OK(cagra_gpu_search_in(ctx, ix, q.data(), batch, k, &sp, nullptr, ids.data(), dist.data())); /* warm-up */
+    std::vector<double> host, device;
+    auto t0 = Clock::now();
+    for (uint32_t s = 0; s < total; s += batch) {
+        const uint32_t b = std::min(batch, total - s);
+        auto t1 = Clock::now();
+        GPU_OK(cagra_gpu_search_in(ctx, ix, &q[(uint64_t)s * dim], b, k, &sp, nullptr, &ids[(uint64_t)s * k],
+                                   &dist[(uint64_t)s * k]));
+        host.push_back(seconds_since(t1) * 1e3);
+        device.push_back(cagra_gpu_search_context_device_ms(ctx));
+    }
+    const double secs = seconds_since(t0);
+    std::sort(host.begin(), host.end());
+    std::sort(device.begin(), device.end());
+    return {recall_at(ids, k, gt, gt_dim, nq), total / secs, host[host.size() / 2], device[device.size() / 2]};
+}
+
+/* Small batches: one thread block per query (search_width 1, and 8 as the
+ * worker sends small batches) against several blocks per query. */
+void latency_sweep(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq, uint32_t dim,
+                   const std::vector<int32_t> &gt, uint32_t gt_dim, const std::function<void(const char *)> &emit)
+{
+    cagra_gpu_search_context *ctx = nullptr;
+    GPU_OK(cagra_gpu_search_context_create(0, &ctx));
+    emit("| itopk | batch | blocks per query | search_width | recall@10 | ms per launch | device ms | queries/s |\n"
+         "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    struct Mode {
+        uint32_t ctas, width;
+    };
+    const Mode modes[] = {{1, 1},  {1, 8},  {4, 4},  {4, 8},  {8, 1},  {8, 2}, {8, 4}, {8, 8},
+                          {16, 1}, {16, 2}, {16, 4}, {16, 8}, {32, 2}, {0, 1}, {0, 8}};
+    char line[256];
+    for (uint32_t itopk : {32u, 64u, 128u})
+        for (uint32_t batch : {1u, 4u, 16u, 64u})
+            for (const Mode &m : modes) {
+                const LatencyRow r =
+                    latency_point(ix, ctx, queries, nq, dim, gt, gt_dim, itopk, batch, m.width, m.ctas);
+                char ctas[16];
+                std::snprintf(ctas, sizeof ctas, m.ctas ? "%u" : "auto", m.ctas);
+                std::snprintf(line, sizeof line, "| %u | %u | %s | %u | %.4f | %.3f | %.3f | %.0f |\n", itopk, batch,
+                              ctas, m.width, r.recall, r.host_ms, r.device_ms, r.qps);
+                emit(line);
+            }
+    emit("\n");
+    cagra_gpu_search_context_free(ctx);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--out FILE]");
+        die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N] "
+            "[--only latency] [--out FILE]");
     std::string dir = argv[1], out_path;
     uint32_t cpu_threads = 0;
     cagra_gpu_metric metric = CAGRA_GPU_L2;
     std::vector<float> terminations; /* empty: one build at the default */
+    bool latency_only = false;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--termination")) {
             for (const char *p = argv[i + 1]; *p;) {
@@ -375,6 +460,10 @@ int main(int argc, char **argv)
             metric = CAGRA_GPU_INNER_PRODUCT;
         else if (!std::strcmp(argv[i], "--out"))
             out_path = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--ctas"))
+            g_ctas = (uint32_t)std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--only") && !std::strcmp(argv[i + 1], "latency"))
+            latency_only = true;
         else
             die(std::string("unknown option ") + argv[i]);
     }
@@ -482,6 +571,16 @@ int main(int argc, char **argv)
                       100.0 * probe_miss_rate(ix, base, n, dim, metric, bp.seed));
         emit(line);
         cagra_gpu_index_free(ix);
+    }
+
+    if (latency_only) {
+        cagra_gpu_index *ix = nullptr;
+        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(), bp.graph_degree, metric,
+                                    entries.data(), entry_count, &ix));
+        emit("\nSmall-batch latency (fp32 vectors, one launch at a time):\n\n");
+        latency_sweep(ix, queries, nq, dim, gt, gt_dim, emit);
+        cagra_gpu_index_free(ix);
+        return 0;
     }
 
     if (std::getenv("CAGRA_BENCH_PROFILE")) {

@@ -237,6 +237,13 @@ struct cagra_gpu_search_context {
     DeviceBuffer<float> dists;
     DeviceBuffer<uint64_t> filter;
     DeviceBuffer<uint32_t> nodes; /* cagra_gpu_search_nodes */
+    /* multi-CTA searches: visited tables (all free between launches),
+     * hand-ins, arrival counts (all 0 between launches) and bounds (all
+     * kInvalid between launches) */
+    DeviceBuffer<uint32_t> visited;
+    DeviceBuffer<uint64_t> handed_in;
+    DeviceBuffer<uint32_t> arrivals;
+    DeviceBuffer<uint32_t> bounds;
 
     ~cagra_gpu_search_context()
     {
@@ -261,14 +268,16 @@ struct cagra_gpu_index {
 
 namespace {
 
+/* Grows b to at least count elements; true when it was (re)allocated. */
 template <class T>
-void ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
+bool ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
 {
     if (b.size() >= count)
-        return;
+        return false;
     b.release();
     require_free_memory(count * sizeof(T), what);
     b.allocate(count);
+    return true;
 }
 
 } // namespace
@@ -314,6 +323,7 @@ void cagra_gpu_default_search_params(cagra_gpu_search_params *p)
     p->max_iterations = d.max_iterations;
     p->random_entries = d.random_entries;
     p->seed = d.seed;
+    p->ctas_per_query = 0;
 }
 
 cagra_gpu_status cagra_gpu_device_count(int *count)
@@ -683,6 +693,20 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     DeviceBuffer<uint32_t> &dids = ctx->ids;
     DeviceBuffer<float> &ddist = ctx->dists;
     cudaStream_t s = ctx->stream.s;
+    if (a.ctas > 1) {
+        /* the kernel leaves them as it found them: initialised once */
+        if (ensure(ctx->visited, (uint64_t)nq * a.visited_slots, "this search batch"))
+            check(cudaMemsetAsync(ctx->visited.get(), 0xFF, ctx->visited.bytes(), s), "cudaMemset");
+        if (ensure(ctx->arrivals, nq, "this search batch"))
+            check(cudaMemsetAsync(ctx->arrivals.get(), 0, ctx->arrivals.bytes(), s), "cudaMemset");
+        if (ensure(ctx->bounds, nq, "this search batch"))
+            check(cudaMemsetAsync(ctx->bounds.get(), 0xFF, ctx->bounds.bytes(), s), "cudaMemset");
+        ensure(ctx->handed_in, (uint64_t)nq * a.ctas * a.hand_in, "this search batch");
+        a.visited = ctx->visited.get();
+        a.arrivals = ctx->arrivals.get();
+        a.bounds = ctx->bounds.get();
+        a.handed_in = ctx->handed_in.get();
+    }
     if (ctx->started)
         check(cudaEventRecord(ctx->started, s), "cudaEventRecord");
     if (ix->stride != ix->dim)
@@ -741,12 +765,20 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
             invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
         if (p->random_entries == 0 && ix->entry_count == 0)
             invalid("no entry nodes: give the index entry nodes or random_entries > 0");
+        if (p->ctas_per_query > CAGRA_GPU_MAX_CTAS_PER_QUERY)
+            invalid("ctas_per_query must be at most " + std::to_string(CAGRA_GPU_MAX_CTAS_PER_QUERY));
 
         SearchArgs a = index_args(ix, k);
         a.random_entries = p->random_entries;
         a.seed = p->seed;
-        a.max_iterations = search_max_iterations(p->itopk_size, p->search_width, p->max_iterations);
-        run_batch(ctx, ix, a, p->search_width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
+        const uint64_t row_bytes = (uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4);
+        const SearchShape shape =
+            search_shape(nq, p->itopk_size, k, p->search_width, p->ctas_per_query, ix->degree * row_bytes);
+        a.ctas = shape.ctas;
+        /* several CTAs per query: each walks with a buffer of its own */
+        const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;
+        a.max_iterations = search_max_iterations(buffer, shape.width, p->max_iterations);
+        run_batch(ctx, ix, a, shape.width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
     });
 }
 

@@ -31,14 +31,16 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature, struct or enum below changes (5: the L1
- * metric; 6: device time of a search, searches of a node list); compare
- * cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 6
+ * metric; 6: device time of a search, searches of a node list; 7:
+ * ctas_per_query); compare cagra_gpu_api_version() with this after
+ * dlopen(). */
+#define CAGRA_GPU_API_VERSION 7
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
 #define CAGRA_GPU_MAX_ITOPK 512
 #define CAGRA_GPU_MAX_STEP_CANDIDATES 4096 /* search_width x graph degree */
+#define CAGRA_GPU_MAX_CTAS_PER_QUERY 64
 
 typedef enum {
     CAGRA_GPU_OK = 0,
@@ -88,6 +90,22 @@ typedef struct {
     uint32_t max_iterations; /* 0: chosen from itopk_size and search_width */
     uint32_t random_entries; /* random entry nodes besides the fixed ones */
     uint64_t seed;
+    /* Thread blocks that search each query together.  0: the library
+     * chooses: for batches of up to 64 queries with itopk_size <= 128
+     * (which one block per query leaves the device idle for), 16 blocks
+     * per query up to 16 queries and 8 beyond, each expanding
+     * search_width parents a step but at most an eighth of its buffer and
+     * at most 512 KB of vectors; else one block per query.
+     * 1: one block per query; 2..CAGRA_GPU_MAX_CTAS_PER_QUERY: that many
+     * at search_width each, raised to itopk_size / the block's own buffer
+     * and lowered where k asks for large hand-ins.  With several blocks
+     * per query, each keeps a buffer of its own (itopk_size rounded up to
+     * a power of two, 32 to 128), expands no parent farther than the
+     * blocks' itopk_size-th nearest so far, and stops after at most
+     * max_iterations steps (0: chosen from its buffer and width).  Results
+     * then may differ between runs: which block measures a node first
+     * varies. */
+    uint32_t ctas_per_query;
 } cagra_gpu_search_params;
 
 typedef struct cagra_gpu_index cagra_gpu_index;

@@ -92,6 +92,7 @@ cagra_gpu_search_params_of(const cagra::SearchParams &p)
 	g.max_iterations = p.max_iterations;
 	g.random_entries = p.random_entries;
 	g.seed = p.seed;
+	g.ctas_per_query = 0;		/* the library chooses from the batch size */
 	return g;
 }
 
@@ -451,12 +452,15 @@ cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *que
 	cagra_gpu_search_params p = cagra_gpu_search_params_of(params);
 	cagra_gpu_search_context *ctx;
 
-	/* A batch this small leaves most of the device idle (one thread block
-	 * per query), so each query expands more parents a step: fewer, wider
+	/* A batch this small leaves most of the device idle one thread block
+	 * per query, so each query expands more parents a step: fewer, wider
 	 * steps at the same or better recall.  c1m on an H200, itopk 32: a lone
 	 * query 0.287 -> 0.171 ms, batches of 16 51,361 -> 80,092 queries/s
-	 * (bench/gpu_bench.cu).  Only where the session kept
-	 * cagra.search_width at 1. */
+	 * (bench/gpu_bench.cu).  The library searches most such batches with
+	 * several blocks per query, each expanding at most an eighth of its
+	 * buffer and 512 KB of vectors a step (4 of these 8 at itopk 32); the
+	 * 8 is used as given for the rest (itopk_size above 128).  Only where
+	 * the session kept cagra.search_width at 1. */
 	constexpr uint32_t kSmallBatch = 64, kSmallBatchWidth = 8;
 
 	if (p.search_width == 1 && nq <= kSmallBatch && copy.degree > 0)

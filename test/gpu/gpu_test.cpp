@@ -5,7 +5,9 @@
  * recall against the core CPU search of the same graph, CPU and GPU graphs
  * searched on the other device, batch sizes, metrics (L1 too: its kNN
  * graph, build time and search), fp16 vectors, filters, memory limits, and
- * the long edges of hard sets.  Without a device the device tests skip.
+ * the long edges of hard sets, several thread blocks per query (multi-CTA)
+ * against brute force and the single-block search.  Without a device the
+ * device tests skip.
  */
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -292,6 +294,46 @@ cagra_gpu_search_params gpu_params_of(const cagra::SearchParams &p)
     g.search_width = p.search_width;
     g.max_iterations = p.max_iterations;
     return g;
+}
+
+/* Default parameters but itopk_size and ctas_per_query. */
+cagra_gpu_search_params search_params(uint32_t itopk, uint32_t ctas)
+{
+    cagra_gpu_search_params p;
+    cagra_gpu_default_search_params(&p);
+    p.itopk_size = itopk;
+    p.ctas_per_query = ctas;
+    return p;
+}
+
+/* No id twice in a row (padding aside). */
+void expect_unique_rows(const Results &r, uint32_t k)
+{
+    for (size_t q = 0; q < r.ids.size() / k; q++) {
+        std::set<uint32_t> seen;
+        for (uint32_t j = 0; j < k; j++) {
+            const uint32_t id = r.ids[q * k + j];
+            if (id != CAGRA_GPU_INVALID_NODE)
+                ASSERT_TRUE(seen.insert(id).second) << "node " << id << " twice for query " << q;
+        }
+    }
+}
+
+/* The queries searched in launches of `batch` queries each. */
+Results gpu_search_in_batches(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t dim, uint32_t k,
+                              const cagra_gpu_search_params &sp, uint32_t batch,
+                              const std::vector<uint64_t> *filter = nullptr)
+{
+    const uint32_t nq = (uint32_t)(queries.size() / dim);
+    Results all;
+    for (uint32_t s = 0; s < nq; s += batch) {
+        const uint32_t b = std::min(batch, nq - s);
+        std::vector<float> part(queries.begin() + (size_t)s * dim, queries.begin() + (size_t)(s + b) * dim);
+        Results r = gpu_search(ix, part, dim, k, sp, filter);
+        all.ids.insert(all.ids.end(), r.ids.begin(), r.ids.end());
+        all.dists.insert(all.dists.end(), r.dists.begin(), r.dists.end());
+    }
+    return all;
 }
 
 void expect_only_passing(const Results &r, const std::vector<uint64_t> &f)
@@ -854,6 +896,11 @@ TEST(GpuSearch, MetricsAndHalfVectors)
             expect_results_exact(r, data, queries, dim, m, k, fp16);
             Exact truth = exact_knn(data, queries, dim, m, k);
             EXPECT_GE(recall(truth, r.ids, k), m == cagra::Metric::InnerProduct ? 0.8 : 0.9);
+            /* the same batch, eight blocks per query */
+            Results multi = gpu_search(l.ix, queries, dim, k, search_params(128, 8));
+            expect_results_exact(multi, data, queries, dim, m, k, fp16);
+            expect_unique_rows(multi, k);
+            EXPECT_GE(recall(truth, multi.ids, k), m == cagra::Metric::InnerProduct ? 0.8 : 0.9);
         }
     }
 }
@@ -1020,6 +1067,103 @@ TEST(GpuSearch, FilteredTraversalAtLowPassRates)
     }
 }
 
+/* Several blocks per query (search_multi_cta.cu): against brute force and
+ * the single-block search of the same batch at the same itopk, with the
+ * library's choice at batches 1, 7, 64 (the largest it gives several
+ * blocks) and 65 (one block again), and 16 blocks forced on one batch of
+ * all queries. */
+TEST(GpuSearch, MultiCtaMatchesBruteForceAndTheSingleCtaSearch)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, k = 10, nq = 390;
+    const uint64_t n = 30000;
+    auto data = clustered(n, dim, 101, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 102, cagra::Metric::L2);
+    Exact truth = exact_knn(data, queries, dim, cagra::Metric::L2, k);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    for (uint32_t itopk : {32u, 64u}) {
+        SCOPED_TRACE("itopk " + std::to_string(itopk));
+        const double single = recall(truth, gpu_search(l.ix, queries, dim, k, search_params(itopk, 1)).ids, k);
+        struct Case {
+            uint32_t batch, ctas;
+        };
+        for (Case c : {Case{1, 0}, Case{7, 0}, Case{64, 0}, Case{65, 0}, Case{nq, 16}}) {
+            SCOPED_TRACE("batch " + std::to_string(c.batch) + ", ctas_per_query " + std::to_string(c.ctas));
+            Results r = gpu_search_in_batches(l.ix, queries, dim, k, search_params(itopk, c.ctas), c.batch);
+            expect_results_exact(r, data, queries, dim, cagra::Metric::L2, k);
+            expect_unique_rows(r, k);
+            const double got = recall(truth, r.ids, k);
+            std::printf("recall: itopk %u, batch %u, ctas_per_query %u: %.4f (one block per query: %.4f)\n", itopk,
+                        c.batch, c.ctas, got, single);
+            EXPECT_GE(got, single - 0.01);
+        }
+    }
+}
+
+/* Filters with several blocks per query: only passing nodes, exact and
+ * unique, recall near the single-block search's; a filter that rejects
+ * everything; the worker's widened traversal at 5% passing (itopk 512,
+ * beyond a block's buffer: no bound) with 8 blocks per query forced, and
+ * k = itopk = 512 with 16. */
+TEST(GpuSearch, MultiCtaFilteredAndLargeK)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 32, k = 10, nq = 120;
+    const uint64_t n = 60000;
+    auto data = clustered(n, dim, 111, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 112, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+
+    std::vector<uint64_t> even((n + 63) / 64, 0x5555555555555555ULL);
+    Exact truth_even = exact_knn(data, queries, dim, cagra::Metric::L2, k, &even);
+    const double single = recall(truth_even, gpu_search(l.ix, queries, dim, k, search_params(64, 1), &even).ids, k);
+    Results r = gpu_search_in_batches(l.ix, queries, dim, k, search_params(64, 0), 1, &even);
+    expect_only_passing(r, even);
+    expect_results_exact(r, data, queries, dim, cagra::Metric::L2, k);
+    expect_unique_rows(r, k);
+    const double got = recall(truth_even, r.ids, k);
+    std::printf("recall: half passing, itopk 64, batch 1: %.4f (one block per query: %.4f)\n", got, single);
+    EXPECT_GE(got, single - 0.01);
+
+    std::vector<uint64_t> none((n + 63) / 64, 0);
+    Results empty = gpu_search_in_batches(l.ix, queries, dim, k, search_params(64, 0), 4, &none);
+    for (size_t i = 0; i < empty.ids.size(); i++) {
+        ASSERT_EQ(empty.ids[i], CAGRA_GPU_INVALID_NODE);
+        ASSERT_TRUE(std::isinf(empty.dists[i]));
+    }
+
+    uint64_t passing = 0;
+    auto f = random_filter(n, 0.05, 113, &passing);
+    cagra::FilteredSearchPlan plan =
+        cagra::plan_filtered_search(cagra::SearchParams{}, 32, passing, n, CAGRA_GPU_MAX_ITOPK);
+    Exact truth_f = exact_knn(data, queries, dim, cagra::Metric::L2, k, &f);
+    cagra_gpu_search_params wp = gpu_params_of(plan.params);
+    wp.ctas_per_query = 1;
+    const double single_f = recall(truth_f, gpu_search(l.ix, queries, dim, k, wp, &f).ids, k);
+    wp.ctas_per_query = 8; /* the library keeps itopk 512 on one block per query */
+    Results rf = gpu_search_in_batches(l.ix, queries, dim, k, wp, 8, &f);
+    expect_only_passing(rf, f);
+    expect_results_exact(rf, data, queries, dim, cagra::Metric::L2, k);
+    expect_unique_rows(rf, k);
+    const double got_f = recall(truth_f, rf.ids, k);
+    std::printf("recall: 5%% passing, itopk %u, %u iterations, batch 8: %.4f (one block per query: %.4f)\n",
+                plan.params.itopk_size, plan.params.max_iterations, got_f, single_f);
+    EXPECT_GE(got_f, single_f - 0.02);
+
+    std::vector<float> few(queries.begin(), queries.begin() + 16 * dim);
+    Results big = gpu_search_in_batches(l.ix, few, dim, 512, search_params(512, 16), 3);
+    expect_results_exact(big, data, few, dim, cagra::Metric::L2, 512);
+    for (uint32_t q = 0; q < 16; q++) {
+        std::set<uint32_t> s(&big.ids[q * 512], &big.ids[q * 512] + 512);
+        ASSERT_EQ(s.size(), 512u) << "duplicate results for query " << q;
+    }
+    EXPECT_GE(recall(exact_knn(data, few, dim, cagra::Metric::L2, 512), big.ids, 512), 0.9);
+}
+
 TEST(GpuSearch, NodesSearchIsExactAndChecksItsNodes)
 {
     REQUIRE_DEVICE();
@@ -1089,6 +1233,10 @@ TEST(GpuSearch, BadSearchArgumentsAreRefused)
     p = sp;
     p.search_width = 0;
     EXPECT_EQ(run(10, p), CAGRA_GPU_INVALID_ARGUMENT);
+    p = sp;
+    p.ctas_per_query = CAGRA_GPU_MAX_CTAS_PER_QUERY + 1;
+    EXPECT_EQ(run(10, p), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("ctas_per_query"), std::string::npos);
     EXPECT_EQ(run(10, sp), CAGRA_GPU_OK) << cagra_gpu_last_error();
 
     std::vector<uint32_t> bad = g.graph;
