@@ -115,6 +115,19 @@ cagra_node_is_live(uint16 flags)
 	return (flags & CAGRA_NODE_LIVE) && !(flags & CAGRA_NODE_DELETED);
 }
 
+/*
+ * Whether a later round's result at `distance` lies before the last one
+ * returned (at `last`), so returning it would break the distance order: a
+ * traversal's later round found a row an earlier one missed.  Rounds on the
+ * GPU worker and in the backend measure the same vectors with different
+ * rounding, so a row within a few float steps of the last is not "before".
+ */
+static inline bool
+cagra_before_returned(double distance, double last)
+{
+	return distance < last - 1e-5 * fabs(last);
+}
+
 /* How the index holds its vectors. */
 static inline cagra::VectorFormat
 cagra_format_of(const CagraMetaData *meta)

@@ -560,7 +560,7 @@ cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
 			root = hdr.heap_tid;
 		}
 		/* a later round may find rows an earlier one did not: keep the order */
-		if (s->nreturned > 0 && (c->dists[i] < s->last_distance))
+		if (s->nreturned > 0 && cagra_before_returned(c->dists[i], s->last_distance))
 			continue;
 		hash_search(s->returned, &root, HASH_ENTER, &found);
 		if (found)

@@ -235,7 +235,7 @@ cagra_worker_round_skips(const CagraWorkerRound *w, ItemPointer tid, double valu
 {
 	if (w->nreturned == 0)
 		return false;
-	if (value < w->last_value)
+	if (cagra_before_returned(value, w->last_value))
 		return true;
 	for (uint32 i = 0; i < w->nreturned; i++)
 		if (ItemPointerEquals(&w->returned[i], tid))
