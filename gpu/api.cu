@@ -16,6 +16,7 @@
 
 #include "core/types.h"
 #include "internal.cuh"
+#include "measure_nodes.cuh"
 
 #include "search.cuh"
 
@@ -237,6 +238,7 @@ struct cagra_gpu_search_context {
     DeviceBuffer<float> dists;
     DeviceBuffer<uint64_t> filter;
     DeviceBuffer<uint32_t> nodes; /* cagra_gpu_search_nodes */
+    MeasureScratch measure;       /* its pairs and their sort */
     /* multi-CTA searches: visited tables (all free between launches),
      * hand-ins, arrival counts (all 0 between launches) and bounds (all
      * kInvalid between launches) */
@@ -265,22 +267,6 @@ struct cagra_gpu_index {
     DeviceBuffer<uint32_t> entries;
     cagra_gpu_search_context search; /* for cagra_gpu_search */
 };
-
-namespace {
-
-/* Grows b to at least count elements; true when it was (re)allocated. */
-template <class T>
-bool ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
-{
-    if (b.size() >= count)
-        return false;
-    b.release();
-    require_free_memory(count * sizeof(T), what);
-    b.allocate(count);
-    return true;
-}
-
-} // namespace
 
 extern "C" {
 
@@ -727,7 +713,13 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     }
     a.ids_out = dids.get();
     a.dist_out = ddist.get();
-    run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);
+    if (a.entries_distinct && measure_fits(nq, count)) {
+        const MeasureArgs m{ix->vectors.get(), ix->dtype == CAGRA_GPU_FLOAT16, ix->dim, ix->stride, ix->metric,
+                            nq, count, k};
+        measure_nodes(m, ctx->measure, dq.get(), ctx->nodes.get(), ddist.get(), dids.get(), s);
+    } else {
+        run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);
+    }
     check(cudaMemcpyAsync(ids_out, dids.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
           "copying the results to the host");
     check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),

@@ -129,6 +129,19 @@ private:
  * bytes exceed what the device has free. */
 void require_free_memory(uint64_t need, const char *what);
 
+/* Grows b to at least count elements (checking the device has room first);
+ * true when it was (re)allocated.  Scratch kept between calls. */
+template <class T>
+bool ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
+{
+    if (b.size() >= count)
+        return false;
+    b.release();
+    require_free_memory(count * sizeof(T), what);
+    b.allocate(count);
+    return true;
+}
+
 /* Selects `device`, failing with NO_DEVICE / INVALID_ARGUMENT as fits. */
 void use_device(int device);
 

@@ -1207,6 +1207,45 @@ TEST(GpuSearch, NodesSearchIsExactAndChecksItsNodes)
               CAGRA_GPU_INVALID_ARGUMENT);
 }
 
+/* The node-list search measures every pair across the device: every
+ * metric, float16 rows, a dimension that is no multiple of a warp, nodes
+ * listed in any order. */
+TEST(GpuSearch, NodesSearchIsExactForEveryMetricAndHalfVectors)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 100, nq = 7, k = 100;
+    const uint64_t n = 3000;
+    for (cagra::Metric metric : {cagra::Metric::L2, cagra::Metric::InnerProduct, cagra::Metric::Cosine,
+                                 cagra::Metric::L1})
+        for (bool fp16 : {false, true}) {
+            auto data = clustered(n, dim, 94, metric);
+            auto queries = queries_near(data, dim, nq, 95, metric);
+            std::vector<uint32_t> graph(n * 16);
+            for (uint64_t i = 0; i < graph.size(); i++)
+                graph[i] = (uint32_t)((i * 7919 + 1) % n);
+            Loaded l;
+            load(l, data, dim, metric, graph, 16, {0}, fp16);
+            uint64_t passing = 0;
+            auto f = random_filter(n, 0.05, 96, &passing);
+            std::vector<uint32_t> nodes = filter_nodes(f, n);
+            std::reverse(nodes.begin(), nodes.end());
+            Results r = gpu_search_nodes(l.ix, queries, dim, k, nodes);
+            expect_only_passing(r, f);
+            const uint32_t real = std::min<uint32_t>(k, (uint32_t)nodes.size());
+            for (uint32_t q = 0; q < nq; q++) {
+                std::set<uint32_t> seen(&r.ids[q * k], &r.ids[q * k] + real);
+                EXPECT_EQ(seen.size(), real) << "query " << q;
+                for (uint32_t j = 1; j < real; j++)
+                    EXPECT_LE(r.dists[q * k + j - 1], r.dists[q * k + j]) << "query " << q;
+                for (uint32_t j = real; j < k; j++)
+                    EXPECT_EQ(r.ids[q * k + j], CAGRA_GPU_INVALID_NODE);
+            }
+            if (!fp16)
+                EXPECT_EQ(recall(exact_knn(data, queries, dim, metric, real, &f), r.ids, real), 1.0)
+                    << "metric " << (int)metric;
+        }
+}
+
 TEST(GpuSearch, BadSearchArgumentsAreRefused)
 {
     REQUIRE_DEVICE();
