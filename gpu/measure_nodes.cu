@@ -2,12 +2,13 @@
  * measure_nodes.cu — the exact search of a node list (cagra_gpu_search_nodes):
  * every query against every listed node, all pairs at once across the
  * device (one warp a pair), then each query's distances sorted with CUB's
- * segmented radix sort and its first k kept.  A filtered search that
+ * radix sort (segmented for several queries) and its first k kept.  A filtered search that
  * allows few rows comes here; the search kernel, which walks the list in
  * one thread block per query, took about 1 ms for 10,000 nodes.
  */
 #include <algorithm>
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "measure_nodes.cuh"
@@ -122,16 +123,20 @@ void measure_nodes(const MeasureArgs &a, MeasureScratch &s, const float *queries
         segment_offsets_kernel<<<(uint32_t)div_up((uint64_t)a.nq + 1, 256), 256, 0, stream>>>(a.nq, a.count,
                                                                                            s.offsets.get());
         check_launch("segment_offsets_kernel");
+        /* one query (a filtered index scan): the device-wide sort, whose
+         * blocks share the segment; several: a segment each */
+        auto sort = [&](void *temp, size_t &bytes) {
+            if (a.nq == 1)
+                return cub::DeviceRadixSort::SortPairs(temp, bytes, s.dists.get(), s.sorted_dists.get(), s.ids.get(),
+                                                       s.sorted_ids.get(), (int)pairs, 0, 32, stream);
+            return cub::DeviceSegmentedRadixSort::SortPairs(temp, bytes, s.dists.get(), s.sorted_dists.get(),
+                                                            s.ids.get(), s.sorted_ids.get(), (int)pairs, (int)a.nq,
+                                                            s.offsets.get(), s.offsets.get() + 1, 0, 32, stream);
+        };
         size_t temp = 0;
-        check(cub::DeviceSegmentedRadixSort::SortPairs(nullptr, temp, s.dists.get(), s.sorted_dists.get(), s.ids.get(),
-                                                       s.sorted_ids.get(), (int)pairs, (int)a.nq, s.offsets.get(),
-                                                       s.offsets.get() + 1, 0, 32, stream),
-              "sizing the sort of a node list's distances");
+        check(sort(nullptr, temp), "sizing the sort of a node list's distances");
         ensure(s.temp, std::max<size_t>(temp, 1), "this search of a node list");
-        check(cub::DeviceSegmentedRadixSort::SortPairs(s.temp.get(), temp, s.dists.get(), s.sorted_dists.get(),
-                                                       s.ids.get(), s.sorted_ids.get(), (int)pairs, (int)a.nq,
-                                                       s.offsets.get(), s.offsets.get() + 1, 0, 32, stream),
-              "sorting a node list's distances");
+        check(sort(s.temp.get(), temp), "sorting a node list's distances");
     }
     const uint64_t out = (uint64_t)a.nq * a.k;
     take_first_kernel<<<(uint32_t)std::min<uint64_t>(div_up(out, 256), 65535), 256, 0, stream>>>(
