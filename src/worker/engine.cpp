@@ -236,6 +236,33 @@ cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t 
 	return true;
 }
 
+/*
+ * The copy's block index of tid_order (packed TIDs hold the block number
+ * above 16 bits): where each heap block's rows start, when there are not
+ * far more blocks than nodes (else none, and lookups gallop).
+ */
+static void
+cagra_engine_index_blocks(CagraIndexCopy &copy)
+{
+	copy.block_first.clear();
+	if (copy.tid_order.empty())
+		return;
+
+	uint64_t	blocks = (copy.tid_order.back() >> 16) + 1;
+
+	if (blocks > 4 * (uint64_t) copy.tid_order.size() + 1024)
+		return;
+	copy.block_first.resize(blocks + 1);
+	size_t		j = 0;
+
+	for (uint64_t b = 0; b <= blocks; b++)
+	{
+		while (j < copy.tid_order.size() && (copy.tid_order[j] >> 16) < b)
+			j++;
+		copy.block_first[b] = (uint32_t) j;
+	}
+}
+
 CagraReply
 cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 				  std::string *msg) noexcept
@@ -255,6 +282,7 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 		copy.tid_order.resize(copy.by_tid.size());
 		for (size_t i = 0; i < copy.by_tid.size(); i++)
 			copy.tid_order[i] = copy.tids[copy.by_tid[i]];
+		cagra_engine_index_blocks(copy);
 		copy.all_live = true;
 		for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
 			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
@@ -270,7 +298,8 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.graph.edges.swap(staged.rows);
 			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
 				copy.live.size() * sizeof(uint64_t) + copy.tids.size() * sizeof(uint64_t) +
-				copy.by_tid.size() * sizeof(uint32_t) + copy.tid_order.size() * sizeof(uint64_t);
+				copy.by_tid.size() * sizeof(uint32_t) + copy.tid_order.size() * sizeof(uint64_t) +
+				copy.block_first.size() * sizeof(uint32_t);
 			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 			return CAGRA_REPLY_OK;
 		}
@@ -301,6 +330,34 @@ cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uin
 	size_t		at = 0;
 
 	bits.assign(cagra_node_bitset_words(copy.key.n), 0);
+	if (!copy.block_first.empty())
+	{
+		/*
+		 * A row's heap block gives the entries to look at; in a table that
+		 * was only inserted into, line pointer o of a block is its o-th
+		 * entry, so that one is tried first.
+		 */
+		const uint64_t blocks = copy.block_first.size() - 1;
+
+		for (uint32_t i = 0; i < count && (tids[i] >> 16) < blocks; i++)
+		{
+			const uint64_t b = tids[i] >> 16,
+						offset = tids[i] & 0xFFFF;
+			const size_t first = copy.block_first[b],
+						end = copy.block_first[b + 1];
+
+			if (first == end)
+				continue;
+
+			size_t		j = Min(first + (offset > 0 ? offset - 1 : 0), end - 1);
+
+			if (order[j] != tids[i])
+				j = (size_t) (std::lower_bound(order + first, order + end, tids[i]) - order);
+			for (; j < end && order[j] == tids[i]; j++)
+				bits[copy.by_tid[j] >> 6] |= UINT64_C(1) << (copy.by_tid[j] & 63);
+		}
+		return;
+	}
 	for (uint32_t i = 0; i < count && at < n; i++)
 	{
 		/*

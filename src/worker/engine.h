@@ -48,6 +48,7 @@ struct CagraIndexCopy
 	std::vector<uint64_t> tids;		/* heap TID of each node, packed (host memory) */
 	std::vector<uint32_t> by_tid;	/* the nodes in ascending order of their TIDs */
 	std::vector<uint64_t> tid_order;	/* tids[by_tid[i]]: a filter's rows are looked up here */
+	std::vector<uint32_t> block_first;	/* heap block b's first index in tid_order; b + 1's ends it */
 	std::vector<uint32_t> entries;
 	/* GPU */
 	cagra_gpu_index *gpu = nullptr;
