@@ -212,6 +212,11 @@ void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
     const uint32_t hashed = a.entries_distinct ? 0 : entries;
     a.hash_slots =
         std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)), pow2_at_least(2 * (hashed + a.step_cands))});
+    lay_out_shared_memory(a, width);
+}
+
+void lay_out_shared_memory(SearchArgs &a, uint32_t width)
+{
     size_t off = 0;
     a.query_off = off;
     off += round_up(a.stride * sizeof(float), 16);

@@ -68,6 +68,9 @@ uint32_t cta_itopk_for(uint32_t itopk);
  * a.max_iterations) must be set. */
 void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk);
 void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk);
+/* The shared-memory offsets of a planned search: the query, the itopk
+ * buffer, the candidates, the hash (hash_slots, 0 for none), the parents. */
+void lay_out_shared_memory(SearchArgs &a, uint32_t width);
 
 uint32_t search_max_iterations(uint32_t itopk, uint32_t width, uint32_t requested);
 

@@ -259,7 +259,7 @@ void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint3
     a.itopk_cap = itopk;
     a.width = width;
     a.step_cands = width * degree;
-    a.hash_slots = 0;
+    a.hash_slots = 0; /* the visited table is in global memory */
     a.hand_in = std::min(pow2_at_least(a.k), itopk);
     a.bound_rank = requested_itopk <= itopk ? requested_itopk : 0;
     const uint32_t entries = a.entry_count + a.random_entries;
@@ -276,16 +276,7 @@ void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint3
     a.visited_slots =
         (uint32_t)std::min<uint64_t>(kVisitedMaxSlots, std::max<uint64_t>(kVisitedMinSlots, 2 * expected));
     a.visited_slots = pow2_at_least(a.visited_slots);
-    size_t off = 0;
-    a.query_off = off;
-    off += round_up(a.stride * sizeof(float), 16);
-    a.itopk_off = off;
-    off += a.itopk_cap * sizeof(uint64_t);
-    a.cand_off = off;
-    off += a.cand_cap * sizeof(uint64_t);
-    a.parents_off = off;
-    off += round_up(width * sizeof(uint32_t), 16);
-    a.smem_bytes = off;
+    lay_out_shared_memory(a, width);
 }
 
 void run_search_multi_cta(const SearchArgs &a, bool half, uint32_t nq, cudaStream_t stream)
