@@ -209,6 +209,32 @@ is(join(',', @$ids), $node->safe_psql('postgres', qq{
 	  SELECT id, v <-> ($scan_q) AS d FROM items WHERE cat = 3 ORDER BY d LIMIT 10) s}),
 	'the exact filtered answer, in order');
 
+# the planner's choice with the worker, on 100,000 rows: the index scan for a
+# filter that passes half the rows, the filtered scan for 1% (1,000 rows),
+# the bitmap heap scan and sort for 10 rows
+$node->safe_psql('postgres', q{
+	CREATE TABLE many (id int, half int, cat int, rare int, v vector(8));
+	INSERT INTO many SELECT i, i % 2, i % 100, i % 10000,
+	       array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.011 * j) FROM generate_series(1, 8) j)::vector
+	  FROM generate_series(1, 100000) i;
+	SET maintenance_work_mem = '256MB';
+	CREATE INDEX many_v ON many USING cagra (v) WITH (graph_degree = 16);
+	CREATE INDEX ON many (half); CREATE INDEX ON many (cat); CREATE INDEX ON many (rare);
+	ANALYZE many;
+});
+for my $case (['half = 1', qr/Index Scan using many_v/, 'half the rows: the index scan'],
+	['cat = 7', qr/Custom Scan \(Cagra Filtered Scan\)/, '1%: the filtered scan'],
+	['rare = 7', qr/Sort.*Bitmap Heap Scan/s, '10 rows: the bitmap heap scan and sort'])
+{
+	my ($where, $plan, $name) = @$case;
+	like($node->safe_psql('postgres', qq{
+		EXPLAIN (COSTS OFF) SELECT id FROM many WHERE $where ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10}),
+		$plan, "planned with the worker, $name");
+}
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (SELECT id FROM many WHERE cat = 7 ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s}),
+	'10', 'the filtered scan chosen by cost returns 10 rows');
+
 # --- cancel while a filtered request waits in the worker's queue --------------------
 # the worker is stopped, so the request stays queued until the timeout
 my $worker_pid = status('pid');
