@@ -310,12 +310,12 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		static thread_local std::vector<float> gathered_queries;
 		static thread_local std::vector<uint32> gathered_ids;
 		static thread_local std::vector<float> gathered_dists;
-		static thread_local std::vector<uint64> allowed_nodes;
+		static thread_local std::vector<uint32> allowed_nodes;
 		CagraSearchPayload *only = (CagraSearchPayload *) job->payloads[0];
 		const float *queries;
 		uint32	   *ids;
 		float	   *dists;
-		const uint64 *allowed = NULL;
+		const std::vector<uint32> *allowed = NULL;
 
 		if (n == 1 && !cagra_search_payload_problem(only, req, copy))
 		{
@@ -326,7 +326,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 			if (req.filtered)
 			{
 				cagra_engine_allowed_nodes(*copy, cagra_search_filter(only), only->filter_tids, allowed_nodes);
-				allowed = allowed_nodes.data();
+				allowed = &allowed_nodes;
 			}
 		}
 		else

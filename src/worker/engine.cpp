@@ -323,13 +323,17 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 
 void
 cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uint32_t count,
-						   std::vector<uint64_t> &bits)
+						   std::vector<uint32_t> &nodes)
 {
 	const uint64_t *order = copy.tid_order.data();
 	size_t		n = copy.tid_order.size();
 	size_t		at = 0;
+	auto		take = [&copy, &nodes](uint32_t node) {
+		if (cagra_node_bit(copy.live.data(), node))
+			nodes.push_back(node);
+	};
 
-	bits.assign(cagra_node_bitset_words(copy.key.n), 0);
+	nodes.clear();
 	if (!copy.block_first.empty())
 	{
 		/*
@@ -354,7 +358,7 @@ cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uin
 			if (order[j] != tids[i])
 				j = (size_t) (std::lower_bound(order + first, order + end, tids[i]) - order);
 			for (; j < end && order[j] == tids[i]; j++)
-				bits[copy.by_tid[j] >> 6] |= UINT64_C(1) << (copy.by_tid[j] & 63);
+				take(copy.by_tid[j]);
 		}
 		return;
 	}
@@ -379,7 +383,7 @@ cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uin
 		}
 		at = (size_t) (std::lower_bound(order + lo, order + hi, tids[i]) - order);
 		for (; at < n && order[at] == tids[i]; at++)
-			bits[copy.by_tid[at] >> 6] |= UINT64_C(1) << (copy.by_tid[at] & 63);
+			take(copy.by_tid[at]);
 	}
 }
 
@@ -423,8 +427,10 @@ cagra_cpu_measure_range(const CagraIndexCopy &copy, const float *queries, uint32
 		g.distances(queries + (uint64_t) q * copy.format.dim, nodes.data(), (uint32_t) nodes.size(), d.data());
 		for (uint32_t i = 0; i < order.size(); i++)
 			order[i] = i;
-		std::partial_sort(order.begin(), order.begin() + take, order.end(),
-						  [&d](uint32_t a, uint32_t b) { return d[a] < d[b]; });
+		/* equal distances in id order, whatever the order of `nodes` */
+		std::partial_sort(order.begin(), order.begin() + take, order.end(), [&d, &nodes](uint32_t a, uint32_t b) {
+			return d[a] < d[b] || (d[a] == d[b] && nodes[a] < nodes[b]);
+		});
 		for (uint32_t i = 0; i < k; i++)
 		{
 			ids[(uint64_t) q * k + i] = i < take ? nodes[order[i]] : cagra::kInvalidNode;
@@ -552,30 +558,26 @@ cagra_gpu_measure(CagraIndexCopy &copy, CagraSearchLane *lane, const float *quer
 }
 
 /*
- * A filtered search: the allowed nodes the copy holds live, and what the
- * core plans for their pass rate (plan_filtered_search): when few pass,
- * each is measured; else a traversal with itopk_size (up to the kernel's
- * 512) and max_iterations widened by the inverse of the pass rate.
+ * A filtered search of the allowed nodes the copy holds live, as the core
+ * plans it for their pass rate (plan_filtered_search): when few pass, each
+ * is measured; else a traversal with itopk_size (up to the kernel's 512)
+ * and max_iterations widened by the inverse of the pass rate, the nodes as
+ * the traversal's bitset.
  */
 static CagraReply
 cagra_engine_search_filtered(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
-							 const CagraSearchRequest &req, const uint64_t *allowed, uint32_t *ids, float *dists,
-							 double *device_ms, std::string *msg)
+							 const CagraSearchRequest &req, const std::vector<uint32_t> &nodes, uint32_t *ids,
+							 float *dists, double *device_ms, std::string *msg)
 {
-	std::vector<uint64_t> accepted(copy.live.size());
-	uint64_t	passing = 0;
-
-	for (size_t w = 0; w < accepted.size(); w++)
-	{
-		accepted[w] = copy.live[w] & allowed[w];
-		passing += (uint64_t) __builtin_popcountll(accepted[w]);
-	}
-
-	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(req.params, copy.degree, passing, copy.key.n,
+	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(req.params, copy.degree, nodes.size(), copy.key.n,
 																 CAGRA_WORKER_MAX_K);
 
 	if (!plan.exact)
 	{
+		std::vector<uint64_t> accepted(cagra_node_bitset_words(copy.key.n), 0);
+
+		for (uint32_t node : nodes)
+			accepted[node >> 6] |= UINT64_C(1) << (node & 63);
 		if (gpu_api)
 			return cagra_gpu_traverse(copy, lane, queries, nq, req.k, plan.params, accepted.data(), ids, dists,
 									  device_ms, msg);
@@ -584,13 +586,6 @@ cagra_engine_search_filtered(CagraIndexCopy &copy, CagraSearchLane *lane, const 
 		});
 		return CAGRA_REPLY_OK;
 	}
-
-	std::vector<uint32_t> nodes;
-
-	nodes.reserve(passing);
-	for (size_t w = 0; w < accepted.size(); w++)
-		for (uint64_t bits = accepted[w]; bits; bits &= bits - 1)
-			nodes.push_back((uint32_t) (w * 64 + __builtin_ctzll(bits)));
 	if (gpu_api)
 		return cagra_gpu_measure(copy, lane, queries, nq, req.k, nodes, ids, dists, msg);
 	cagra_cpu_split_queries(nq, [&](uint32_t begin, uint32_t end) {
@@ -601,13 +596,13 @@ cagra_engine_search_filtered(CagraIndexCopy &copy, CagraSearchLane *lane, const 
 
 CagraReply
 cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
-					const CagraSearchRequest &req, const uint64_t *allowed, uint32_t *ids, float *dists,
-					double *device_ms, std::string *msg) noexcept
+					const CagraSearchRequest &req, const std::vector<uint32_t> *allowed, uint32_t *ids,
+					float *dists, double *device_ms, std::string *msg) noexcept
 {
 	*device_ms = -1.0;
 	return cagra_engine_guard(msg, [&]() -> CagraReply {
 		if (allowed)
-			return cagra_engine_search_filtered(copy, lane, queries, nq, req, allowed, ids, dists, device_ms, msg);
+			return cagra_engine_search_filtered(copy, lane, queries, nq, req, *allowed, ids, dists, device_ms, msg);
 		if (gpu_api)
 			return cagra_gpu_traverse(copy, lane, queries, nq, req.k, req.params,
 									  copy.all_live ? nullptr : copy.live.data(), ids, dists, device_ms, msg);

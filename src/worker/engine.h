@@ -92,20 +92,20 @@ CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCop
 							  std::string *msg) noexcept;
 
 /* nq queries against a copy: nq x k ids (cagra::kInvalidNode padding)
- * and distances, each row sorted; with `allowed` (a bitset of at least the
- * copy's nodes, cagra_node_bitset_words) only nodes it sets.  Safe on
+ * and distances, each row sorted; with `allowed` (live nodes of the copy,
+ * cagra_engine_allowed_nodes) only those.  Safe on
  * several threads at once for different lanes (lane NULL: the copy's own
  * context, one thread only).  *device_ms: the GPU's own time of the search,
  * negative when not known (the CPU engine, the index's own context). */
 CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
-								const CagraSearchRequest &req, const uint64_t *allowed, uint32_t *ids,
-								float *dists, double *device_ms, std::string *msg) noexcept;
+								const CagraSearchRequest &req, const std::vector<uint32_t> *allowed,
+								uint32_t *ids, float *dists, double *device_ms, std::string *msg) noexcept;
 
-/* The bitset (cagra_node_bitset_words(copy.key.n) words) of the copy's
- * nodes whose heap TIDs are among `tids` (packed, ascending): how a
- * filtered request's rows become the nodes it allows. */
+/* The copy's live nodes whose heap TIDs are among `tids` (packed,
+ * ascending), into `nodes`: how a filtered request's rows become the nodes
+ * it allows. */
 void		cagra_engine_allowed_nodes(const CagraIndexCopy &copy, const uint64_t *tids, uint32_t count,
-									   std::vector<uint64_t> &bits);
+									   std::vector<uint32_t> &nodes);
 
 /* How another thread stops a build: the core polls `progress.cancel`, the
  * GPU library `gpu_cancel`; request() sets both. */
