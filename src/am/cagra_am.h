@@ -439,10 +439,11 @@ typedef struct CagraFilteredScanCost
 	bool		exact;			/* the search measures every one of them */
 } CagraFilteredScanCost;
 
-/* False when the index cannot serve a filtered scan (its vectors are
- * rounded to float16, or it is empty). */
-bool		cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, Path *bitmap,
-									 double rows, CagraFilteredScanCost *cost);
+/* False when the index (its meta page `meta`) cannot serve a filtered scan
+ * (its vectors are rounded to float16, or it is empty). */
+bool		cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index,
+									 const CagraMetaData &meta, Path *bitmap, double rows,
+									 CagraFilteredScanCost *cost);
 /* The planner hook and the custom scan methods (_PG_init). */
 void		cagra_init_filtered_scan(void);
 bytea	   *cagra_options(Datum reloptions, bool validate);

@@ -121,12 +121,9 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
  */
 #define CAGRA_SEARCH_ROUND_PAGES 100
 bool
-cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, Path *bitmap, double rows,
-						 CagraFilteredScanCost *cost)
+cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, const CagraMetaData &meta,
+						 Path *bitmap, double rows, CagraFilteredScanCost *cost)
 {
-	CagraMetaData meta;
-
-	cagra_read_meta(index, &meta);
 	if (meta.n == 0 || cagra_index_rounds_vectors(index, &meta))
 		return false;
 

@@ -230,12 +230,14 @@ cagra_fs_add_paths(PlannerInfo *root, RelOptInfo *rel, Index rti, RangeTblEntry 
 	Relation	index = index_open(ordered->indexinfo->indexoid, NoLock);
 	Path	   *bitmap = NULL;
 	CagraFilteredScanCost cost;
+	CagraMetaData meta;
 
+	cagra_read_meta(index, &meta);
 	foreach(lc, bitmaps)
 	{
 		CagraFilteredScanCost c;
 
-		if (cagra_filtered_scan_cost(root, ordered->indexinfo, index, (Path *) lfirst(lc), rel->rows, &c) &&
+		if (cagra_filtered_scan_cost(root, ordered->indexinfo, index, meta, (Path *) lfirst(lc), rel->rows, &c) &&
 			(!bitmap || c.total < cost.total))
 		{
 			bitmap = (Path *) lfirst(lc);
