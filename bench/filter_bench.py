@@ -26,6 +26,15 @@ For each method and selectivity:
   q/s        pgbench, --clients clients, prepared statements, --seconds
   CPU        the pgbench connections' backends' CPU per query (n/a when
              --seconds < 4)
+  worker     for cagra, where the pgbench run's searches spent their time in
+             the GPU worker (cagra_worker_timings(), the run's difference):
+             requests and batches served, the mean wait in the queue per
+             request, and per batch the search thread's job, the engine's
+             search call within it and the GPU's own time
+pgvector is measured twice: as the planner chooses with the btree index on
+cat (which at a selective filter is the btree and a sort), and with that
+index dropped ("no btree"), which leaves its iterative index scan as the
+only plan besides a sequential scan, the baseline issue 16's goal names.
 The filter value is a constant of the statement, one statement per
 selectivity, not a parameter: a prepared statement's generic plan would be
 costed with one estimate for every value.  The query vector is the
@@ -45,6 +54,10 @@ usage: filter_bench.py DIR [options]     (psql and pgbench from PATH)
   --methods exact,cagra,hnsw              which to measure
   --maintenance-work-mem 1GB              for CREATE INDEX
   --skip-load                             reuse the table of an earlier run
+  --no-btree-iterative relaxed_order,strict_order
+                                          hnsw.iterative_scan values measured with
+                                          the btree index dropped ('' for none), at
+                                          the largest --hnsw-ef
 """
 import argparse
 import os
@@ -114,6 +127,7 @@ class Bench:
 
     def measure(self, method, setting, settings):
         """recall, short answers and q/s of `settings` at each selectivity."""
+        timed = method == "cagra" and worker_running(self.db)
         for pct, value, matching in self.values:
             statement = STATEMENT.format(value=value)
             plan = plan_summary(self.db, statement, settings)
@@ -123,7 +137,10 @@ class Bench:
             wanted = sum(len(truth.get(q, ())) for q in self.qids)
             short = sum(len(got.get(q, ())) < len(truth.get(q, ())) for q in self.qids)
             script = "\\set q random(0, %d)\n%s;\n" % (self.nq - 1, statement)
+            before = worker_timings(self.db) if timed else None
             tps, _, backend = self.db.pgbench(script, self.args.clients, self.args.seconds, settings)
+            if timed:
+                print("  worker, %s%%: %s" % (pct, timings_summary(before, worker_timings(self.db))), flush=True)
             row = "| %s | %s | %s%% | %d | %s | %.3f | %d of %d | %.0f | %s |" % (
                 method, setting, pct, matching, plan, hits / max(wanted, 1), short, len(self.qids), tps,
                 fmt_ms(backend))
@@ -137,6 +154,28 @@ class Bench:
               "| backends' CPU ms/query |")
         print("|---|---|---:|---:|---|---:|---:|---:|---:|")
         print("\n".join(self.rows))
+
+
+def worker_running(db):
+    return db.psql("SELECT count(*) FROM cagra_status WHERE state = 'running'") == "1"
+
+
+def worker_timings(db):
+    """{step: (events, total ms)} of cagra_worker_timings(), summed since the server started."""
+    rows = db.psql("SELECT step, events, total_ms FROM cagra_worker_timings()").splitlines()
+    return {step: (int(events), float(ms)) for step, events, ms in (row.split("|") for row in rows)}
+
+
+def timings_summary(before, after):
+    """The worker's steps between two worker_timings() snapshots."""
+    delta = {step: (after[step][0] - before[step][0], after[step][1] - before[step][1]) for step in after}
+
+    def mean_us(step):
+        events, ms = delta[step]
+        return "%.0f us" % (1000.0 * ms / events) if events else "n/a"
+    return ("%d requests in %d batches; queue %s a request; per batch job %s, engine %s, device %s; round trip %s"
+            % (delta["round trip"][0], delta["job"][0], mean_us("queue"), mean_us("job"), mean_us("engine"),
+               mean_us("device"), mean_us("round trip")))
 
 
 def timed_index(db, args, sql, name):
@@ -160,6 +199,7 @@ def main():
     ap.add_argument("--methods", default="exact,cagra,hnsw")
     ap.add_argument("--maintenance-work-mem", default="1GB")
     ap.add_argument("--skip-load", action="store_true")
+    ap.add_argument("--no-btree-iterative", default="relaxed_order,strict_order")
     args = ap.parse_args()
     methods = args.methods.split(",")
     db = sql_bench.Db(args.dsn)
@@ -216,6 +256,17 @@ def main():
             for ef in [int(x) for x in args.hnsw_ef.split(",")]:
                 bench.measure("pgvector hnsw m %d" % args.hnsw_m, "iterative_scan %s, ef_search %d" % (mode, ef),
                               [("hnsw.iterative_scan", mode), ("hnsw.ef_search", ef)])
+        no_btree = [mode for mode in args.no_btree_iterative.split(",") if mode]
+        if no_btree:
+            # the iterative scan itself: without the btree the planner has
+            # only it and a sequential scan
+            db.psql("DROP INDEX bench_items_cat")
+            ef = max(int(x) for x in args.hnsw_ef.split(","))
+            for mode in no_btree:
+                bench.measure("pgvector hnsw m %d" % args.hnsw_m,
+                              "no btree, iterative_scan %s, ef_search %d" % (mode, ef),
+                              [("hnsw.iterative_scan", mode), ("hnsw.ef_search", ef)])
+            db.psql("CREATE INDEX bench_items_cat ON bench_items (cat)")
         db.psql("DROP INDEX bench_items_hnsw")
     elif "hnsw" in methods:
         print("pgvector not installed in this database: no HNSW figures")
