@@ -114,18 +114,31 @@ SET enable_bitmapscan = off;
 SET enable_indexscan = off;
 EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
 	SELECT id FROM fs WHERE category = 42 AND id + 0 = 4242 ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10;
+-- a filter of one btree: its TIDs read from the index one by one, no
+-- bitmap (Actual Allowed Rows: exactly the rows that pass)
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+	SELECT id FROM fs WHERE category IN (5, 6, 7, 8) ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10;
 -- a bitmap larger than work_mem turns lossy: its pages allow every row on
 -- them, and the conditions checked on the rows keep the answer exact
 SET work_mem = '64kB';
 EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
-	SELECT id FROM fs WHERE category IN (5, 6, 7, 8) ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10;
-SELECT array_agg(id) = (SELECT array_agg(id) FROM (SELECT id FROM fs WHERE category + 0 IN (5, 6, 7, 8)
-						 ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) e) AS same_as_exact
-  FROM (SELECT id FROM fs WHERE category IN (5, 6, 7, 8) ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s;
+	SELECT id FROM fs WHERE category IN (5, 6, 7, 8) OR tenant = 3 ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10;
+SELECT pg_temp.same_answer(array_agg(id), (SELECT array_agg(id) FROM (SELECT id FROM fs
+						   WHERE category + 0 IN (5, 6, 7, 8) OR tenant + 0 = 3
+						   ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) e)) AS same_as_exact
+  FROM (SELECT id FROM fs WHERE category IN (5, 6, 7, 8) OR tenant = 3
+		ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s;
 RESET work_mem;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
 RESET enable_indexscan;
+-- another access method that returns TIDs one by one (hash; an IN list on the
+-- btree above gives them out of order, which is sorted before the search)
+CREATE INDEX fs_tenant_hash ON fs USING hash (tenant);
+DROP INDEX fs_tenant;
+SELECT e.* FROM pg_temp.against_exact('tenant = 3', 10) e;
+CREATE INDEX fs_tenant ON fs (tenant);
+DROP INDEX fs_tenant_hash;
 
 -- the filtered scan from here on
 SET enable_seqscan = off;

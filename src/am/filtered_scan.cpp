@@ -13,7 +13,9 @@
  *
  *   1. the filter's bitmap index scan (the plan the planner made for a
  *      bitmap heap scan of the same conditions, run without its heap part)
- *      gives the TIDs of the rows that may pass;
+ *      gives the TIDs of the rows that may pass: read one by one from its
+ *      index when that is a single index that returns TIDs (a btree), else
+ *      as the plan's bitmap;
  *   2. those rows go to the search as its allowed set (search_resolve.h):
  *      to the GPU worker, which maps them to its copy's nodes, or to the
  *      CPU; the search measures every allowed node when they are few, else
@@ -35,6 +37,7 @@
 #include "am/accessor.h"
 #include "am/search_resolve.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/search.h"
@@ -45,7 +48,9 @@ extern "C" {
 #include "access/tableam.h"
 #include "commands/explain.h"
 #include "executor/executor.h"
+#include "executor/instrument.h"
 #include "executor/nodeCustom.h"
+#include "executor/nodeIndexscan.h"
 #include "miscadmin.h"
 #include "nodes/extensible.h"
 #include "nodes/makefuncs.h"
@@ -400,13 +405,32 @@ cagra_heap_page_items(Relation heap, BlockNumber blkno)
 	return n;
 }
 
+/* Room for n + more packed TIDs in *packed (of *size). */
+static void
+cagra_fs_reserve(uint64 **packed, Size *size, Size n, Size more)
+{
+	if (n + more <= *size)
+		return;
+	*size = Max(2 * *size, n + more);
+	if (*size > PG_UINT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a cagra filtered scan allows at most %u rows", PG_UINT32_MAX)));
+	*packed = (uint64 *) repalloc_huge(*packed, sizeof(uint64) * *size);
+}
+
 /* The allowed rows: the filter's bitmap as packed TIDs, ascending (bitmap
  * index entries point at HOT chains' roots, as the index's nodes do).  A
  * lossy page allows each of its line pointers, so the rows never outnumber
  * the table's line pointers. */
 static CagraAllowed *
-cagra_fs_allowed(TIDBitmap *tbm, Relation heap)
+cagra_fs_allowed_from_bitmap(PlanState *child, Relation heap)
 {
+	TIDBitmap  *tbm = (TIDBitmap *) MultiExecProcNode(child);
+
+	if (!tbm || !IsA(tbm, TIDBitmap))
+		elog(ERROR, "cagra filtered scan: the filter's plan gave no bitmap");
+
 	TBMIterator *it = tbm_begin_iterate(tbm);
 	TBMIterateResult *r;
 	Size		size = 1024;
@@ -417,15 +441,7 @@ cagra_fs_allowed(TIDBitmap *tbm, Relation heap)
 	{
 		int			count = r->ntuples >= 0 ? r->ntuples : cagra_heap_page_items(heap, r->blockno);
 
-		if (n + count > size)
-		{
-			size = Max(2 * size, n + count);
-			if (size > PG_UINT32_MAX)
-				ereport(ERROR,
-						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-						 errmsg("a cagra filtered scan allows at most %u rows", PG_UINT32_MAX)));
-			packed = (uint64 *) repalloc_huge(packed, sizeof(uint64) * size);
-		}
+		cagra_fs_reserve(&packed, &size, n, count);
 		for (int i = 0; i < count; i++)
 		{
 			ItemPointerData tid;
@@ -436,6 +452,76 @@ cagra_fs_allowed(TIDBitmap *tbm, Relation heap)
 		CHECK_FOR_INTERRUPTS();
 	}
 	tbm_end_iterate(it);
+	tbm_free(tbm);
+	return cagra_allowed_packed(packed, (uint32) n);
+}
+
+/* Whether the filter's plan is one index scan whose index returns TIDs one
+ * by one (amgettuple: btree, hash, GiST, SP-GiST; not GIN or BRIN). */
+static bool
+cagra_fs_index_gives_tids(PlanState *child)
+{
+	if (!IsA(child, BitmapIndexScanState))
+		return false;
+
+	IndexScanDesc scan = ((BitmapIndexScanState *) child)->biss_ScanDesc;
+
+	return scan && scan->indexRelation->rd_indam->amgettuple != NULL;
+}
+
+/*
+ * The allowed rows read one by one from the filter's index scan, which is
+ * what its bitmap index scan would have put in the bitmap (the same scan
+ * keys, runtime keys and arrays, MultiExecBitmapIndexScan's steps) without
+ * the bitmap: building, hashing and sorting a bitmap of 10,000 rows was 85%
+ * of the query's time (perf, 1,000,000 rows, a 1% filter).  Index entries
+ * point at HOT chains' roots, as the bitmap's do.  A btree returns an
+ * equality's TIDs ascending; other orders are sorted here.
+ */
+static CagraAllowed *
+cagra_fs_allowed_from_index(BitmapIndexScanState *node)
+{
+	PlanState  *ps = &node->ss.ps;
+	bool		doscan = true;
+	bool		ascending = true;
+	Size		size = 1024;
+	Size		n = 0;
+	uint64	   *packed = (uint64 *) palloc(sizeof(uint64) * size);
+
+	if (ps->chgParam != NULL)
+		ExecReScan(ps);
+	if (ps->instrument)
+		InstrStartNode(ps->instrument);
+	if (!node->biss_RuntimeKeysReady && (node->biss_NumRuntimeKeys != 0 || node->biss_NumArrayKeys != 0))
+	{
+		ExecReScan(ps);
+		doscan = node->biss_RuntimeKeysReady;
+	}
+	while (doscan)
+	{
+		ItemPointer tid;
+
+		while ((tid = index_getnext_tid(node->biss_ScanDesc, ForwardScanDirection)) != NULL)
+		{
+			uint64		p = cagra_pack_tid(tid);
+
+			cagra_fs_reserve(&packed, &size, n, 1);
+			ascending = ascending && (n == 0 || packed[n - 1] < p);
+			packed[n++] = p;
+			if ((n & 1023) == 0)
+				CHECK_FOR_INTERRUPTS();
+		}
+		doscan = ExecIndexAdvanceArrayKeys(node->biss_ArrayKeys, node->biss_NumArrayKeys);
+		if (doscan)
+			index_rescan(node->biss_ScanDesc, node->biss_ScanKeys, node->biss_NumScanKeys, NULL, 0);
+	}
+	if (ps->instrument)
+		InstrStopNode(ps->instrument, (double) n);
+	if (!ascending)
+	{
+		std::sort(packed, packed + n);
+		n = std::unique(packed, packed + n) - packed;
+	}
 	return cagra_allowed_packed(packed, (uint32) n);
 }
 
@@ -503,12 +589,9 @@ cagra_fs_start(CagraFilteredScanState *s)
 	s->query = (float *) palloc(sizeof(float) * s->meta.dims);
 	cagra_prepare((cagra::Metric) s->meta.metric, raw, s->query, s->meta.dims);
 
-	TIDBitmap  *tbm = (TIDBitmap *) MultiExecProcNode(child);
-
-	if (!tbm || !IsA(tbm, TIDBitmap))
-		elog(ERROR, "cagra filtered scan: the filter's plan gave no bitmap");
-	s->allowed = cagra_fs_allowed(tbm, s->css.ss.ss_currentRelation);
-	tbm_free(tbm);
+	s->allowed = cagra_fs_index_gives_tids(child)
+		? cagra_fs_allowed_from_index((BitmapIndexScanState *) child)
+		: cagra_fs_allowed_from_bitmap(child, s->css.ss.ss_currentRelation);
 	s->searches++;
 	s->allowed_rows += s->allowed->rows.count;
 	if (s->allowed->rows.count == 0)
