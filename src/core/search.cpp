@@ -20,8 +20,29 @@ InMemoryGraph::InMemoryGraph(const Graph &graph, const DatasetView &data, Metric
 
 namespace detail {
 
-void VisitedSet::reset(uint32_t expected)
+void VisitedSet::clear_dense()
 {
+    for (uint32_t i = 0; i < count_; i++)
+        bits_[set_[i] >> 6] = 0;
+    if (universe_ < (uint64_t)bits_.size() * 64)
+        bits_[universe_ >> 6] = 0; /* the sentinel's word */
+}
+
+void VisitedSet::reset(uint32_t expected, uint32_t universe)
+{
+    if (dense_)
+        clear_dense();
+    dense_ = universe <= kDenseVisitedLimit;
+    if (dense_) {
+        /* one bit per node and the sentinel bit at `universe` */
+        const size_t words = universe / 64 + 1;
+        if (bits_.size() < words)
+            bits_.resize(words, 0);
+        universe_ = universe;
+        bits_[universe >> 6] |= 1ull << (universe & 63);
+        count_ = 0;
+        return;
+    }
     uint32_t cap = 1024;
     while (cap < 2 * expected && cap < (1u << 30))
         cap <<= 1;

@@ -128,15 +128,37 @@ struct Candidate {
     uint32_t expanded;
 };
 
-/* Exact visited set: open addressing over id + 1 (0 marks a free slot),
- * sized from what a search of these parameters visits and grown at half
- * load, so its cost follows the visited count, not the graph size. */
+/* Exact visited set.  For graphs of up to kDenseVisitedLimit nodes, a
+ * bitmap over the node ids (n / 8 bytes, kept per thread) with the list of
+ * the ids set, so clearing it costs the visited count, not the graph size:
+ * a test is one load and no hashing or probing, and neighbour lists can be
+ * filtered without a branch per neighbour.  Larger graphs: open addressing
+ * over id + 1 (0 marks a free slot), sized from what a search of these
+ * parameters visits and grown at half load. */
 class VisitedSet {
 public:
-    void reset(uint32_t expected);
-    /* True when id was not in the set (and is now). */
+    static constexpr uint32_t kDenseVisitedLimit = 1u << 24;
+
+    /* `expected`: about how many ids a search inserts; `universe`: ids are
+     * below it (the graph size). */
+    void reset(uint32_t expected, uint32_t universe);
+    bool dense() const { return dense_; }
+    /* True when id was not in the set (and is now).  Dense: an id at or
+     * above the universe (kInvalidNode padding) counts as already there. */
     bool insert(uint32_t id)
     {
+        if (dense_) {
+            uint32_t pos = id < universe_ ? id : universe_; /* the sentinel bit is always set */
+            uint64_t &word = bits_[pos >> 6];
+            const uint64_t bit = 1ull << (pos & 63);
+            const bool fresh = !(word & bit);
+            word |= bit;
+            if (count_ == set_.size())
+                set_.resize(set_.size() * 2 + 64);
+            set_[count_] = id; /* kept only when fresh */
+            count_ += fresh;
+            return fresh;
+        }
         uint32_t key = id + 1;
         for (uint32_t h = hash(key);; h = (h + 1) & mask_) {
             uint32_t s = slots_[h];
@@ -155,6 +177,13 @@ public:
 private:
     uint32_t hash(uint32_t key) const { return (key * 0x9E3779B1u) >> shift_; }
     void grow();
+    void clear_dense();
+    bool dense_ = false;
+    /* dense form */
+    std::vector<uint64_t> bits_;
+    std::vector<uint32_t> set_; /* the ids whose bits are set, count_ of them */
+    uint32_t universe_ = 0;
+    /* hashed form */
     std::vector<uint32_t> slots_;
     uint32_t mask_ = 0;
     uint32_t shift_ = 32;
@@ -167,6 +196,7 @@ struct SearchScratch {
     VisitedSet visited;
     std::vector<Candidate> buffer;
     std::vector<Candidate> overflow;
+    std::vector<Candidate> fresh; /* a batch being offered to the buffer */
     std::vector<uint32_t> ids;
     std::vector<float> dists;
     std::vector<uint32_t> row;
@@ -218,7 +248,7 @@ private:
     void measure(uint32_t count);
     bool iterate(uint32_t width);
     void expand(const uint32_t *parents, uint32_t count);
-    void insert(float dist, uint32_t id);
+    void offer(const uint32_t *ids, const float *dists, uint32_t count);
     void push_overflow(const detail::Candidate &c);
     bool refill();
 

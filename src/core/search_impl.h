@@ -63,7 +63,7 @@ void Searcher<Accessor>::prepare()
     s_->buffer.resize(params_.itopk_size);
     s_->overflow.clear();
     s_->row.resize(degree);
-    s_->visited.reset(params_.itopk_size * degree / 2);
+    s_->visited.reset(params_.itopk_size * degree / 2, g_.size());
 }
 
 /* Append up to random_entries random unvisited nodes to s_->ids after the
@@ -89,8 +89,7 @@ void Searcher<Accessor>::measure(uint32_t count)
 {
     g_.distances(query_, s_->ids.data(), count, s_->dists.data());
     distance_count_ += count;
-    for (uint32_t i = 0; i < count; i++)
-        insert(s_->dists[i], s_->ids[i]);
+    offer(s_->ids.data(), s_->dists.data(), count);
 }
 
 /* Seed the buffer with the entry nodes (done in the constructor, so the
@@ -134,10 +133,10 @@ void Searcher<Accessor>::start(const EntryIndex &entries)
     g_.distances(query_, s_->ids.data(), count, s_->dists.data());
     distance_count_ += count;
 
-    for (uint32_t i = 0; i < count; i++)
-        insert(s_->dists[i], s_->ids[i]);
-
-    uint32_t more = 0;
+    /* The group members go after the pivots and random entries, and the
+     * whole start is offered to the buffer in one batch. */
+    const uint32_t first = count;
+    uint32_t more = count;
     auto take = [&](uint32_t t) {
         for (uint32_t j = entries.group_begin[t]; j < entries.group_begin[t + 1]; j++) {
             uint32_t e = entries.members[j];
@@ -174,7 +173,9 @@ void Searcher<Accessor>::start(const EntryIndex &entries)
         for (uint32_t i = 0; i < kept; i++)
             take(best[i]);
     }
-    measure(more);
+    g_.distances(query_, s_->ids.data() + first, more - first, s_->dists.data() + first);
+    distance_count_ += more - first;
+    offer(s_->ids.data(), s_->dists.data(), more);
 }
 
 template <class Accessor>
@@ -187,28 +188,64 @@ void Searcher<Accessor>::push_overflow(const detail::Candidate &c)
     overflow_min_ = std::min(overflow_min_, c.dist);
 }
 
+/* Offer `count` measured candidates to the buffer: the buffer keeps the
+ * itopk_size best of itself and the batch, the rest goes to the overflow.
+ * The same outcome as offering them one at a time (a tie keeps the entry
+ * already there first), but a batch is merged in one pass from the back
+ * instead of shifting the buffer once per candidate, and most of a batch
+ * (worse than the buffer's worst) never touches the buffer. */
 template <class Accessor>
-void Searcher<Accessor>::insert(float dist, uint32_t id)
+void Searcher<Accessor>::offer(const uint32_t *ids, const float *dists, uint32_t count)
 {
+    const uint32_t cap = params_.itopk_size;
     detail::Candidate *buf = s_->buffer.data();
-    if (size_ == params_.itopk_size) {
-        if (dist >= buf[size_ - 1].dist) {
-            push_overflow({dist, id, 0});
-            return;
+    std::vector<detail::Candidate> &fresh = s_->fresh;
+    fresh.clear();
+    const float worst = size_ == cap ? buf[size_ - 1].dist : std::numeric_limits<float>::infinity();
+    for (uint32_t i = 0; i < count; i++) {
+        float d = detail::sortable(dists[i]);
+        if (size_ < cap || d < worst)
+            fresh.push_back({d, ids[i], 0});
+        else
+            push_overflow({d, ids[i], 0});
+    }
+    if (fresh.empty())
+        return;
+    auto closer = [](const detail::Candidate &a, const detail::Candidate &b) { return a.dist < b.dist; };
+    if (fresh.size() > cap) {
+        /* A large start: only the best cap can stay. */
+        std::nth_element(fresh.begin(), fresh.begin() + cap, fresh.end(), closer);
+        for (size_t i = cap; i < fresh.size(); i++)
+            push_overflow(fresh[i]);
+        fresh.resize(cap);
+    }
+    std::sort(fresh.begin(), fresh.end(), closer);
+    /* Merge from the back into positions total-1 .. 0; what lands at cap or
+     * beyond leaves for the overflow. */
+    int64_t i = (int64_t)size_ - 1, j = (int64_t)fresh.size() - 1;
+    const uint32_t total = size_ + (uint32_t)fresh.size();
+    int64_t k = (int64_t)total - 1;
+    uint32_t lowest = cap;
+    while (j >= 0) {
+        detail::Candidate c;
+        if (i >= 0 && buf[i].dist > fresh[j].dist)
+            c = buf[i--];
+        else {
+            c = fresh[j--];
+            if (k < (int64_t)cap) {
+                lowest = (uint32_t)k;
+                if constexpr (detail::has_prefetch_neighbors<Accessor>::value)
+                    g_.prefetch_neighbors(c.id);
+            }
         }
-        push_overflow(buf[size_ - 1]);
-        size_--;
+        if (k >= (int64_t)cap)
+            push_overflow(c);
+        else
+            buf[k] = c;
+        k--;
     }
-    uint32_t pos = size_;
-    while (pos > 0 && buf[pos - 1].dist > dist) {
-        buf[pos] = buf[pos - 1];
-        pos--;
-    }
-    buf[pos] = {dist, id, 0};
-    size_++;
-    scan_ = std::min(scan_, pos);
-    if constexpr (detail::has_prefetch_neighbors<Accessor>::value)
-        g_.prefetch_neighbors(id);
+    size_ = std::min(total, cap);
+    scan_ = std::min(scan_, lowest);
 }
 
 /* Gather the unvisited neighbours of `parents`, compute their distances in
@@ -219,18 +256,26 @@ void Searcher<Accessor>::expand(const uint32_t *parents, uint32_t count)
     const uint32_t degree = g_.degree();
     uint32_t *ids = s_->ids.data();
     uint32_t m = 0;
+    detail::VisitedSet &visited = s_->visited;
     for (uint32_t p = 0; p < count; p++) {
         const uint32_t *row = g_.neighbors(parents[p], s_->row.data());
-        for (uint32_t j = 0; j < degree; j++) {
-            uint32_t v = row[j];
-            if (v != kInvalidNode && s_->visited.insert(v))
-                ids[m++] = v;
+        if (visited.dense()) {
+            /* no branch on the outcome: padding is never fresh there */
+            for (uint32_t j = 0; j < degree; j++) {
+                ids[m] = row[j];
+                m += visited.insert(row[j]);
+            }
+        } else {
+            for (uint32_t j = 0; j < degree; j++) {
+                uint32_t v = row[j];
+                if (v != kInvalidNode && visited.insert(v))
+                    ids[m++] = v;
+            }
         }
     }
     g_.distances(query_, ids, m, s_->dists.data());
     distance_count_ += m;
-    for (uint32_t i = 0; i < m; i++)
-        insert(s_->dists[i], ids[i]);
+    offer(ids, s_->dists.data(), m);
 }
 
 /* One iteration: expand the `width` best unexpanded candidates.  False when

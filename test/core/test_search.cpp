@@ -274,3 +274,23 @@ TEST(Search, InnerProductAndCosine)
         EXPECT_GE(total / 50, m == Metric::Cosine ? 0.95 : 0.85) << metric_name(m);
     }
 }
+
+/* Both forms of the visited set (a bitmap up to kDenseVisitedLimit nodes,
+ * a hash table beyond) answer alike, across resets of one object. */
+TEST(Search, VisitedSetBothForms)
+{
+    detail::VisitedSet v;
+    for (uint32_t universe : {1000u, detail::VisitedSet::kDenseVisitedLimit + 1, 100u, 1000u}) {
+        v.reset(16, universe);
+        EXPECT_EQ(v.dense(), universe <= detail::VisitedSet::kDenseVisitedLimit);
+        std::set<uint32_t> seen;
+        detail::Rng rng(universe);
+        for (uint32_t i = 0; i < 3000; i++) {
+            uint32_t id = (uint32_t)rng.below(universe);
+            EXPECT_EQ(v.insert(id), seen.insert(id).second);
+        }
+        EXPECT_EQ(v.count(), seen.size());
+        if (v.dense())
+            EXPECT_FALSE(v.insert(kInvalidNode)); /* padding is never fresh */
+    }
+}
