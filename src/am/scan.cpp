@@ -24,6 +24,7 @@ extern "C" {
 #include "access/relscan.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/pg_bitutils.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 }
@@ -75,6 +76,7 @@ cagra_reset_scan_state(CagraScanState *s) noexcept
  */
 typedef struct CagraWorkerRound
 {
+	Oid			index;
 	float	   *query;			/* prepared */
 	bool		mvcc_snapshot;
 	uint32		k;				/* this round's k (and itopk_size) */
@@ -126,6 +128,50 @@ typedef struct CagraScanOpaqueData
 
 typedef CagraScanOpaqueData *CagraScanOpaque;
 
+/*
+ * How many of the worker's results the last scans of an index in this
+ * backend returned.  Under a filter the index cannot see (WHERE ... ORDER
+ * BY v <-> q LIMIT k, the index scan plan) a scan returns about k / the
+ * filter's pass rate of them, so a first round of itopk_size runs out and a
+ * second must follow: at 10% on 1,000,000 rows, two rounds a query, half
+ * the worker's requests.  The next scan of the index asks for that many at
+ * once (a power of two, at least itopk_size, at most the kernel's 512); a
+ * scan that returns few brings the next back to itopk_size.
+ */
+#define CAGRA_ROUND_MEMORY 8
+
+static struct
+{
+	Oid			index;
+	uint32		returned;
+}			cagra_round_memory[CAGRA_ROUND_MEMORY];
+static int	cagra_round_memory_next = 0;
+
+static uint32
+cagra_first_round_k(Oid index, uint32 itopk)
+{
+	for (int i = 0; i < CAGRA_ROUND_MEMORY; i++)
+		if (cagra_round_memory[i].index == index && cagra_round_memory[i].returned > itopk)
+			return Min(pg_nextpower2_32(cagra_round_memory[i].returned), (uint32) CAGRA_WORKER_MAX_K);
+	return itopk;
+}
+
+static void
+cagra_remember_returned(Oid index, uint32 returned)
+{
+	int			i;
+
+	for (i = 0; i < CAGRA_ROUND_MEMORY && cagra_round_memory[i].index != index; i++)
+		;
+	if (i == CAGRA_ROUND_MEMORY)
+	{
+		i = cagra_round_memory_next;
+		cagra_round_memory_next = (cagra_round_memory_next + 1) % CAGRA_ROUND_MEMORY;
+	}
+	cagra_round_memory[i].index = index;
+	cagra_round_memory[i].returned = returned;
+}
+
 /* The answers of the round before. */
 static void
 cagra_worker_round_clear(CagraWorkerRound *w)
@@ -147,6 +193,7 @@ cagra_worker_round_end(CagraWorkerRound *w)
 {
 	if (!w)
 		return;
+	cagra_remember_returned(w->index, w->nreturned);
 	cagra_worker_round_clear(w);
 	pfree(w->query);
 	pfree(w->returned);
@@ -215,6 +262,8 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 
 	CagraWorkerRound *w = (CagraWorkerRound *) palloc0(sizeof(CagraWorkerRound));
 
+	k = cagra_first_round_k(RelationGetRelid(index), k);
+	w->index = RelationGetRelid(index);
 	w->query = (float *) palloc(sizeof(float) * meta->dims);
 	cagra_prepare((cagra::Metric) meta->metric, raw, w->query, meta->dims);
 	w->mvcc_snapshot = mvcc_snapshot;
