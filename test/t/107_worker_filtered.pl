@@ -5,7 +5,8 @@
 # matching) per query, recall@10 >= 0.95 against the exact filtered answer,
 # served by the worker; an index scan with a WHERE the index does not see
 # continues on the worker in rounds of growing itopk_size, in distance
-# order, then on the CPU; the filtered scan (the WHERE has an index) sends
+# order, then on the CPU (and the next such scan of the session starts at
+# the size the last one needed); the filtered scan (the WHERE has an index) sends
 # the worker the rows the filter's bitmap allows; cancel works while a
 # filtered request waits; with
 # rows inserted, deleted and vacuumed by another session meanwhile, no row
@@ -166,6 +167,28 @@ ok($sorted, 'in distance order');
 cmp_ok(scalar(grep { $exact{$_} } @$ids), '>=', 9, 'recall@10 of the scan >= 0.9');
 cmp_ok($rounds, '>=', 2, "the continuation was served by the worker ($rounds rounds)");
 cmp_ok($rounds, '<=', 4, 'in rounds up to itopk_size 512');
+
+# the same scan again in one session: its first round asks for as many as
+# the last scan of the index returned, so one round serves it; then a scan
+# that returns few (no filter: one round) brings the next back to
+# itopk_size and its rounds
+my $again = $node->safe_psql('postgres', qq{
+	SET enable_seqscan = off;
+	SET enable_bitmapscan = off;
+	CREATE TEMP TABLE seen (n serial, queries bigint);
+	INSERT INTO seen (queries) SELECT queries FROM cagra_status;
+	SELECT count(*) FROM (SELECT id FROM items WHERE cat < 5 ORDER BY v <-> ($scan_q) LIMIT 10) s;
+	INSERT INTO seen (queries) SELECT queries FROM cagra_status;
+	SELECT count(*) FROM (SELECT id FROM items WHERE cat < 5 ORDER BY v <-> ($scan_q) LIMIT 10) s;
+	INSERT INTO seen (queries) SELECT queries FROM cagra_status;
+	SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> ($scan_q) LIMIT 10) s;
+	SELECT count(*) FROM (SELECT id FROM items WHERE cat < 5 ORDER BY v <-> ($scan_q) LIMIT 10) s;
+	INSERT INTO seen (queries) SELECT queries FROM cagra_status;
+	SELECT string_agg((queries - lag)::text, ',' ORDER BY n) FROM (
+	  SELECT n, queries, lag(queries) OVER (ORDER BY n) FROM seen) d WHERE lag IS NOT NULL});
+my @again = split /\n/, $again;
+is($again[-1], "$rounds,1," . ($rounds + 1),
+	"a scan like the last one takes one round; after one that returned few, the rounds again ($again[-1])");
 
 # three matching rows: the rounds up to 512 find some, the CPU search the rest
 my $few = qq{
