@@ -9,7 +9,13 @@
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
  *                       [--width W] [--repeat R] [--iterations N] [--termination T]
  *                       [--no-hnswlib] [--hnsw-m M] [--hnsw-efc E]
- *                       [--diagnose] [--quick] [--entries E]
+ *                       [--diagnose] [--quick] [--entries E] [--baseline]
+ *
+ * --width W: search_width of every search (0, the default: automatic, as the
+ * core resolves it: 2 from the entry index, 1 from the plain entry list).
+ * --baseline: also the itopk sweep at width 1 (what the GPU searches with
+ * and what the CPU searched with before the automatic width), on the same
+ * graph.  --random R: random entries of the main sweep (default 32).
  *
  * --diagnose: figures about the graph (docs/core.md, issue 12): recall of the
  * kNN graph, in-degrees, strongly connected components, entry coverage and
@@ -110,7 +116,7 @@ struct Options {
     uint32_t threads = 2;
     uint32_t degree = 32;
     uint32_t intermediate = 64;
-    uint32_t width = 1;
+    uint32_t width = 0; /* 0: automatic */
     uint32_t repeat = 2;
     uint32_t iterations = 0; /* 0: the library default */
     float termination = -1;  /* < 0: the library default */
@@ -120,6 +126,8 @@ struct Options {
     bool diagnose = false;
     bool quick = false;
     uint32_t entries = 0; /* 0: every fixed entry the build picked */
+    bool baseline = false;
+    uint32_t random = cagra::SearchParams{}.random_entries; /* --random R */
 };
 
 Options parse(int argc, char **argv)
@@ -156,6 +164,10 @@ Options parse(int argc, char **argv)
             o.diagnose = true;
         else if (a == "--entries")
             o.entries = value();
+        else if (a == "--random")
+            o.random = value();
+        else if (a == "--baseline")
+            o.baseline = true;
         else if (a == "--quick")
             o.quick = true, o.hnswlib = false;
         else if (o.dir.empty() && a[0] != '-')
@@ -164,9 +176,10 @@ Options parse(int argc, char **argv)
             throw std::runtime_error("unknown argument " + a);
     }
     if (o.dir.empty())
-        throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
-                                 "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
-                                 "[--hnsw-m M] [--hnsw-efc E] [--diagnose] [--quick]");
+        throw std::runtime_error(
+            "usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
+            "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
+            "[--hnsw-m M] [--hnsw-efc E] [--diagnose] [--quick] [--entries E] [--baseline] [--random R]");
     return o;
 }
 
@@ -410,8 +423,11 @@ void diagnose(const std::string &dir, const cagra::DatasetView &view, const cagr
             std::printf("  cluster reached %.3f", (double)reached / nq);
         std::printf("  dists/query %.0f\n", (double)dists / nq);
     };
+    const cagra::SearchParams auto_params = cagra::cpu_search_params(defaults, true);
     std::printf("search at itopk %u:\n", defaults.itopk_size);
-    run("defaults (entry index, 32 random)", defaults, 0);
+    std::string what_defaults = "defaults (entry index, width " + std::to_string(auto_params.search_width) + ", " +
+                                std::to_string(auto_params.random_entries) + " random)";
+    run(what_defaults.c_str(), defaults, 0);
     for (uint32_t r : {0u, 128u, 512u, 1024u}) {
         cagra::SearchParams sp = defaults;
         sp.random_entries = r;
@@ -478,11 +494,11 @@ int main(int argc, char **argv)
                     "QPS(wall)", "QPS(CPU)", "dists/query");
         std::vector<uint32_t> found(nq * 10);
         /* probes < 0: the plain entry list (every entry measured). */
-        auto run_cagra = [&](uint32_t itopk, int probes, uint32_t random_entries) {
+        auto run_cagra = [&](uint32_t itopk, int probes, uint32_t random_entries, uint32_t width) {
             cagra::SearchParams sp;
             sp.random_entries = random_entries;
             sp.itopk_size = itopk;
-            sp.search_width = std::min(o.width, itopk);
+            sp.search_width = std::min(width, itopk);
             if (probes >= 0)
                 sp.entry_probes = (uint32_t)probes;
             uint64_t dists = 0;
@@ -503,24 +519,32 @@ int main(int argc, char **argv)
                 }
             });
             std::string pr = probes < 0 ? "list" : probes == 0 ? "all" : std::to_string(probes);
-            std::printf("%-8u %-6u %-7s %-7u %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, sp.search_width, pr.c_str(),
-                        sp.random_entries, recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu,
+            /* the width and random entries the searches ran with */
+            const cagra::SearchParams used = cagra::cpu_search_params(sp, probes >= 0);
+            std::printf("%-8u %-6u %-7s %-7u %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, used.search_width, pr.c_str(),
+                        used.random_entries, recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu,
                         (double)dists / (nq * o.repeat));
         };
         /* The low-recall end first: at the smallest itopk, the plain entry
          * list, then the entry index with all and with fewer probes, and
          * without random entries; then the itopk sweep with the defaults. */
         const cagra::SearchParams defaults;
+        const uint32_t w = o.width;
         if (o.quick) {
             for (uint32_t itopk : {16u, 32u, 64u, 128u, 256u})
-                run_cagra(itopk, (int)defaults.entry_probes, defaults.random_entries);
+                run_cagra(itopk, (int)defaults.entry_probes, o.random, w);
         } else {
-            run_cagra(10, -1, defaults.random_entries);
+            run_cagra(10, -1, o.random, w);
             for (int probes : {0, 4, 2, 1})
-                run_cagra(10, probes, defaults.random_entries);
-            run_cagra(10, 1, 0);
+                run_cagra(10, probes, o.random, w);
+            run_cagra(10, 1, 0, w);
             for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
-                run_cagra(itopk, (int)defaults.entry_probes, defaults.random_entries);
+                run_cagra(itopk, (int)defaults.entry_probes, o.random, w);
+        }
+        if (o.baseline) {
+            std::printf("baseline: width 1\n");
+            for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
+                run_cagra(itopk, (int)defaults.entry_probes, o.random, 1);
         }
         if (o.diagnose)
             diagnose(o.dir, view, bp, built, entry_index, queries, nq, gt, gdim);

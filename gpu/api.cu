@@ -303,7 +303,8 @@ void cagra_gpu_default_search_params(cagra_gpu_search_params *p)
 {
     if (!p)
         return;
-    const cagra::SearchParams d;
+    /* an automatic width as the GPU resolves it */
+    const cagra::SearchParams d = cagra::gpu_search_params(cagra::SearchParams{});
     p->itopk_size = d.itopk_size;
     p->search_width = d.search_width;
     p->max_iterations = d.max_iterations;

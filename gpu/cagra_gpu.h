@@ -119,7 +119,9 @@ CAGRA_GPU_EXPORT int cagra_gpu_api_version(void);
 CAGRA_GPU_EXPORT const char *cagra_gpu_last_error(void);
 
 /* Defaults: those of cagra::BuildParams and cagra::SearchParams
- * (src/core/types.h), the one place each default is set. */
+ * (src/core/types.h), the one place each default is set; search_width as
+ * cagra::gpu_search_params resolves the automatic one (1: this API has no
+ * automatic width). */
 CAGRA_GPU_EXPORT void cagra_gpu_default_build_params(cagra_gpu_build_params *params);
 CAGRA_GPU_EXPORT void cagra_gpu_default_search_params(cagra_gpu_search_params *params);
 

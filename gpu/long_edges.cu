@@ -227,8 +227,9 @@ double navigation_miss_rate(const HalfDataset &data, cagra_gpu_metric metric, co
         data.vectors.get(), data.dim16, dprobe.get(), kProbes, queries.get());
     check_launch("gather_probe_queries_kernel");
 
-    /* the default search of an index: fixed entries plus random ones */
-    const cagra::SearchParams sp;
+    /* the default GPU search of an index: fixed entries plus random ones,
+     * width 1 (the core's probe searches the same way: build.cpp) */
+    const cagra::SearchParams sp = cagra::gpu_search_params(cagra::SearchParams{});
     SearchArgs a{};
     a.vectors = data.vectors.get();
     a.graph = graph;

@@ -89,8 +89,11 @@ RESET cagra.itopk_size;
 -- search settings are checked
 SET cagra.itopk_size = 0;
 SET cagra.itopk_size = 2000;
-SET cagra.search_width = 0;
+SET cagra.search_width = -1;
+SET cagra.search_width = 65;
 SET cagra.max_scan_tuples = 0;
+-- cagra.search_width 0, the default, is automatic: 2 on the CPU, 1 on the GPU
+SHOW cagra.search_width;
 
 -- inserts after the build: the new rows are found
 SELECT setseed(0.17);

@@ -139,7 +139,12 @@ cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, 
 	if (root->limit_tuples > params.itopk_size)
 		params.itopk_size = (uint32) Min(root->limit_tuples, (double) CAGRA_WORKER_MAX_K);
 
-	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(params, meta.graph_degree, (uint64) allowed,
+	/* At the CPU's automatic width (2 from an entry index); the GPU's 1
+	 * measures about as much, 2 * itopk_size + 32 iterations of one parent
+	 * against itopk_size + 32 of two. */
+	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(cagra::cpu_search_params(params,
+																						  meta.entry_count > 0),
+																 meta.graph_degree, (uint64) allowed,
 																 meta.n, CAGRA_WORKER_MAX_K);
 	double		distances = plan.exact ? allowed
 		: Min((double) meta.n, (double) plan.params.max_iterations * plan.params.search_width * meta.graph_degree);

@@ -34,7 +34,7 @@ PG_FUNCTION_INFO_V1(cagra_l1_support);
 relopt_kind cagra_relopt_kind;
 
 int			cagra_itopk_size = 64;
-int			cagra_search_width = 1;
+int			cagra_search_width = 0;	/* automatic: cagra::kAutoSearchWidth */
 int			cagra_max_iterations = 0;
 int			cagra_max_scan_tuples = 20000;
 
@@ -52,7 +52,8 @@ cagra_define_search_gucs(void)
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.search_width",
 							"Nodes expanded per iteration of a cagra index search.",
-							NULL, &cagra_search_width, cagra_search_width, 1, (int) cagra::kMaxSearchWidth,
+							"0 chooses for where the search runs: 2 on the CPU, 1 on the GPU (more for small batches).",
+							&cagra_search_width, cagra_search_width, 0, (int) cagra::kMaxSearchWidth,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.max_iterations",
 							"Iteration limit of a cagra index search (0: chosen from itopk_size and search_width).",
@@ -254,7 +255,10 @@ cagra_build_params(Relation index)
 	return p;
 }
 
-/* The one place search parameters are assembled: the cagra.* settings. */
+/* The one place search parameters are assembled: the cagra.* settings.
+ * cagra.search_width 0 stays automatic: the core Searcher and the worker
+ * resolve it for the CPU or the GPU (cagra::cpu_search_params,
+ * cagra::gpu_search_params). */
 cagra::SearchParams
 cagra_search_params(void)
 {

@@ -443,7 +443,11 @@ cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *
 	{
 		cagra_allowed_nodes(index, meta, allowed);
 
-		cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(params, meta->graph_degree, allowed->count,
+		/* planned at the width the backend's Searcher runs (from the entry
+		 * index of the entries, when the index has any) */
+		cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(cagra::cpu_search_params(params,
+																							  meta->entry_count > 0),
+																	 meta->graph_degree, allowed->count,
 																	 meta->n, cagra::kMaxItopk);
 
 		/* more candidates than a traversal keeps: every allowed node */

@@ -72,7 +72,8 @@ uint64_t connect_graph(Graph &graph, const DatasetView &data, Metric metric, con
                        BuildProgress *progress = nullptr);
 
 /* Navigation probe: the fraction of `probes` seeded nodes that a default
- * search (SearchParams{}, from the entry index of entry_nodes) for the
+ * GPU search (gpu_search_params(SearchParams{}): width 1, from the entry
+ * index of entry_nodes) for the
  * node's own vector does not return first.  Near 0 on data whose entries
  * reach every region; high where the graph's edges are all local and the
  * entries do not cover the clusters (issue 12). */

@@ -60,6 +60,7 @@ uint64_t connect_graph(Graph &g, const DatasetView &data, Metric metric, const s
     const std::vector<uint32_t> start{entry_nodes[0]};
     SearchParams sp;
     sp.itopk_size = 64;
+    sp.search_width = 1;
     sp.random_entries = 0;
     std::vector<Neighbor> near(32);
     std::deque<uint32_t> queue;

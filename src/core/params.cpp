@@ -82,6 +82,7 @@ void validate_dataset(const DatasetView &data)
 
 uint32_t auto_max_iterations(const SearchParams &params)
 {
+    /* an automatic width not yet resolved counts as 1 */
     uint32_t width = params.search_width ? params.search_width : 1;
     /* A converging search expands roughly every buffer entry once; the cap
      * only has to stop pathological walks, so leave generous room. */
@@ -103,7 +104,8 @@ FilteredSearchPlan plan_filtered_search(const SearchParams &params, uint32_t deg
         widened.itopk_size = (uint32_t)std::max<uint64_t>(params.itopk_size, wanted);
         plan.params.max_iterations = auto_max_iterations(widened);
     }
-    plan.exact = passing <= (uint64_t)plan.params.search_width * degree * plan.params.max_iterations;
+    const uint32_t width = plan.params.search_width ? plan.params.search_width : 1;
+    plan.exact = passing <= (uint64_t)width * degree * plan.params.max_iterations;
     return plan;
 }
 
@@ -115,12 +117,12 @@ void validate_search_params(const SearchParams &p, uint32_t k)
     if (p.itopk_size > kMaxItopk)
         bad_param("itopk_size must be at most " + num(kMaxItopk) + ", got " + num(p.itopk_size),
                   "Larger itopk_size values raise recall and cost; recall rarely improves beyond 512.");
-    if (p.search_width < 1)
-        bad_param("search_width must be at least 1", "search_width is the number of nodes expanded per iteration.");
+    /* search_width 0 is automatic (types.h): resolved by the search, never
+     * above itopk_size. */
     if (p.search_width > kMaxSearchWidth)
         bad_param("search_width must be at most " + num(kMaxSearchWidth) + ", got " + num(p.search_width),
                   "1 to 8 parents per iteration are typical.");
-    if (p.search_width > p.itopk_size)
+    if (p.search_width != kAutoSearchWidth && p.search_width > p.itopk_size)
         bad_param("search_width (" + num(p.search_width) + ") must not exceed itopk_size (" + num(p.itopk_size) + ")",
                   "");
     if (p.random_entries > kMaxRandomEntries)

@@ -92,8 +92,9 @@ private:
 /* max_iterations when params.max_iterations is 0. */
 uint32_t auto_max_iterations(const SearchParams &params);
 
-/* Throws Error(InvalidParameter) for itopk_size 0 or > 1024, search_width 0
- * or > itopk_size, k > itopk_size. */
+/* Throws Error(InvalidParameter) for itopk_size 0 or > 1024, search_width
+ * > 64 or (when not automatic) > itopk_size, random_entries > 1024, k >
+ * itopk_size. */
 void validate_search_params(const SearchParams &params, uint32_t k);
 
 /*
@@ -103,7 +104,9 @@ void validate_search_params(const SearchParams &params, uint32_t k);
  * max_iterations is 0, iterates as long as a search of that many candidates
  * (at most n) would.  When the passing nodes are no more than such a
  * traversal measures at most (search_width * degree per iteration),
- * measuring every one of them is no more work, and exact.
+ * measuring every one of them is no more work, and exact.  `params` should
+ * be resolved for where the search runs (cpu_search_params,
+ * gpu_search_params of types.h); an automatic width counts as 1.
  */
 struct FilteredSearchPlan {
     SearchParams params; /* the caller's, widened */
@@ -211,7 +214,9 @@ class Searcher {
 public:
     /* `query` is prepared (prepare_vector); it and the accessor must outlive
      * the searcher (entry_nodes need not).  The entry distances are computed
-     * here.  Throws Error(InvalidParameter) for bad parameters. */
+     * here.  Throws Error(InvalidParameter) for bad parameters.  An
+     * automatic search_width resolves as cpu_search_params (types.h) says:
+     * 1 from an entry list, 2 from an entry index. */
     Searcher(const Accessor &graph, const float *query, const SearchParams &params,
              const std::vector<uint32_t> &entry_nodes);
     /* The same, starting from an entry index (derive_entry_index of the
@@ -239,6 +244,7 @@ public:
 
     uint64_t distance_count() const { return distance_count_; } /* distances computed so far */
     uint64_t iteration_count() const { return iterations_; }    /* expansions rounds so far */
+    const SearchParams &params() const { return params_; }      /* as resolved and used */
 
 private:
     void prepare();

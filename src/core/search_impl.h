@@ -17,7 +17,7 @@ namespace cagra {
 template <class Accessor>
 Searcher<Accessor>::Searcher(const Accessor &graph, const float *query, const SearchParams &params,
                              const std::vector<uint32_t> &entry_nodes)
-    : g_(graph), query_(query), params_(params), s_(nullptr)
+    : g_(graph), query_(query), params_(cpu_search_params(params, false)), s_(nullptr)
 {
     validate_search_params(params, 0);
     if (params_.max_iterations == 0)
@@ -35,7 +35,7 @@ template <class Accessor>
 template <class Index, class>
 Searcher<Accessor>::Searcher(const Accessor &graph, const float *query, const SearchParams &params,
                              const Index &entries)
-    : g_(graph), query_(query), params_(params), s_(nullptr)
+    : g_(graph), query_(query), params_(cpu_search_params(params, true)), s_(nullptr)
 {
     validate_search_params(params, 0);
     if (params_.max_iterations == 0)

@@ -82,9 +82,12 @@ cagra_gpu_build_params_of(const cagra::BuildParams &p)
 	return g;
 }
 
+/* The GPU library's parameters: an automatic width as the GPU resolves it
+ * (cagra::gpu_search_params: 1). */
 static cagra_gpu_search_params
-cagra_gpu_search_params_of(const cagra::SearchParams &p)
+cagra_gpu_search_params_of(const cagra::SearchParams &params)
 {
+	const cagra::SearchParams p = cagra::gpu_search_params(params);
 	cagra_gpu_search_params g;
 
 	g.itopk_size = p.itopk_size;
@@ -506,7 +509,8 @@ cagra_gpu_context(const CagraIndexCopy &copy, CagraSearchLane *lane, cagra_gpu_s
 	return !lane || *ctx;
 }
 
-/* The GPU library's traversal (accepted: NULL, or the nodes it may return). */
+/* The GPU library's traversal (accepted: NULL, or the nodes it may return);
+ * `params` may leave search_width automatic. */
 static CagraReply
 cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
 				   const cagra::SearchParams &params, const uint64_t *accepted, uint32_t *ids, float *dists,
@@ -523,10 +527,11 @@ cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *que
 	 * several blocks per query, each expanding at most an eighth of its
 	 * buffer and 512 KB of vectors a step (4 of these 8 at itopk 32); the
 	 * 8 is used as given for the rest (itopk_size above 128).  Only where
-	 * the session kept cagra.search_width at 1. */
+	 * the width is automatic (cagra.search_width 0, the default: 1 for
+	 * larger batches); an explicit width is used as set. */
 	constexpr uint32_t kSmallBatch = 64, kSmallBatchWidth = 8;
 
-	if (p.search_width == 1 && nq <= kSmallBatch && copy.degree > 0)
+	if (params.search_width == cagra::kAutoSearchWidth && nq <= kSmallBatch && copy.degree > 0)
 		p.search_width = std::max(1u, std::min({kSmallBatchWidth, p.itopk_size,
 												CAGRA_GPU_MAX_STEP_CANDIDATES / copy.degree}));
 	if (!cagra_gpu_context(copy, lane, &ctx, msg))
@@ -569,7 +574,11 @@ cagra_engine_search_filtered(CagraIndexCopy &copy, CagraSearchLane *lane, const 
 							 const CagraSearchRequest &req, const std::vector<uint32_t> &nodes, uint32_t *ids,
 							 float *dists, double *device_ms, std::string *msg)
 {
-	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(req.params, copy.degree, nodes.size(), copy.key.n,
+	/* planned at the width the search will run (automatic: the GPU's 1,
+	 * the CPU's from the entry index) */
+	const cagra::SearchParams resolved = gpu_api ? cagra::gpu_search_params(req.params)
+		: cagra::cpu_search_params(req.params, true);	/* cagra_cpu_search_range: from copy.entry_index */
+	cagra::FilteredSearchPlan plan = cagra::plan_filtered_search(resolved, copy.degree, nodes.size(), copy.key.n,
 																 CAGRA_WORKER_MAX_K);
 
 	if (!plan.exact)
@@ -579,8 +588,15 @@ cagra_engine_search_filtered(CagraIndexCopy &copy, CagraSearchLane *lane, const 
 		for (uint32_t node : nodes)
 			accepted[node >> 6] |= UINT64_C(1) << (node & 63);
 		if (gpu_api)
-			return cagra_gpu_traverse(copy, lane, queries, nq, req.k, plan.params, accepted.data(), ids, dists,
+		{
+			/* an automatic width stays automatic: small batches widen */
+			cagra::SearchParams traverse = plan.params;
+
+			traverse.search_width = req.params.search_width == cagra::kAutoSearchWidth
+				? cagra::kAutoSearchWidth : plan.params.search_width;
+			return cagra_gpu_traverse(copy, lane, queries, nq, req.k, traverse, accepted.data(), ids, dists,
 									  device_ms, msg);
+		}
 		cagra_cpu_split_queries(nq, [&](uint32_t begin, uint32_t end) {
 			cagra_cpu_search_range(copy, queries, begin, end, req.k, plan.params, accepted.data(), ids, dists);
 		});

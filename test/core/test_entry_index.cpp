@@ -123,6 +123,7 @@ TEST(EntryIndex, AllProbesSearchLikeThePlainList)
     SearchParams p;
     p.itopk_size = 16;
     p.entry_probes = 0;
+    p.search_width = 1; /* the same width from both (automatic: 2 from the index) */
     for (size_t q = 0; q < 50; q++) {
         Searcher<InMemoryGraph> a(g, f.query(q), p, f.built.entry_nodes);
         Searcher<InMemoryGraph> b(g, f.query(q), p, ix);
@@ -142,7 +143,8 @@ TEST(EntryIndex, FewProbesKeepRecallAtFewerDistances)
     auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10);
     InMemoryGraph g = f.graph();
     EntryIndex ix = derive_entry_index(g, f.built.entry_nodes);
-    SearchParams p; /* the defaults: entry_probes 8 */
+    SearchParams p;     /* the defaults: entry_probes 8 */
+    p.search_width = 1; /* the same width from both (automatic: 2 from the index) */
     double plain = 0, indexed = 0;
     uint64_t plain_d = 0, indexed_d = 0;
     for (size_t q = 0; q < truth.size(); q++) {
@@ -207,4 +209,63 @@ TEST(EntryIndex, SearchIsDeterministicAndContinues)
             last = out[i].distance;
         }
     }
+}
+
+/* The automatic search_width (types.h): a CPU search from an entry index
+ * expands 2 parents an iteration, from a plain entry list 1; the GPU's
+ * resolution is 1.  An explicit width stays. */
+TEST(EntryIndex, AutomaticWidthOnTheCpu)
+{
+    const Fixture &f = fixture();
+    InMemoryGraph g = f.graph();
+    EntryIndex ix = derive_entry_index(g, f.built.entry_nodes);
+    const SearchParams p; /* the defaults: automatic */
+    EXPECT_EQ(p.search_width, kAutoSearchWidth);
+
+    SearchParams wide = p, narrow = p;
+    wide.search_width = 2;
+    narrow.search_width = 1;
+    EXPECT_EQ(cpu_search_params(p, true), wide);
+    EXPECT_EQ(cpu_search_params(p, false), narrow);
+    EXPECT_EQ(gpu_search_params(p), narrow);
+    SearchParams one = p;
+    one.itopk_size = 1;
+    EXPECT_EQ(cpu_search_params(one, true).search_width, 1u); /* never above itopk_size */
+    EXPECT_NO_THROW(validate_search_params(one, 1));
+    SearchParams mine = p;
+    mine.search_width = 3;
+    EXPECT_EQ(cpu_search_params(mine, true), mine);
+    EXPECT_EQ(cpu_search_params(mine, false), mine);
+    EXPECT_EQ(gpu_search_params(mine), mine);
+
+    /* The Searcher resolves it so: from the index it runs exactly as width
+     * 2 (the same results, distances and expansion rounds), from the list
+     * exactly as width 1. */
+    uint64_t auto_rounds = 0, narrow_rounds = 0;
+    for (size_t q = 0; q < 50; q++) {
+        Searcher<InMemoryGraph> a(g, f.query(q), p, ix);
+        Searcher<InMemoryGraph> b(g, f.query(q), wide, ix);
+        EXPECT_EQ(a.params().search_width, 2u);
+        EXPECT_EQ(a.params().random_entries, 32u);
+        Neighbor ra[10], rb[10];
+        ASSERT_EQ(a.next(10, ra), 10u);
+        ASSERT_EQ(b.next(10, rb), 10u);
+        for (int i = 0; i < 10; i++)
+            EXPECT_EQ(ra[i].id, rb[i].id) << "query " << q;
+        EXPECT_EQ(a.distance_count(), b.distance_count());
+        EXPECT_EQ(a.iteration_count(), b.iteration_count());
+        auto_rounds += a.iteration_count();
+
+        Searcher<InMemoryGraph> c(g, f.query(q), p, f.built.entry_nodes);
+        Searcher<InMemoryGraph> d(g, f.query(q), narrow, f.built.entry_nodes);
+        EXPECT_EQ(c.params().search_width, 1u);
+        ASSERT_EQ(c.next(10, ra), 10u);
+        ASSERT_EQ(d.next(10, rb), 10u);
+        for (int i = 0; i < 10; i++)
+            EXPECT_EQ(ra[i].id, rb[i].id) << "query " << q;
+        EXPECT_EQ(c.distance_count(), d.distance_count());
+        narrow_rounds += c.iteration_count();
+    }
+    /* two parents a round: the walk takes far fewer rounds */
+    EXPECT_LT(auto_rounds * 3, narrow_rounds * 2);
 }

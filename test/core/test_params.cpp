@@ -133,8 +133,10 @@ TEST(Params, SearchParameters)
     p.itopk_size = 2000;
     expect_error(check(p, 0), P, "itopk_size must be at most 1024, got 2000");
     p = SearchParams{};
-    p.search_width = 0;
-    expect_error(check(p, 0), P, "search_width must be at least 1");
+    /* 0 is automatic, and an automatic width never exceeds itopk_size */
+    p.search_width = kAutoSearchWidth;
+    p.itopk_size = 1;
+    EXPECT_NO_THROW(validate_search_params(p, 1));
     p.search_width = 65;
     p.itopk_size = 128;
     expect_error(check(p, 0), P, "search_width must be at most 64, got 65");
@@ -165,15 +167,16 @@ TEST(Params, SearchParameters)
 
 TEST(Params, AutoMaxIterations)
 {
-    SearchParams p;
+    SearchParams p; /* an automatic width not yet resolved counts as 1 */
     EXPECT_EQ(auto_max_iterations(p), 2u * 64 + 32);
+    EXPECT_EQ(auto_max_iterations(cpu_search_params(p, true)), 2u * 32 + 32); /* width 2 */
     p.search_width = 4;
     EXPECT_EQ(auto_max_iterations(p), 2u * 16 + 32);
 }
 
 TEST(Params, FilteredSearchWidensWithThePassRate)
 {
-    SearchParams p; /* itopk 64, width 1 */
+    SearchParams p; /* itopk 64, width automatic: counted as 1 */
     /* everything passes: the caller's parameters; exact only for small graphs */
     FilteredSearchPlan all = plan_filtered_search(p, 32, 1000000, 1000000, 512);
     EXPECT_EQ(all.params.itopk_size, 64u);
@@ -213,6 +216,12 @@ TEST(Params, FilteredSearchWidensWithThePassRate)
     FilteredSearchPlan w = plan_filtered_search(wide, 32, 100000, 1000000, 512);
     EXPECT_EQ(w.params.max_iterations, 2u * 640 / 4 + 32);
     EXPECT_FALSE(w.exact); /* 100,000 > 4 * 32 * 352 */
+    /* at the CPU's automatic width from an entry index: 2 */
+    FilteredSearchPlan cpu = plan_filtered_search(cpu_search_params(p, true), 32, 100000, 1000000, 512);
+    EXPECT_EQ(cpu.params.search_width, 2u);
+    EXPECT_EQ(cpu.params.max_iterations, 2u * 640 / 2 + 32);
+    EXPECT_FALSE(cpu.exact); /* 100,000 > 2 * 32 * 672 */
+    EXPECT_TRUE(plan_filtered_search(cpu_search_params(p, true), 32, 10000, 1000000, 512).exact);
     /* a graph smaller than itopk_size: the caller's buffer */
     EXPECT_EQ(plan_filtered_search(p, 32, 10, 40, 512).params.itopk_size, 64u);
 }

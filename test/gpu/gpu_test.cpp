@@ -286,8 +286,9 @@ std::vector<uint32_t> filter_nodes(const std::vector<uint64_t> &f, uint64_t n)
     return nodes;
 }
 
-cagra_gpu_search_params gpu_params_of(const cagra::SearchParams &p)
+cagra_gpu_search_params gpu_params_of(const cagra::SearchParams &params)
 {
+    const cagra::SearchParams p = cagra::gpu_search_params(params); /* automatic width: 1 */
     cagra_gpu_search_params g;
     cagra_gpu_default_search_params(&g);
     g.itopk_size = p.itopk_size;
@@ -1022,7 +1023,7 @@ TEST(GpuSearch, FilteredAsTheWorkerPlansIt)
         uint64_t passing = 0;
         auto f = random_filter(n, rate, 73, &passing);
         cagra::FilteredSearchPlan plan =
-            cagra::plan_filtered_search(cagra::SearchParams{}, 32, passing, n, CAGRA_GPU_MAX_ITOPK);
+            cagra::plan_filtered_search(cagra::gpu_search_params({}), 32, passing, n, CAGRA_GPU_MAX_ITOPK);
         EXPECT_EQ(plan.exact, rate < 0.5) << "the plan this test means to cover";
         Results r = plan.exact ? gpu_search_nodes(l.ix, queries, dim, k, filter_nodes(f, n))
                                : gpu_search(l.ix, queries, dim, k, gpu_params_of(plan.params), &f);
@@ -1054,7 +1055,7 @@ TEST(GpuSearch, FilteredTraversalAtLowPassRates)
         uint64_t passing = 0;
         auto f = random_filter(n, rate, 83, &passing);
         cagra::FilteredSearchPlan plan =
-            cagra::plan_filtered_search(cagra::SearchParams{}, 32, passing, n, CAGRA_GPU_MAX_ITOPK);
+            cagra::plan_filtered_search(cagra::gpu_search_params({}), 32, passing, n, CAGRA_GPU_MAX_ITOPK);
         EXPECT_EQ(plan.params.itopk_size, CAGRA_GPU_MAX_ITOPK);
         Results r = gpu_search(l.ix, queries, dim, k, gpu_params_of(plan.params), &f);
         expect_only_passing(r, f);
@@ -1139,7 +1140,7 @@ TEST(GpuSearch, MultiCtaFilteredAndLargeK)
     uint64_t passing = 0;
     auto f = random_filter(n, 0.05, 113, &passing);
     cagra::FilteredSearchPlan plan =
-        cagra::plan_filtered_search(cagra::SearchParams{}, 32, passing, n, CAGRA_GPU_MAX_ITOPK);
+        cagra::plan_filtered_search(cagra::gpu_search_params({}), 32, passing, n, CAGRA_GPU_MAX_ITOPK);
     Exact truth_f = exact_knn(data, queries, dim, cagra::Metric::L2, k, &f);
     cagra_gpu_search_params wp = gpu_params_of(plan.params);
     wp.ctas_per_query = 1;
