@@ -221,7 +221,10 @@ double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric 
     /* The narrower of the two default searches, the GPU's (width 1), so
      * that the graph serves both; the CPU's automatic width 2 would miss
      * fewer probes and add long edges to fewer graphs. */
-    const SearchParams sp = gpu_search_params(SearchParams{});
+    SearchParams sp = gpu_search_params(SearchParams{});
+    /* and every fixed entry measured, as the GPU does: the probe judges the
+     * graph, not the entry index's groups */
+    sp.entry_probes = 0;
     std::atomic<uint32_t> misses{0};
     detail::parallel_for(probes, 16, std::max(threads, 1u), nullptr, [&](uint64_t begin, uint64_t end, uint32_t) {
         for (uint64_t p = begin; p < end; p++) {

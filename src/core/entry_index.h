@@ -4,9 +4,11 @@
  *
  * The entry list (up to 384 nodes, farthest-point order) is split into
  * groups: about 2 sqrt(E) pivots picked by farthest-point traversal among
- * the entries, and every other entry joins the group of its nearest pivot
- * and of its second nearest (an entry near a boundary between two groups
- * is then found from either side).  A search measures the pivots, then only
+ * the entries, from the first (the build's central node), which is then no
+ * pivot itself: at high intrinsic dimension it is the nearest pivot of
+ * nearly every entry and its group would hold them all.  Every other entry
+ * joins the group of its nearest pivot and of its second nearest (an entry
+ * near a boundary between two groups is then found from either side).  A search measures the pivots, then only
  * the members of the `entry_probes` groups whose pivots are closest to the
  * query (SearchParams::entry_probes).
  *
@@ -97,6 +99,12 @@ EntryIndex derive_entry_index(const Accessor &g, const std::vector<uint32_t> &en
         if (std::find(pivot_pos.begin(), pivot_pos.end(), far) != pivot_pos.end())
             break; /* every entry coincides with a pivot */
         next = far;
+    }
+    /* the central entry starts the traversal but is no pivot: at high
+     * intrinsic dimension it is the nearest pivot of nearly every entry */
+    if (pivot_pos.size() > 2) {
+        pivot_pos.erase(pivot_pos.begin());
+        matrix.erase(matrix.begin(), matrix.begin() + count);
     }
     return detail::group_entries(ids, pivot_pos, matrix);
 }
