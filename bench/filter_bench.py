@@ -51,6 +51,7 @@ usage: filter_bench.py DIR [options]     (psql and pgbench from PATH)
                                           hnsw.iterative_scan values
   --hnsw-m 16                             HNSW m (ef_construction 64 for m 16, else 128)
   --cagra-itopk ''                        cagra.itopk_size values besides the default
+  --cagra-width ''                        cagra.search_width values besides the default (0, automatic)
   --methods exact,cagra,hnsw              which to measure
   --maintenance-work-mem 1GB              for CREATE INDEX
   --skip-load                             reuse the table of an earlier run
@@ -196,6 +197,7 @@ def main():
     ap.add_argument("--iterative", default="off,relaxed_order,strict_order")
     ap.add_argument("--hnsw-m", type=int, default=16)
     ap.add_argument("--cagra-itopk", default="")
+    ap.add_argument("--cagra-width", default="")
     ap.add_argument("--methods", default="exact,cagra,hnsw")
     ap.add_argument("--maintenance-work-mem", default="1GB")
     ap.add_argument("--skip-load", action="store_true")
@@ -239,6 +241,8 @@ def main():
                                                         ("enable_seqscan", "off")])
         for itopk in [int(x) for x in args.cagra_itopk.split(",") if x]:
             bench.measure("cagra", "itopk_size %d" % itopk, [("cagra.itopk_size", itopk)])
+        for width in [int(x) for x in args.cagra_width.split(",") if x]:
+            bench.measure("cagra", "search_width %d" % width, [("cagra.search_width", width)])
         if db.psql("SELECT count(*) FROM pg_views WHERE viewname = 'cagra_status'") == "1":
             print(db.psql("SELECT format('worker: %s, queries %s, batches %s, mean batch %s, fallbacks %s', "
                           "state, queries, batches, round(mean_batch_size::numeric, 2), fallbacks) FROM cagra_status"))

@@ -11,7 +11,8 @@
  * about itopk_size node expansions of graph_degree distances each, reading
  * that share of the index pages (hot graph pages, counted as sequential and
  * never more than the table's own pages: the table's vectors are often in
- * TOAST, which the sequential scan's cost leaves out).  Rows beyond the
+ * TOAST, which the sequential scan's cost leaves out), or, when the GPU
+ * worker serves searches, a round trip to it.  Rows beyond the
  * first batch continue the search: about graph_degree distances each.
  *
  * Filters the scan does not answer (the table's conditions less those its
@@ -37,6 +38,10 @@ extern "C" {
 #include "utils/float.h"
 #include "utils/spccache.h"
 }
+
+/* The fixed cost of a search round, in random page reads (see
+ * cagra_filtered_scan_cost). */
+#define CAGRA_SEARCH_ROUND_PAGES 100
 
 void
 cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
@@ -70,7 +75,12 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 
 	get_tablespace_page_costs(info->reltablespace, &spc_random_page_cost, &spc_seq_page_cost);
 
-	Cost		search = visited * (cpu_operator_cost + cpu_index_tuple_cost) + pages * spc_seq_page_cost;
+	/* With the worker serving searches the backend reads no index page:
+	 * the search is a round trip to the worker, priced as the filtered
+	 * scan's. */
+	Cost		search = visited * (cpu_operator_cost + cpu_index_tuple_cost) +
+		(cagra_worker_serves_searches() ? CAGRA_SEARCH_ROUND_PAGES * spc_random_page_cost
+		 : pages * spc_seq_page_cost);
 	Selectivity filtered = clauselist_selectivity(root, info->indrestrictinfo, info->rel->relid, JOIN_INNER,
 												  NULL);
 	double		passing = Min(tuples, (double) cagra_max_scan_tuples) * filtered;
@@ -119,7 +129,6 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
  * (one sequential page read per page of them, an operator cost per node),
  * which leaves the filtered scan to the plans that read the heap.
  */
-#define CAGRA_SEARCH_ROUND_PAGES 100
 bool
 cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, const CagraMetaData &meta,
 						 Path *bitmap, double rows, CagraFilteredScanCost *cost)

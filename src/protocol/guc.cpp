@@ -14,6 +14,7 @@ int			cagra_device = CAGRA_SEARCH_AUTO;
 int			cagra_batch_window_us = 100;
 int			cagra_batch_max = 4096;
 int			cagra_concurrent_batches = 4;
+int			cagra_concurrent_filtered_searches = 8;
 int			cagra_gpu_memory_limit_mb = 0;
 int			cagra_worker_timeout_ms = 10000;
 char	   *cagra_gpu_library = NULL;
@@ -69,6 +70,11 @@ cagra_worker_define_gucs(void)
 							"Search batches the GPU worker runs at the same time, each on a thread and CUDA stream of its own.",
 							"1 runs one launch at a time.  The CPU backend always runs one.",
 							&cagra_concurrent_batches, 4, 1, 64,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.concurrent_filtered_searches",
+							"Filtered searches the GPU worker runs at the same time, on threads of their own besides those of cagra.concurrent_batches.",
+							"Each filtered search is a launch of its own whose allowed rows the thread first maps to the copy's nodes.  0 runs them on the batch threads.  The CPU backend runs them with its one batch.",
+							&cagra_concurrent_filtered_searches, 8, 0, 64,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("cagra.worker_backend",
 							 "What executes the worker's requests: gpu (libcagra_gpu.so), or cpu (the core library; for tests and GPU-less hosts that want batching).",

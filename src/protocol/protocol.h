@@ -270,6 +270,7 @@ extern int	cagra_device;
 extern int	cagra_batch_window_us;
 extern int	cagra_batch_max;
 extern int	cagra_concurrent_batches;
+extern int	cagra_concurrent_filtered_searches;
 extern int	cagra_gpu_memory_limit_mb;
 extern int	cagra_worker_timeout_ms;
 extern char *cagra_gpu_library;

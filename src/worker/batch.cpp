@@ -43,7 +43,8 @@ cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 }
 
 /* The oldest queued slot for this worker, or -1.  A BUILD_RUN waits while
- * the build thread is busy.  The fields of a queued slot may change under
+ * the build thread is busy, a search while no search thread is free for
+ * its kind (a shared batch or a filtered search).  The fields of a queued slot may change under
  * the reader (its backend may give it up and queue another request):
  * whoever acts on them takes the slot first (cagra_take_slot). */
 static int
@@ -57,6 +58,7 @@ cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 
 		if (cagra_slot_state(s) == CAGRA_SLOT_QUEUED && s->worker_generation == my_generation &&
 			!(s->kind == CAGRA_REQ_BUILD_RUN && cagra_worker_build_busy()) &&
+			!(s->kind == CAGRA_REQ_SEARCH && search_threads > 0 && !cagra_search_pool_has_room(s->search.filtered)) &&
 			(best < 0 || s->seq < sh->slots[best].seq))
 			best = i;
 	}
@@ -414,7 +416,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 
 /* A job for the n picked slots, or NULL when memory is short. */
 static CagraSearchJob *
-cagra_new_search_job(const int *picked, int n, uint64 queries) noexcept
+cagra_new_search_job(const int *picked, int n, uint64 queries, bool filtered) noexcept
 {
 	try
 	{
@@ -424,6 +426,7 @@ cagra_new_search_job(const int *picked, int n, uint64 queries) noexcept
 		job->payloads.assign(n, nullptr);
 		job->segs.assign(n, nullptr);
 		job->queries = queries;
+		job->filtered = filtered;
 		return job;
 	}
 	catch (...)
@@ -521,7 +524,7 @@ cagra_worker_drain_searches(void)
 
 /* While another batch runs, wait until the batch window of the slot
  * queued at `queued_at` ends, for more searches to join; answer batches
- * that finish meanwhile.  With the device idle, start at once. */
+ * that finish meanwhile.  With no other batch running, start at once. */
 static void
 cagra_wait_batch_window(CagraWorkerShared *sh, TimestampTz queued_at)
 {
@@ -531,7 +534,7 @@ cagra_wait_batch_window(CagraWorkerShared *sh, TimestampTz queued_at)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
-		if (now >= until || (search_threads > 0 && cagra_search_pool_in_flight() == 0))
+		if (now >= until || (search_threads > 0 && cagra_search_pool_batches_in_flight() == 0))
 			return;
 		pg_usleep((long) Min(until - now, 20));
 		if (search_threads > 0)
@@ -549,9 +552,9 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 
 	if (!cagra_take_slot(f))
 		return;					/* its backend gave up */
-	if (f->kind != CAGRA_REQ_SEARCH)
+	if (f->kind != CAGRA_REQ_SEARCH || (search_threads > 0 && !cagra_search_pool_has_room(f->search.filtered)))
 	{
-		cagra_untake_slot(f);	/* and queued another kind of request since */
+		cagra_untake_slot(f);	/* and queued another request since */
 		return;
 	}
 	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, (uint64) Max(GetCurrentTimestamp() - f->queued_at, 0), 1);
@@ -567,7 +570,7 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 		queued_us += (uint64) Max(now - sh->slots[picked[i]].queued_at, 0);
 	cagra_add_timing(sh, CAGRA_TIMING_QUEUE, queued_us, (uint64) n);
 
-	CagraSearchJob *job = cagra_new_search_job(picked, n, total);
+	CagraSearchJob *job = cagra_new_search_job(picked, n, total, f->search.filtered);
 
 	if (!job)
 	{
@@ -637,9 +640,12 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 void
 cagra_worker_start_search_threads(void)
 {
-	int			want = cagra_engine_is_gpu() ? cagra_concurrent_batches : 1;
+	bool		gpu = cagra_engine_is_gpu();
+	int			batches = gpu ? cagra_concurrent_batches : 1;
+	int			filtered = gpu ? cagra_concurrent_filtered_searches : 0;
+	int			want = batches + filtered;
 
-	search_threads = cagra_search_pool_start(want, cagra_run_search_job);
+	search_threads = cagra_search_pool_start(batches, filtered, cagra_run_search_job);
 	if (search_threads < want)
 		ereport(LOG,
 				(errmsg("cagra gpu worker: %d of %d search threads started", search_threads, want)));
@@ -672,13 +678,9 @@ cagra_worker_serve_queue(void)
 		int			first = cagra_oldest_queued(sh, sh->generation);
 
 		if (first < 0)
-			return served;
+			return served;		/* (searches waiting for a thread: a finishing one wakes the loop) */
 		if (sh->slots[first].kind == CAGRA_REQ_SEARCH)
-		{
-			if (search_threads > 0 && !cagra_search_pool_has_room())
-				return served;	/* a finishing batch wakes the loop */
 			cagra_serve_searches(sh, first, picked);
-		}
 		else if (cagra_search_pool_in_flight() > 0)
 		{
 			cagra_worker_drain_searches();

@@ -32,6 +32,9 @@ struct Pool
 	std::deque<CagraSearchJob *> finished;
 	std::vector<std::thread> threads;
 	int			in_flight = 0;
+	int			filtered_in_flight = 0; /* of in_flight */
+	int			batch_limit = 0;	/* shared batches at once */
+	int			filtered_limit = 0;	/* filtered searches at once */
 	bool		stopping = false;
 	int			event_fd = -1;
 	CagraSearchJobRunner run = nullptr;
@@ -89,12 +92,16 @@ stop_pool(int code, Datum arg)
 }							/* namespace */
 
 int
-cagra_search_pool_start(int threads, CagraSearchJobRunner run) noexcept
+cagra_search_pool_start(int batch_threads, int filtered_threads, CagraSearchJobRunner run) noexcept
 {
+	int			threads = batch_threads + filtered_threads;
+
 	try
 	{
 		pool = new Pool();
 		pool->run = run;
+		pool->batch_limit = batch_threads;
+		pool->filtered_limit = filtered_threads > 0 ? filtered_threads : batch_threads;
 		pool->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (pool->event_fd < 0)
 			return 0;
@@ -125,9 +132,12 @@ cagra_search_pool_fd(void)
 }
 
 bool
-cagra_search_pool_has_room(void)
+cagra_search_pool_has_room(bool filtered)
 {
-	return pool && pool->in_flight < (int) pool->threads.size();
+	if (!pool || pool->in_flight >= (int) pool->threads.size())
+		return false;
+	return filtered ? pool->filtered_in_flight < pool->filtered_limit
+		: pool->in_flight - pool->filtered_in_flight < pool->batch_limit;
 }
 
 void
@@ -138,6 +148,7 @@ cagra_search_pool_submit(CagraSearchJob *job)
 
 		pool->waiting.push_back(job);
 		pool->in_flight++;
+		pool->filtered_in_flight += job->filtered;
 	}
 	pool->wake.notify_one();
 }
@@ -156,6 +167,7 @@ cagra_search_pool_take_finished(void)
 
 	pool->finished.pop_front();
 	pool->in_flight--;
+	pool->filtered_in_flight -= job->filtered;
 	if (!pool->finished.empty())
 		signal_finished();		/* the read above reset the descriptor */
 	return job;
@@ -165,6 +177,12 @@ int
 cagra_search_pool_in_flight(void)
 {
 	return pool ? pool->in_flight : 0;
+}
+
+int
+cagra_search_pool_batches_in_flight(void)
+{
+	return pool ? pool->in_flight - pool->filtered_in_flight : 0;
 }
 
 void

@@ -25,6 +25,7 @@ struct CagraSearchJob
 	std::vector<void *> payloads;		/* NULL: the segment was gone */
 	std::vector<dsm_segment *> segs;	/* one-off segments to detach */
 	CagraIndexCopy *copy = nullptr;
+	bool		filtered = false;	/* one filtered search, not a shared batch */
 	uint64		queries = 0;		/* queued in the picked slots */
 	uint64		searched = 0;		/* run by the thread */
 	TimestampTz done_at = 0;		/* when the thread finished it */
@@ -35,18 +36,22 @@ struct CagraSearchJob
 /* What a thread does with a job (batch.cpp). */
 typedef void (*CagraSearchJobRunner) (CagraSearchJob *job, CagraSearchLane *lane);
 
-/* Start up to `threads` threads; run(job, lane) executes each job.
- * Returns how many started (0: the caller runs jobs itself).  They are
- * joined before the process detaches its shared memory. */
-int			cagra_search_pool_start(int threads, CagraSearchJobRunner run) noexcept;
+/* Start up to batch_threads + filtered_threads threads; run(job, lane)
+ * executes each job.  At most batch_threads shared batches run at once, and
+ * at most filtered_threads filtered searches (0: they share the batch
+ * threads, at most batch_threads of them).  Returns how many started (0:
+ * the caller runs jobs itself).  They are joined before the process
+ * detaches its shared memory. */
+int			cagra_search_pool_start(int batch_threads, int filtered_threads, CagraSearchJobRunner run) noexcept;
 
 /* A descriptor that is readable while finished jobs wait to be taken. */
 int			cagra_search_pool_fd(void);
 
-/* Whether a thread is free for another job. */
-bool		cagra_search_pool_has_room(void);
+/* Whether a thread is free for another job of this kind. */
+bool		cagra_search_pool_has_room(bool filtered);
 
-/* Hand a job to a free thread (cagra_search_pool_has_room() must hold). */
+/* Hand a job to a free thread (cagra_search_pool_has_room(job->filtered)
+ * must hold). */
 void		cagra_search_pool_submit(CagraSearchJob *job);
 
 /* A finished job, or NULL; the caller owns it. */
@@ -54,6 +59,9 @@ CagraSearchJob *cagra_search_pool_take_finished(void);
 
 /* Jobs submitted and not yet taken back. */
 int			cagra_search_pool_in_flight(void);
+
+/* Of them, the shared batches (not filtered searches). */
+int			cagra_search_pool_batches_in_flight(void);
 
 /* Block until a job finishes (none in flight: return at once). */
 void		cagra_search_pool_wait(void);
