@@ -226,7 +226,8 @@ public:
              const std::vector<uint32_t> &entry_nodes);
     /* The same, starting from an entry index (derive_entry_index of the
      * entry list, cached by the caller): measures its pivots, then the
-     * members of the params.entry_probes groups with the closest pivots.
+     * members of the params.entry_probes groups with the closest pivots;
+     * the random entries once the walk has converged (in next()).
      * The index must outlive the constructor call only.  (A template only
      * so that a braced list, e.g. {}, still picks the entry-list form.) */
     template <class Index, class = std::enable_if_t<std::is_same<Index, EntryIndex>::value>>
@@ -270,6 +271,7 @@ private:
     uint32_t size_ = 0; /* entries in s_->buffer */
     uint32_t scan_ = 0; /* every buffer entry before this one is expanded */
     bool overflow_heap_ = false;
+    bool random_pending_ = false; /* from an entry index: random entries not measured yet */
     float overflow_min_ = std::numeric_limits<float>::infinity();
     float last_ = -std::numeric_limits<float>::infinity();
     uint64_t distance_count_ = 0;
