@@ -8,7 +8,8 @@
  *
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
  *                       [--width W] [--repeat R] [--iterations N] [--termination T]
- *                       [--no-hnswlib] [--hnsw-m M] [--hnsw-efc E]
+ *                       [--no-hnswlib] [--hnsw-m M] [--hnsw-efc E] [--hnsw-huge-pages]
+ *                       [--small-pages]
  *                       [--diagnose] [--quick] [--entries E] [--baseline]
  *
  * --width W: search_width of every search (0, the default: automatic, as the
@@ -16,6 +17,13 @@
  * --baseline: also the itopk sweep at width 1 (what the GPU searches with
  * and what the CPU searched with before the automatic width), on the same
  * graph.  --random R: random entries of the main sweep (default 32).
+ * cagra's vectors are on huge pages (huge_pages.h) as in the worker's CPU
+ * copy; --hnsw-huge-pages advises hnswlib's level-0 array (vectors and
+ * links) for huge pages too, which hnswlib itself does not do;
+ * --small-pages adds the itopk sweep over a copy of the vectors in a plain
+ * std::vector (4 KiB pages, as before huge_pages.h), on the same graph.
+ * --repeat R: every point of every sweep (cagra's and hnswlib's) runs once
+ * a round, R rounds, and shows its best round.
  *
  * --diagnose: figures about the graph (docs/core.md, issue 12): recall of the
  * kNN graph, in-degrees, strongly connected components, entry coverage and
@@ -24,6 +32,7 @@
  * cluster the search reaches.  --quick: a short itopk sweep, no hnswlib.
  * --entries E: search from the first E of the build's fixed entries only.
  */
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -31,10 +40,12 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -42,6 +53,7 @@
 
 #include "build.h"
 #include "distance.h"
+#include "huge_pages.h"
 #include "search.h"
 
 #ifdef CAGRA_BENCH_HNSWLIB
@@ -74,8 +86,8 @@ double peak_rss_mib()
 }
 
 /* texmex .fvecs / .ivecs: each row is int32 dim then dim 4-byte values. */
-template <class T>
-std::vector<T> read_vecs(const std::string &path, uint32_t &dim, uint64_t &n)
+template <class T, class Rows = std::vector<T>>
+Rows read_vecs(const std::string &path, uint32_t &dim, uint64_t &n)
 {
     std::ifstream f(path, std::ios::binary);
     if (!f)
@@ -89,13 +101,34 @@ std::vector<T> read_vecs(const std::string &path, uint32_t &dim, uint64_t &n)
         throw std::runtime_error("bad dimension in " + path);
     dim = (uint32_t)d;
     n = bytes / (4 + 4ull * dim);
-    std::vector<T> out(n * dim);
+    Rows out(n * dim);
     f.seekg(0);
     for (uint64_t i = 0; i < n; i++) {
         f.read((char *)&d, 4);
         f.read((char *)&out[i * dim], 4ull * dim);
     }
     return out;
+}
+
+/* MiB of [p, p + bytes) on transparent huge pages (AnonHugePages of the
+ * mappings it overlaps in /proc/self/smaps). */
+double huge_page_mib(const void *p, size_t bytes)
+{
+    std::ifstream f("/proc/self/smaps");
+    std::string line;
+    const uintptr_t a = (uintptr_t)p, b = a + bytes;
+    bool in = false;
+    double kib = 0;
+    while (std::getline(f, line)) {
+        unsigned long lo, hi;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > 8) {
+            in = lo < b && hi > a; /* a mapping's header line: "lo-hi perms ..." */
+            continue;
+        }
+        if (in && line.rfind("AnonHugePages:", 0) == 0)
+            kib += std::atof(line.c_str() + 14);
+    }
+    return kib / 1024;
 }
 
 double recall_at_10(const std::vector<uint32_t> &found, const std::vector<int32_t> &gt, uint32_t gt_dim, uint64_t nq)
@@ -121,8 +154,10 @@ struct Options {
     uint32_t iterations = 0; /* 0: the library default */
     float termination = -1;  /* < 0: the library default */
     bool hnswlib = true;
-    uint32_t hnsw_m = 16;   /* hnswlib M */
-    uint32_t hnsw_efc = 64; /* hnswlib ef_construction */
+    uint32_t hnsw_m = 16;         /* hnswlib M */
+    uint32_t hnsw_efc = 64;       /* hnswlib ef_construction */
+    bool hnsw_huge_pages = false; /* --hnsw-huge-pages */
+    bool small_pages = false;     /* --small-pages */
     bool diagnose = false;
     bool quick = false;
     uint32_t entries = 0; /* 0: every fixed entry the build picked */
@@ -160,6 +195,10 @@ Options parse(int argc, char **argv)
             o.hnsw_m = std::max(2u, value());
         else if (a == "--hnsw-efc")
             o.hnsw_efc = std::max(1u, value());
+        else if (a == "--small-pages")
+            o.small_pages = true;
+        else if (a == "--hnsw-huge-pages")
+            o.hnsw_huge_pages = true;
         else if (a == "--diagnose")
             o.diagnose = true;
         else if (a == "--entries")
@@ -176,10 +215,10 @@ Options parse(int argc, char **argv)
             throw std::runtime_error("unknown argument " + a);
     }
     if (o.dir.empty())
-        throw std::runtime_error(
-            "usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
-            "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
-            "[--hnsw-m M] [--hnsw-efc E] [--diagnose] [--quick] [--entries E] [--baseline] [--random R]");
+        throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
+                                 "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
+                                 "[--hnsw-m M] [--hnsw-efc E] [--hnsw-huge-pages] [--small-pages] [--diagnose] "
+                                 "[--quick] [--entries E] [--baseline] [--random R]");
     return o;
 }
 
@@ -453,7 +492,9 @@ int main(int argc, char **argv)
         Options o = parse(argc, argv);
         uint32_t dim, qdim, gdim;
         uint64_t n, nq, ng;
-        auto base = read_vecs<float>(o.dir + "/base.fvecs", dim, n);
+        /* The vectors on huge pages, as the worker's CPU copy holds them
+         * (huge_pages.h); hnswlib copies them into its own memory. */
+        auto base = read_vecs<float, cagra::HugePageVector<float>>(o.dir + "/base.fvecs", dim, n);
         auto queries = read_vecs<float>(o.dir + "/query.fvecs", qdim, nq);
         auto gt = read_vecs<int32_t>(o.dir + "/gt.ivecs", gdim, ng);
         if (qdim != dim || ng != nq || gdim < 10)
@@ -462,6 +503,8 @@ int main(int argc, char **argv)
                     (unsigned long)n, dim, (unsigned long)nq, cagra::distance_kernel_name(),
                     std::thread::hardware_concurrency());
         double rss_data = peak_rss_mib();
+        std::printf("vectors: %.0f of %.0f MiB on huge pages\n", huge_page_mib(base.data(), base.size() * 4),
+                    base.size() * 4 / 1048576.0);
 
         /* --- cagra --- */
         cagra::BuildParams bp;
@@ -490,41 +533,70 @@ int main(int argc, char **argv)
         cagra::EntryIndex entry_index = cagra::derive_entry_index(graph, built.entry_nodes);
         std::printf("entry index: %u entries, %zu pivots, %.3f ms to derive\n", entry_index.entry_count,
                     entry_index.pivots.size(), seconds_since(t0) * 1e3);
-        std::printf("%-8s %-6s %-7s %-7s %-10s %-12s %-12s %-14s\n", "itopk", "width", "probes", "random", "recall@10",
-                    "QPS(wall)", "QPS(CPU)", "dists/query");
-        std::vector<uint32_t> found(nq * 10);
+        if (o.diagnose)
+            diagnose(o.dir, view, bp, built, entry_index, queries, nq, gt, gdim);
+
+        /* Every sweep point, cagra's and hnswlib's, runs once a round and the
+         * rounds repeat (--repeat), each point keeping its best: on a shared
+         * machine a burst of load then slows one round of many points, not
+         * every run of one point or of one library. */
+        struct Point {
+            std::function<uint64_t(std::vector<uint32_t> &found)> search_all; /* every query once; the work done */
+            std::function<void(double recall, const Qps &qps, double work_per_query)> print;
+            Qps best;
+            double recall = 0;
+            double work = 0;
+        };
+        struct Table {
+            std::string heading;
+            std::vector<Point> points;
+        };
+        std::vector<Table> tables;
+        char line[256];
+        std::snprintf(line, sizeof line, "%-8s %-6s %-7s %-7s %-10s %-12s %-12s %-14s\n", "itopk", "width", "probes",
+                      "random", "recall@10", "QPS(wall)", "QPS(CPU)", "dists/query");
+        const std::string cagra_columns = line;
+        tables.push_back({"\n" + cagra_columns, {}});
         /* probes < 0: the plain entry list (every entry measured). */
-        auto run_cagra = [&](uint32_t itopk, int probes, uint32_t random_entries, uint32_t width) {
+        auto add_cagra = [&](const cagra::InMemoryGraph &g, uint32_t itopk, int probes, uint32_t random_entries,
+                             uint32_t width) {
             cagra::SearchParams sp;
             sp.random_entries = random_entries;
             sp.itopk_size = itopk;
             sp.search_width = std::min(width, itopk);
             if (probes >= 0)
                 sp.entry_probes = (uint32_t)probes;
-            uint64_t dists = 0;
-            cagra::Neighbor out[10];
-            Qps qps = best_qps(nq, o.repeat, [&](uint64_t q) {
-                auto collect = [&](auto &s) {
-                    uint32_t got = s.next(10, out);
-                    for (uint32_t i = 0; i < 10; i++)
-                        found[q * 10 + i] = i < got ? out[i].id : cagra::kInvalidNode;
-                    dists += s.distance_count();
-                };
-                if (probes < 0) {
-                    cagra::Searcher<cagra::InMemoryGraph> s(graph, &queries[q * dim], sp, built.entry_nodes);
-                    collect(s);
-                } else {
-                    cagra::Searcher<cagra::InMemoryGraph> s(graph, &queries[q * dim], sp, entry_index);
-                    collect(s);
+            Point p;
+            p.search_all = [&g, &queries, &built, &entry_index, sp, probes, nq, dim](std::vector<uint32_t> &found) {
+                uint64_t dists = 0;
+                cagra::Neighbor out[10];
+                for (uint64_t q = 0; q < nq; q++) {
+                    auto collect = [&](auto &s) {
+                        uint32_t got = s.next(10, out);
+                        for (uint32_t i = 0; i < 10; i++)
+                            found[q * 10 + i] = i < got ? out[i].id : cagra::kInvalidNode;
+                        dists += s.distance_count();
+                    };
+                    if (probes < 0) {
+                        cagra::Searcher<cagra::InMemoryGraph> s(g, &queries[q * dim], sp, built.entry_nodes);
+                        collect(s);
+                    } else {
+                        cagra::Searcher<cagra::InMemoryGraph> s(g, &queries[q * dim], sp, entry_index);
+                        collect(s);
+                    }
                 }
-            });
-            std::string pr = probes < 0 ? "list" : probes == 0 ? "all" : std::to_string(probes);
+                return dists;
+            };
             /* the width and random entries the searches ran with */
             const cagra::SearchParams used = cagra::cpu_search_params(sp, probes >= 0);
-            std::printf("%-8u %-6u %-7s %-7u %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, used.search_width, pr.c_str(),
-                        used.random_entries, recall_at_10(found, gt, gdim, nq), qps.wall, qps.cpu,
-                        (double)dists / (nq * o.repeat));
+            const std::string pr = probes < 0 ? "list" : probes == 0 ? "all" : std::to_string(probes);
+            p.print = [itopk, used, pr](double recall, const Qps &qps, double dists) {
+                std::printf("%-8u %-6u %-7s %-7u %-10.4f %-12.0f %-12.0f %-14.0f\n", itopk, used.search_width,
+                            pr.c_str(), used.random_entries, recall, qps.wall, qps.cpu, dists);
+            };
+            tables.back().points.push_back(std::move(p));
         };
+        const std::vector<uint32_t> sweep = {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u};
         /* The low-recall end first: at the smallest itopk, the plain entry
          * list, then the entry index with all and with fewer probes, and
          * without random entries; then the itopk sweep with the defaults. */
@@ -532,63 +604,117 @@ int main(int argc, char **argv)
         const uint32_t w = o.width;
         if (o.quick) {
             for (uint32_t itopk : {16u, 32u, 64u, 128u, 256u})
-                run_cagra(itopk, (int)defaults.entry_probes, o.random, w);
+                add_cagra(graph, itopk, (int)defaults.entry_probes, o.random, w);
         } else {
-            run_cagra(10, -1, o.random, w);
+            add_cagra(graph, 10, -1, o.random, w);
             for (int probes : {0, 4, 2, 1})
-                run_cagra(10, probes, o.random, w);
-            run_cagra(10, 1, 0, w);
-            for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
-                run_cagra(itopk, (int)defaults.entry_probes, o.random, w);
+                add_cagra(graph, 10, probes, o.random, w);
+            add_cagra(graph, 10, 1, 0, w);
+            for (uint32_t itopk : sweep)
+                add_cagra(graph, itopk, (int)defaults.entry_probes, o.random, w);
         }
         if (o.baseline) {
-            std::printf("baseline: width 1\n");
-            for (uint32_t itopk : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u})
-                run_cagra(itopk, (int)defaults.entry_probes, o.random, 1);
+            tables.push_back({"baseline: width 1\n", {}});
+            for (uint32_t itopk : sweep)
+                add_cagra(graph, itopk, (int)defaults.entry_probes, o.random, 1);
         }
-        if (o.diagnose)
-            diagnose(o.dir, view, bp, built, entry_index, queries, nq, gt, gdim);
-        if (o.quick)
-            return 0;
+        /* --small-pages: the vectors as a plain std::vector holds them */
+        std::vector<float> small_page_vectors;
+        std::unique_ptr<cagra::InMemoryGraph> small_page_graph;
+        if (o.small_pages) {
+            small_page_vectors.assign(base.begin(), base.end());
+            small_page_graph = std::make_unique<cagra::InMemoryGraph>(
+                built.graph, cagra::DatasetView{small_page_vectors.data(), n, dim}, cagra::Metric::L2);
+            std::snprintf(line, sizeof line,
+                          "small pages: the vectors in a std::vector, %.0f of %.0f MiB on huge pages\n",
+                          huge_page_mib(small_page_vectors.data(), small_page_vectors.size() * 4),
+                          small_page_vectors.size() * 4 / 1048576.0);
+            tables.push_back({line + cagra_columns, {}});
+            for (uint32_t itopk : sweep)
+                add_cagra(*small_page_graph, itopk, (int)defaults.entry_probes, o.random, w);
+        }
 
 #ifdef CAGRA_BENCH_HNSWLIB
-        if (o.hnswlib) {
-            hnswlib::L2Space space(dim);
-            hnswlib::HierarchicalNSW<float> hnsw(&space, n, o.hnsw_m, o.hnsw_efc, 100);
+        hnswlib::L2Space space(dim);
+        std::unique_ptr<hnswlib::HierarchicalNSW<float>> hnsw;
+        if (o.hnswlib && !o.quick) {
+            hnsw = std::make_unique<hnswlib::HierarchicalNSW<float>>(&space, n, o.hnsw_m, o.hnsw_efc, 100);
+            if (o.hnsw_huge_pages) {
+                /* malloc'ed, not touched yet: advise its 2 MiB-aligned part */
+                const uintptr_t page = 2u << 20, at = (uintptr_t)hnsw->data_level0_memory_;
+                const uintptr_t begin = (at + page - 1) & ~(page - 1);
+                const uintptr_t end = (at + n * hnsw->size_data_per_element_) & ~(page - 1);
+                if (end > begin)
+                    madvise((void *)begin, end - begin, MADV_HUGEPAGE);
+            }
             t0 = Clock::now();
             c0 = cpu_seconds();
             std::vector<std::thread> pool;
             std::atomic<uint64_t> next{0};
-            hnsw.addPoint(base.data(), 0);
+            hnsw->addPoint(base.data(), 0);
             for (uint32_t t = 0; t < o.threads; t++)
                 pool.emplace_back([&] {
                     for (uint64_t i; (i = next.fetch_add(1) + 1) < n;)
-                        hnsw.addPoint(&base[i * dim], i);
+                        hnsw->addPoint(&base[i * dim], i);
                 });
             for (auto &th : pool)
                 th.join();
             double hbuild = seconds_since(t0), hcpu = cpu_seconds() - c0;
             std::printf("\nhnswlib: build %.2f s wall, %.2f s CPU (%u threads, M=%u, ef_construction=%u), "
-                        "peak RSS %.0f MiB\n",
-                        hbuild, hcpu, o.threads, o.hnsw_m, o.hnsw_efc, peak_rss_mib());
+                        "peak RSS %.0f MiB; level-0 array %.0f of %.0f MiB on huge pages\n",
+                        hbuild, hcpu, o.threads, o.hnsw_m, o.hnsw_efc, peak_rss_mib(),
+                        huge_page_mib(hnsw->data_level0_memory_, n * hnsw->size_data_per_element_),
+                        n * hnsw->size_data_per_element_ / 1048576.0);
             /* hnswlib counts every listed neighbour, visited or not: an
              * upper bound of its distances. */
-            std::printf("%-8s %-10s %-12s %-12s %-14s\n", "ef", "recall@10", "QPS(wall)", "QPS(CPU)", "nbrs/query");
-            for (uint32_t ef : {10u, 16u, 24u, 32u, 48u, 64u, 96u, 128u, 192u, 256u, 384u, 512u}) {
-                hnsw.setEf(ef);
-                hnsw.metric_distance_computations = 0;
-                Qps qps = best_qps(nq, o.repeat, [&](uint64_t q) {
-                    auto res = hnsw.searchKnnCloserFirst(&queries[q * dim], 10);
-                    for (uint32_t i = 0; i < 10; i++)
-                        found[q * 10 + i] = i < res.size() ? (uint32_t)res[i].second : cagra::kInvalidNode;
-                });
-                std::printf("%-8u %-10.4f %-12.0f %-12.0f %-14.0f\n", ef, recall_at_10(found, gt, gdim, nq), qps.wall,
-                            qps.cpu, (double)hnsw.metric_distance_computations.load() / (nq * o.repeat));
+            std::snprintf(line, sizeof line, "\nhnswlib\n%-8s %-10s %-12s %-12s %-14s\n", "ef", "recall@10",
+                          "QPS(wall)", "QPS(CPU)", "nbrs/query");
+            tables.push_back({line, {}});
+            for (uint32_t ef : sweep) {
+                Point p;
+                hnswlib::HierarchicalNSW<float> &index = *hnsw;
+                p.search_all = [&index, &queries, ef, nq, dim](std::vector<uint32_t> &found) {
+                    index.setEf(ef);
+                    index.metric_distance_computations = 0;
+                    for (uint64_t q = 0; q < nq; q++) {
+                        auto res = index.searchKnnCloserFirst(&queries[q * dim], 10);
+                        for (uint32_t i = 0; i < 10; i++)
+                            found[q * 10 + i] = i < res.size() ? (uint32_t)res[i].second : cagra::kInvalidNode;
+                    }
+                    return (uint64_t)index.metric_distance_computations.load();
+                };
+                p.print = [ef](double recall, const Qps &qps, double listed) {
+                    std::printf("%-8u %-10.4f %-12.0f %-12.0f %-14.0f\n", ef, recall, qps.wall, qps.cpu, listed);
+                };
+                tables.back().points.push_back(std::move(p));
             }
         }
 #else
-        std::printf("\nhnswlib: not compared (headers not found at build time)\n");
+        if (!o.quick)
+            std::printf("\nhnswlib: not compared (headers not found at build time)\n");
 #endif
+
+        std::vector<uint32_t> found(nq * 10);
+        for (uint32_t r = 0; r < o.repeat; r++)
+            for (Table &t : tables)
+                for (Point &p : t.points) {
+                    auto start = Clock::now();
+                    double cpu_start = cpu_seconds();
+                    uint64_t work = p.search_all(found);
+                    p.best.wall = std::max(p.best.wall, nq / seconds_since(start));
+                    p.best.cpu = std::max(p.best.cpu, nq / (cpu_seconds() - cpu_start));
+                    if (r == 0) {
+                        p.recall = recall_at_10(found, gt, gdim, nq);
+                        p.work = (double)work / nq;
+                    }
+                }
+        for (const Table &t : tables) {
+            std::printf("%s", t.heading.c_str());
+            for (const Point &p : t.points)
+                p.print(p.recall, p.best, p.work);
+        }
+        if (o.quick)
+            return 0;
 
         /* --- exact search on a subset of the queries --- */
         uint64_t exact_nq = std::min<uint64_t>(nq, 100);

@@ -217,19 +217,18 @@ double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric 
     if (data.n == 0 || probes == 0)
         return 0;
     InMemoryGraph acc(graph, data, metric);
-    const EntryIndex index = derive_entry_index(acc, entry_nodes);
     /* The narrower of the two default searches, the GPU's (width 1), so
      * that the graph serves both; the CPU's automatic width 2 would miss
-     * fewer probes and add long edges to fewer graphs. */
-    SearchParams sp = gpu_search_params(SearchParams{});
-    /* and every fixed entry measured, as the GPU does: the probe judges the
-     * graph, not the entry index's groups */
-    sp.entry_probes = 0;
+     * fewer probes and add long edges to fewer graphs.  From the plain
+     * entry list, as the GPU starts: every fixed entry and the random ones
+     * measured first (the probe judges the graph, not the entry index's
+     * groups or its later random entries). */
+    const SearchParams sp = gpu_search_params(SearchParams{});
     std::atomic<uint32_t> misses{0};
     detail::parallel_for(probes, 16, std::max(threads, 1u), nullptr, [&](uint64_t begin, uint64_t end, uint32_t) {
         for (uint64_t p = begin; p < end; p++) {
             uint32_t v = (uint32_t)(detail::mix64(seed ^ 0x9e0be ^ detail::mix64(p)) % data.n);
-            std::vector<Neighbor> r = search(acc, data.row(v), 1, sp, index);
+            std::vector<Neighbor> r = search(acc, data.row(v), 1, sp, entry_nodes);
             /* A duplicate of v at distance 0 is as good as v. */
             if (r.empty() || (r[0].id != v && r[0].distance > 0))
                 misses.fetch_add(1, std::memory_order_relaxed);

@@ -11,7 +11,8 @@ namespace cagra {
 
 InMemoryGraph::InMemoryGraph(const Graph &graph, const DatasetView &data, Metric metric)
     : graph_(&graph), data_(data), metric_(metric), kernel_(metric_kernel(metric)), size_((uint32_t)graph.size()),
-      lines_((uint32_t)std::min<uint64_t>((data.dim * sizeof(float) + 63) / 64, 16))
+      /* the lines a row spans (one more when it does not start a line), at most 17 */
+      lines_((uint32_t)std::min<uint64_t>((data.dim * sizeof(float) + 63) / 64 + 1, 17))
 {
     if (graph.degree == 0 || graph.size() != data.n)
         throw Error(ErrorCode::InvalidData, "graph of " + std::to_string(graph.size()) + " rows does not match " +

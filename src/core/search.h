@@ -54,9 +54,7 @@ public:
     const uint32_t *neighbors(uint32_t id, uint32_t *) const { return graph_->row(id); }
     void prefetch_neighbors(uint32_t id) const
     {
-        const char *p = (const char *)graph_->row(id);
-        for (uint32_t off = 0; off < graph_->degree * sizeof(uint32_t); off += 64)
-            __builtin_prefetch(p + off);
+        prefetch_lines(graph_->row(id), graph_->degree * sizeof(uint32_t), 64);
     }
     const float *vector(uint32_t id, float *) const { return data_.row(id); }
     void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
@@ -74,11 +72,18 @@ public:
     }
 
 private:
-    void prefetch_row(uint32_t id) const
+    void prefetch_row(uint32_t id) const { prefetch_lines(data_.row(id), data_.dim * sizeof(float), lines_); }
+    /* The cache lines [p, p + bytes) touches, at most max_lines of them.
+     * Counted from the line p is in: a std::vector's data sits 16 bytes
+     * past a page start, so a 1 KiB row spans 17 lines and a 128-byte
+     * graph row 3, and counting from p would leave the last one to a
+     * demand miss. */
+    static void prefetch_lines(const void *p, size_t bytes, uint32_t max_lines)
     {
-        const char *p = (const char *)data_.row(id);
-        for (uint32_t l = 0; l < lines_; l++)
-            __builtin_prefetch(p + 64 * l);
+        const uintptr_t end = (uintptr_t)p + bytes;
+        uintptr_t line = (uintptr_t)p & ~(uintptr_t)63;
+        for (uint32_t l = 0; line < end && l < max_lines; line += 64, l++)
+            __builtin_prefetch((const void *)line);
     }
 
     const Graph *graph_;
@@ -86,7 +91,7 @@ private:
     Metric metric_;
     MetricKernel kernel_;
     uint32_t size_;
-    uint32_t lines_; /* cache lines prefetched per vector */
+    uint32_t lines_; /* at most this many cache lines prefetched per vector */
 };
 
 /* max_iterations when params.max_iterations is 0. */
@@ -221,7 +226,8 @@ public:
              const std::vector<uint32_t> &entry_nodes);
     /* The same, starting from an entry index (derive_entry_index of the
      * entry list, cached by the caller): measures its pivots, then the
-     * members of the params.entry_probes groups with the closest pivots.
+     * members of the params.entry_probes groups with the closest pivots;
+     * the random entries once the walk has converged (in next()).
      * The index must outlive the constructor call only.  (A template only
      * so that a braced list, e.g. {}, still picks the entry-list form.) */
     template <class Index, class = std::enable_if_t<std::is_same<Index, EntryIndex>::value>>
@@ -265,6 +271,7 @@ private:
     uint32_t size_ = 0; /* entries in s_->buffer */
     uint32_t scan_ = 0; /* every buffer entry before this one is expanded */
     bool overflow_heap_ = false;
+    bool random_pending_ = false; /* from an entry index: random entries not measured yet */
     float overflow_min_ = std::numeric_limits<float>::infinity();
     float last_ = -std::numeric_limits<float>::infinity();
     uint64_t distance_count_ = 0;

@@ -13,6 +13,7 @@
 #include "core/build.h"
 #include "core/entry_index.h"
 #include "core/format.h"
+#include "core/huge_pages.h"
 #include "protocol/protocol.h"
 #include "worker/gpu_loader.h"
 
@@ -53,7 +54,8 @@ struct CagraIndexCopy
 	/* GPU */
 	cagra_gpu_index *gpu = nullptr;
 	/* CPU */
-	std::vector<float> vectors;		/* n x format.dim, decoded to float32 */
+	cagra::HugePageVector<float> vectors;	/* n x format.dim, decoded to float32; on
+											 * huge pages: searches read them at random */
 	cagra::Graph graph;
 	cagra::EntryIndex entry_index;
 

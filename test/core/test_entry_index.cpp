@@ -274,3 +274,37 @@ TEST(EntryIndex, AutomaticWidthOnTheCpu)
     /* two parents a round: the walk takes far fewer rounds */
     EXPECT_LT(auto_rounds * 3, narrow_rounds * 2);
 }
+
+/* From an entry index the random entries are measured once the walk has
+ * converged, so they still rescue a walk that started in the wrong place:
+ * from a single entry (one pivot) on 256 separated clusters, the walk
+ * often stays in that entry's region, and the random entries measured
+ * after it find more of the true neighbours than no random entries. */
+TEST(EntryIndex, RandomEntriesAfterTheWalkStillRescueIt)
+{
+    const Fixture &f = fixture();
+    auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10);
+    InMemoryGraph g = f.graph();
+    EntryIndex one = derive_entry_index(g, {f.built.entry_nodes[0]});
+    SearchParams with, without;
+    with.itopk_size = without.itopk_size = 16;
+    without.random_entries = 0;
+    double rescued = 0, alone = 0;
+    uint64_t with_d = 0, without_d = 0;
+    for (size_t q = 0; q < truth.size(); q++) {
+        Neighbor out[10];
+        Searcher<InMemoryGraph> a(g, f.query(q), with, one);
+        EXPECT_EQ(a.distance_count(), 1u); /* only the pivot at the start */
+        ASSERT_EQ(a.next(10, out), 10u);
+        rescued += cagra_test::recall(std::vector<Neighbor>(out, out + 10), truth[q]);
+        with_d += a.distance_count();
+        Searcher<InMemoryGraph> b(g, f.query(q), without, one);
+        ASSERT_EQ(b.next(10, out), 10u);
+        alone += cagra_test::recall(std::vector<Neighbor>(out, out + 10), truth[q]);
+        without_d += b.distance_count();
+    }
+    RecordProperty("recall_without_random", std::to_string(alone / truth.size()));
+    RecordProperty("recall_random_after_walk", std::to_string(rescued / truth.size()));
+    EXPECT_GT(rescued, alone);
+    EXPECT_GT(with_d, without_d);
+}
