@@ -9,7 +9,7 @@
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
  *                       [--width W] [--repeat R] [--iterations N] [--termination T]
  *                       [--no-hnswlib] [--hnsw-m M] [--hnsw-efc E] [--hnsw-huge-pages]
- *                       [--small-pages]
+ *                       [--small-pages] [--storage float16]
  *                       [--diagnose] [--quick] [--entries E] [--baseline]
  *
  * --width W: search_width of every search (0, the default: automatic, as the
@@ -22,6 +22,10 @@
  * links) for huge pages too, which hnswlib itself does not do;
  * --small-pages adds the itopk sweep over a copy of the vectors in a plain
  * std::vector (4 KiB pages, as before huge_pages.h), on the same graph.
+ * --storage float16: adds the itopk sweep over a float16 copy of the
+ * vectors (converted once after the build, on huge pages, as a float16
+ * index stores them), on the same graph and entry index; queries stay
+ * float32.
  * --repeat R: every point of every sweep (cagra's and hnswlib's) runs once
  * a round, R rounds, and shows its best round.
  *
@@ -158,6 +162,7 @@ struct Options {
     uint32_t hnsw_efc = 64;       /* hnswlib ef_construction */
     bool hnsw_huge_pages = false; /* --hnsw-huge-pages */
     bool small_pages = false;     /* --small-pages */
+    bool float16 = false;         /* --storage float16 */
     bool diagnose = false;
     bool quick = false;
     uint32_t entries = 0; /* 0: every fixed entry the build picked */
@@ -197,7 +202,12 @@ Options parse(int argc, char **argv)
             o.hnsw_efc = std::max(1u, value());
         else if (a == "--small-pages")
             o.small_pages = true;
-        else if (a == "--hnsw-huge-pages")
+        else if (a == "--storage") {
+            const std::string storage = i + 1 < argc ? argv[++i] : "";
+            if (storage != "float16" && storage != "float32")
+                throw std::runtime_error("--storage takes float32 or float16");
+            o.float16 = storage == "float16";
+        } else if (a == "--hnsw-huge-pages")
             o.hnsw_huge_pages = true;
         else if (a == "--diagnose")
             o.diagnose = true;
@@ -217,7 +227,8 @@ Options parse(int argc, char **argv)
     if (o.dir.empty())
         throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
                                  "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
-                                 "[--hnsw-m M] [--hnsw-efc E] [--hnsw-huge-pages] [--small-pages] [--diagnose] "
+                                 "[--hnsw-m M] [--hnsw-efc E] [--hnsw-huge-pages] [--small-pages] [--storage float16] "
+                                 "[--diagnose] "
                                  "[--quick] [--entries E] [--baseline] [--random R]");
     return o;
 }
@@ -632,6 +643,28 @@ int main(int argc, char **argv)
             tables.push_back({line + cagra_columns, {}});
             for (uint32_t itopk : sweep)
                 add_cagra(*small_page_graph, itopk, (int)defaults.entry_probes, o.random, w);
+        }
+        /* --storage float16: the vectors as a float16 index stores them */
+        const cagra::VectorFormat half_format{cagra::ElementType::Float16, dim, cagra::Metric::L2};
+        cagra::HugePageVector<uint16_t> half_vectors;
+        std::unique_ptr<cagra::InMemoryGraph> half_graph;
+        if (o.float16) {
+            t0 = Clock::now();
+            half_vectors.resize(n * dim);
+            for (uint64_t i = 0; i < n; i++) {
+                if (half_format.first_unstorable(&base[i * dim]) != dim)
+                    throw std::runtime_error("vector " + std::to_string(i) + " does not fit float16");
+                half_format.store(&base[i * dim], &half_vectors[i * dim]);
+            }
+            const double convert_ms = seconds_since(t0) * 1e3;
+            half_graph = std::make_unique<cagra::InMemoryGraph>(built.graph, half_vectors.data(), half_format);
+            std::snprintf(line, sizeof line,
+                          "float16 storage: the vectors converted in %.0f ms, %.0f of %.0f MiB on huge pages\n",
+                          convert_ms, huge_page_mib(half_vectors.data(), half_vectors.size() * 2),
+                          half_vectors.size() * 2 / 1048576.0);
+            tables.push_back({line + cagra_columns, {}});
+            for (uint32_t itopk : sweep)
+                add_cagra(*half_graph, itopk, (int)defaults.entry_probes, o.random, w);
         }
 
 #ifdef CAGRA_BENCH_HNSWLIB

@@ -376,7 +376,6 @@ __attribute__((target("avx512f"))) float ip_half_avx512(const float *a, const ui
 
 #endif /* CAGRA_X86_DISPATCH */
 
-using HalfKernel = float (*)(const float *, const uint16_t *, uint32_t);
 using ToHalves = void (*)(const float *, uint16_t *, uint32_t);
 using FromHalves = void (*)(const uint16_t *, float *, uint32_t);
 
@@ -384,9 +383,9 @@ struct Kernels {
     PairKernel l2;
     PairKernel ip;
     PairKernel l1;
-    HalfKernel l2_half;
-    HalfKernel ip_half;
-    HalfKernel l1_half;
+    HalfPairKernel l2_half;
+    HalfPairKernel ip_half;
+    HalfPairKernel l1_half;
     ToHalves to_halves;
     FromHalves from_halves;
     const char *name;
@@ -482,6 +481,21 @@ MetricKernel metric_kernel(Metric metric)
         return {kernels().l1, 1.0f, 0.0f};
     }
     return {kernels().l2, 1.0f, 0.0f};
+}
+
+HalfMetricKernel half_metric_kernel(Metric metric)
+{
+    switch (metric) {
+    case Metric::L2:
+        break;
+    case Metric::InnerProduct:
+        return {kernels().ip_half, -1.0f, 0.0f};
+    case Metric::Cosine:
+        return {kernels().ip_half, -1.0f, 1.0f};
+    case Metric::L1:
+        return {kernels().l1_half, 1.0f, 0.0f};
+    }
+    return {kernels().l2_half, 1.0f, 0.0f};
 }
 
 void prepare_vector(Metric metric, const float *in, float *out, uint32_t dim)

@@ -39,6 +39,16 @@ struct MetricKernel {
 };
 MetricKernel metric_kernel(Metric metric);
 
+/* The same for float16 stored vectors (distance_half without its switch). */
+using HalfPairKernel = float (*)(const float *, const uint16_t *, uint32_t);
+struct HalfMetricKernel {
+    HalfPairKernel fn;
+    float sign;
+    float offset;
+    float operator()(const float *a, const uint16_t *b, uint32_t dim) const { return offset + sign * fn(a, b, dim); }
+};
+HalfMetricKernel half_metric_kernel(Metric metric);
+
 /* Copy `in` to `out` in the form the index stores: unchanged for L2 and
  * inner product, normalised to unit length for cosine (zero stays zero).
  * `in` and `out` may be the same array. */

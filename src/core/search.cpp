@@ -9,14 +9,26 @@
 
 namespace cagra {
 
+/* Float32 rows: the format of the metric over data.dim floats. */
 InMemoryGraph::InMemoryGraph(const Graph &graph, const DatasetView &data, Metric metric)
-    : graph_(&graph), data_(data), metric_(metric), kernel_(metric_kernel(metric)), size_((uint32_t)graph.size()),
-      /* the lines a row spans (one more when it does not start a line), at most 17 */
-      lines_((uint32_t)std::min<uint64_t>((data.dim * sizeof(float) + 63) / 64 + 1, 17))
+    : InMemoryGraph(graph, data.data, VectorFormat{ElementType::Float32, data.dim, metric})
 {
-    if (graph.degree == 0 || graph.size() != data.n)
+    if (graph.size() != data.n)
         throw Error(ErrorCode::InvalidData, "graph of " + std::to_string(graph.size()) + " rows does not match " +
                                                 std::to_string(data.n) + " vectors");
+}
+
+InMemoryGraph::InMemoryGraph(const Graph &graph, const void *rows, const VectorFormat &format)
+    : graph_(&graph), rows_(static_cast<const char *>(rows)), format_(format), row_bytes_(format.vector_bytes()),
+      kernel_(metric_kernel(format.metric)), half_kernel_(half_metric_kernel(format.metric)),
+      size_((uint32_t)graph.size()),
+      /* the lines a row spans (one more when it does not start a line), at most 17 */
+      lines_((uint32_t)std::min<uint64_t>((row_bytes_ + 63) / 64 + 1, 17))
+{
+    if (graph.degree == 0)
+        throw Error(ErrorCode::InvalidData, "graph without edges");
+    if (!element_type_is_valid((uint32_t)format.element))
+        throw Error(ErrorCode::InvalidData, "unknown element type " + std::to_string((uint32_t)format.element));
 }
 
 namespace detail {

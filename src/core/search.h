@@ -20,8 +20,9 @@
  * of `id` will be read soon (the searcher calls it for candidates that enter
  * its buffer, so the row is in cache when the node is expanded).
  *
- * InMemoryGraph is the accessor for a graph and vectors held in memory; the
- * PostgreSQL extension has one that reads index pages through shared buffers.
+ * InMemoryGraph is the accessor for a graph and vectors held in memory
+ * (float32, or float16 as VectorFormat stores them); the PostgreSQL
+ * extension has one that reads index pages through shared buffers.
  *
  * Searcher keeps its state between calls of next(), so a search can be
  * continued for more results after the first k (SQL index scans need it).
@@ -39,6 +40,7 @@
 
 #include "distance.h"
 #include "entry_index.h"
+#include "format.h"
 #include "types.h"
 
 namespace cagra {
@@ -47,32 +49,54 @@ class InMemoryGraph {
 public:
     /* Keeps references: graph and data must outlive the accessor. */
     InMemoryGraph(const Graph &graph, const DatasetView &data, Metric metric);
+    /* Vectors as `format` stores them (float32 or float16 rows of
+     * format.vector_bytes(), VectorFormat::store), n = graph.size() of them:
+     * float16 halves the bytes a distance loads.  Queries stay float32. */
+    InMemoryGraph(const Graph &graph, const void *rows, const VectorFormat &format);
     uint32_t size() const { return size_; }
     uint32_t degree() const { return graph_->degree; }
-    uint32_t dim() const { return data_.dim; }
-    Metric metric() const { return metric_; }
+    uint32_t dim() const { return format_.dim; }
+    Metric metric() const { return format_.metric; }
+    const VectorFormat &format() const { return format_; }
     const uint32_t *neighbors(uint32_t id, uint32_t *) const { return graph_->row(id); }
     void prefetch_neighbors(uint32_t id) const
     {
         prefetch_lines(graph_->row(id), graph_->degree * sizeof(uint32_t), 64);
     }
-    const float *vector(uint32_t id, float *) const { return data_.row(id); }
+    const float *vector(uint32_t id, float *scratch) const
+    {
+        if (format_.element == ElementType::Float32)
+            return reinterpret_cast<const float *>(row(id));
+        format_.load(row(id), scratch);
+        return scratch;
+    }
     void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
+    {
+        if (format_.element == ElementType::Float16)
+            distances_with(half_kernel_, reinterpret_cast<const uint16_t *>(rows_), query, ids, count, out);
+        else
+            distances_with(kernel_, reinterpret_cast<const float *>(rows_), query, ids, count, out);
+    }
+
+private:
+    const char *row(uint32_t id) const { return rows_ + (size_t)id * row_bytes_; }
+    template <class Kernel, class Element>
+    void distances_with(const Kernel &kernel, const Element *rows, const float *query, const uint32_t *ids,
+                        uint32_t count, float *out) const
     {
         /* Vectors of a batch are scattered in memory: keep a few rows in
          * flight ahead of the one being computed. */
         constexpr uint32_t ahead = 4;
+        const uint32_t dim = format_.dim;
         for (uint32_t i = 0; i < count && i < ahead; i++)
             prefetch_row(ids[i]);
         for (uint32_t i = 0; i < count; i++) {
             if (i + ahead < count)
                 prefetch_row(ids[i + ahead]);
-            out[i] = kernel_(query, data_.row(ids[i]), data_.dim);
+            out[i] = kernel(query, rows + (size_t)ids[i] * dim, dim);
         }
     }
-
-private:
-    void prefetch_row(uint32_t id) const { prefetch_lines(data_.row(id), data_.dim * sizeof(float), lines_); }
+    void prefetch_row(uint32_t id) const { prefetch_lines(row(id), row_bytes_, lines_); }
     /* The cache lines [p, p + bytes) touches, at most max_lines of them.
      * Counted from the line p is in: a std::vector's data sits 16 bytes
      * past a page start, so a 1 KiB row spans 17 lines and a 128-byte
@@ -87,9 +111,11 @@ private:
     }
 
     const Graph *graph_;
-    DatasetView data_;
-    Metric metric_;
+    const char *rows_;
+    VectorFormat format_;
+    size_t row_bytes_;
     MetricKernel kernel_;
+    HalfMetricKernel half_kernel_;
     uint32_t size_;
     uint32_t lines_; /* at most this many cache lines prefetched per vector */
 };

@@ -39,12 +39,7 @@ CagraIndexCopy::~CagraIndexCopy()
 static cagra::InMemoryGraph
 cagra_cpu_graph(const CagraIndexCopy &copy)
 {
-	cagra::DatasetView data;
-
-	data.data = copy.vectors.data();
-	data.n = copy.key.n;
-	data.dim = copy.format.dim;
-	return cagra::InMemoryGraph(copy.graph, data, copy.format.metric);
+	return cagra::InMemoryGraph(copy.graph, copy.vectors.data(), copy.format);
 }
 
 /* ---- the GPU library's view of the core's descriptors ---- */
@@ -226,7 +221,7 @@ cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t 
 {
 	if (!gpu_api)
 	{
-		*bytes = n * ((uint64_t) format.dim * sizeof(float) + (uint64_t) degree * sizeof(uint32_t) + 1);
+		*bytes = n * ((uint64_t) format.vector_bytes() + (uint64_t) degree * sizeof(uint32_t) + 1);
 		return true;
 	}
 	cagra_gpu_status st = gpu_api->index_memory(n, format.dim, degree, cagra_gpu_dtype_of(format.element), bytes);
@@ -291,15 +286,12 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
 		if (!gpu_api)
 		{
-			uint32_t	vbytes = copy.format.vector_bytes();
-
-			copy.vectors.resize((size_t) copy.key.n * copy.format.dim);
-			for (uint64_t i = 0; i < copy.key.n; i++)
-				copy.format.load(staged.vectors.data() + i * vbytes, copy.vectors.data() + i * copy.format.dim);
+			copy.vectors.assign(staged.vectors.begin(),
+								staged.vectors.begin() + (size_t) copy.key.n * copy.format.vector_bytes());
 			std::vector<char>().swap(staged.vectors);
 			copy.graph.degree = staged.degree;
 			copy.graph.edges.swap(staged.rows);
-			copy.bytes = copy.vectors.size() * sizeof(float) + copy.graph.edges.size() * sizeof(uint32_t) +
+			copy.bytes = copy.vectors.size() + copy.graph.edges.size() * sizeof(uint32_t) +
 				copy.live.size() * sizeof(uint64_t) + copy.tids.size() * sizeof(uint64_t) +
 				copy.by_tid.size() * sizeof(uint32_t) + copy.tid_order.size() * sizeof(uint64_t) +
 				copy.block_first.size() * sizeof(uint32_t);

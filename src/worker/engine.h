@@ -54,8 +54,10 @@ struct CagraIndexCopy
 	/* GPU */
 	cagra_gpu_index *gpu = nullptr;
 	/* CPU */
-	cagra::HugePageVector<float> vectors;	/* n x format.dim, decoded to float32; on
-											 * huge pages: searches read them at random */
+	cagra::HugePageVector<char> vectors;	/* n vectors as the index stores them (float16
+											 * stays half: half the bytes a distance
+											 * loads); on huge pages: searches read
+											 * them at random */
 	cagra::Graph graph;
 	cagra::EntryIndex entry_index;
 

@@ -166,6 +166,20 @@ TEST(Distance, HalfKernelsMatchWidenedFloat)
     }
 }
 
+/* The switch-free half kernel of each metric is distance_half's value. */
+TEST(Distance, HalfMetricKernelMatchesDistanceHalf)
+{
+    std::mt19937 rng(12);
+    for (uint32_t d : {7u, 64u, 100u}) {
+        std::vector<float> a = random_vec(d, rng), b = random_vec(d, rng);
+        std::vector<uint16_t> h(d);
+        floats_to_halves(b.data(), h.data(), d);
+        for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::Cosine, Metric::L1})
+            EXPECT_EQ(half_metric_kernel(m)(a.data(), h.data(), d), distance_half(m, a.data(), h.data(), d))
+                << metric_name(m) << " dim " << d;
+    }
+}
+
 /* VectorFormat in float16: half the bytes, store rounds, load widens,
  * distance is that of the widened vector, first_unstorable finds overflow. */
 TEST(Format, Float16Format)

@@ -275,6 +275,55 @@ TEST(Search, InnerProductAndCosine)
     }
 }
 
+/* An in-memory copy in float16 (as a float16 index stores its vectors)
+ * searches the same graph to the same neighbours as the float32 copy, up to
+ * the rounding: distances are those to the stored halves, within float16's
+ * error of the float32 ones, the results overlap almost entirely and the
+ * recall is the same within 0.005. */
+TEST(Search, Float16CopyFindsTheFloat32Neighbours)
+{
+    const Fixture &f = fixture();
+    auto truth = cagra_test::exact_knn(f.base, f.queries, f.dim, 10);
+    const VectorFormat half{ElementType::Float16, f.dim, Metric::L2};
+    std::vector<uint16_t> halves(f.n * f.dim);
+    for (uint64_t i = 0; i < f.n; i++)
+        half.store(&f.base[i * f.dim], &halves[i * f.dim]);
+    InMemoryGraph g32 = f.graph();
+    InMemoryGraph g16(f.built.graph, halves.data(), half);
+    EXPECT_EQ(g16.dim(), f.dim);
+    EXPECT_EQ(g16.size(), f.n);
+    std::vector<float> scratch(f.dim), widened(f.dim);
+    half.load(&halves[7 * f.dim], widened.data());
+    const float *v = g16.vector(7, scratch.data());
+    for (uint32_t j = 0; j < f.dim; j++)
+        ASSERT_EQ(v[j], widened[j]);
+
+    SearchParams params;
+    params.itopk_size = 32;
+    double recall32 = 0, recall16 = 0;
+    size_t shared = 0;
+    for (size_t q = 0; q < truth.size(); q++) {
+        auto r32 = search(g32, f.query(q), 10, params, f.built.entry_nodes);
+        auto r16 = search(g16, f.query(q), 10, params, f.built.entry_nodes);
+        ASSERT_EQ(r16.size(), 10u);
+        const double qnorm = vector_norm(f.query(q), f.dim);
+        for (const auto &r : r16) {
+            ASSERT_EQ(r.distance, half.distance(f.query(q), &halves[r.id * f.dim]));
+            /* | ||q - h||^2 - ||q - x||^2 | <= e (2 ||q - x|| + e), e = ||x - h|| <= 2^-11 ||x|| */
+            const float exact = l2_squared(f.query(q), &f.base[r.id * f.dim], f.dim);
+            const double e = kHalfUnitRoundoff * vector_norm(&f.base[r.id * f.dim], f.dim);
+            EXPECT_NEAR(r.distance, exact, 2 * e * (2 * std::sqrt((double)exact) + e) + 1e-4 * (qnorm * qnorm + 1));
+            for (const auto &s : r32)
+                shared += s.id == r.id;
+        }
+        recall32 += cagra_test::recall(r32, truth[q]);
+        recall16 += cagra_test::recall(r16, truth[q]);
+    }
+    const double n = (double)truth.size();
+    EXPECT_GE(shared / (10 * n), 0.98);
+    EXPECT_NEAR(recall16 / n, recall32 / n, 0.005);
+}
+
 /* Both forms of the visited set (a bitmap up to kDenseVisitedLimit nodes,
  * a hash table beyond) answer alike, across resets of one object. */
 TEST(Search, VisitedSetBothForms)
