@@ -468,34 +468,33 @@ void halves_to_floats(const uint16_t *in, float *out, uint32_t n)
     kernels().from_halves(in, out, n);
 }
 
-MetricKernel metric_kernel(Metric metric)
+/* A metric's sign and offset around its kernel, for either row type. */
+template <class Row>
+static MetricKernelFor<Row> kernel_of(Metric metric, RowKernel<Row> l2, RowKernel<Row> ip, RowKernel<Row> l1)
 {
     switch (metric) {
     case Metric::L2:
         break;
     case Metric::InnerProduct:
-        return {kernels().ip, -1.0f, 0.0f};
+        return {ip, -1.0f, 0.0f};
     case Metric::Cosine:
-        return {kernels().ip, -1.0f, 1.0f};
+        return {ip, -1.0f, 1.0f};
     case Metric::L1:
-        return {kernels().l1, 1.0f, 0.0f};
+        return {l1, 1.0f, 0.0f};
     }
-    return {kernels().l2, 1.0f, 0.0f};
+    return {l2, 1.0f, 0.0f};
+}
+
+MetricKernel metric_kernel(Metric metric)
+{
+    const auto &k = kernels();
+    return kernel_of<float>(metric, k.l2, k.ip, k.l1);
 }
 
 HalfMetricKernel half_metric_kernel(Metric metric)
 {
-    switch (metric) {
-    case Metric::L2:
-        break;
-    case Metric::InnerProduct:
-        return {kernels().ip_half, -1.0f, 0.0f};
-    case Metric::Cosine:
-        return {kernels().ip_half, -1.0f, 1.0f};
-    case Metric::L1:
-        return {kernels().l1_half, 1.0f, 0.0f};
-    }
-    return {kernels().l2_half, 1.0f, 0.0f};
+    const auto &k = kernels();
+    return kernel_of<uint16_t>(metric, k.l2_half, k.ip_half, k.l1_half);
 }
 
 void prepare_vector(Metric metric, const float *in, float *out, uint32_t dim)

@@ -25,28 +25,25 @@ float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t d
 void floats_to_halves(const float *in, uint16_t *out, uint32_t n);
 void halves_to_floats(const uint16_t *in, float *out, uint32_t n);
 
-using PairKernel = float (*)(const float *, const float *, uint32_t);
-
 /* The dispatched kernel behind a metric, for hot loops that want no switch
  * per call: distance = offset + sign * fn(a, b, dim)
  * (L2: l2_squared, 1, 0; inner product: dot, -1, 0; cosine: dot, -1, 1;
- * L1: sum of absolute differences, 1, 0). */
-struct MetricKernel {
-    PairKernel fn;
-    float sign;
-    float offset;
-    float operator()(const float *a, const float *b, uint32_t dim) const { return offset + sign * fn(a, b, dim); }
-};
-MetricKernel metric_kernel(Metric metric);
+ * L1: sum of absolute differences, 1, 0), for stored rows of float32
+ * (Row = float) or float16 (Row = uint16_t: distance_half without its
+ * switch). */
+template <class Row> using RowKernel = float (*)(const float *, const Row *, uint32_t);
+using PairKernel = RowKernel<float>;
+using HalfPairKernel = RowKernel<uint16_t>;
 
-/* The same for float16 stored vectors (distance_half without its switch). */
-using HalfPairKernel = float (*)(const float *, const uint16_t *, uint32_t);
-struct HalfMetricKernel {
-    HalfPairKernel fn;
+template <class Row> struct MetricKernelFor {
+    RowKernel<Row> fn;
     float sign;
     float offset;
-    float operator()(const float *a, const uint16_t *b, uint32_t dim) const { return offset + sign * fn(a, b, dim); }
+    float operator()(const float *a, const Row *b, uint32_t dim) const { return offset + sign * fn(a, b, dim); }
 };
+using MetricKernel = MetricKernelFor<float>;
+using HalfMetricKernel = MetricKernelFor<uint16_t>;
+MetricKernel metric_kernel(Metric metric);
 HalfMetricKernel half_metric_kernel(Metric metric);
 
 /* Copy `in` to `out` in the form the index stores: unchanged for L2 and
