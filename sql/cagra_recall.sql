@@ -94,6 +94,15 @@ SET cagra.search_width = 65;
 SET cagra.max_scan_tuples = 0;
 -- cagra.search_width 0, the default, is automatic: 2 on the CPU, 1 on the GPU
 SHOW cagra.search_width;
+-- entry groups probed: fewer is faster; 0 measures every entry
+SET cagra.entry_probes = -1;
+SET cagra.entry_probes = 1025;
+SHOW cagra.entry_probes;
+SET cagra.entry_probes = 0;
+SELECT recall('<->') >= 0.95 AS every_entry_recall_ok;
+SET cagra.entry_probes = 1;
+SELECT recall('<->') >= 0.85 AS one_probe_recall_ok;
+RESET cagra.entry_probes;
 
 -- inserts after the build: the new rows are found
 SELECT setseed(0.17);

@@ -328,6 +328,7 @@ extern relopt_kind cagra_relopt_kind;
 extern int	cagra_itopk_size;
 extern int	cagra_search_width;
 extern int	cagra_max_iterations;
+extern int	cagra_entry_probes;
 extern int	cagra_max_scan_tuples;
 extern bool cagra_enable_filtered_scan;
 

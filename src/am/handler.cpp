@@ -36,6 +36,7 @@ relopt_kind cagra_relopt_kind;
 int			cagra_itopk_size = 64;
 int			cagra_search_width = 0;	/* automatic: cagra::kAutoSearchWidth */
 int			cagra_max_iterations = 0;
+int			cagra_entry_probes = 12;
 int			cagra_max_scan_tuples = 20000;
 
 void
@@ -46,6 +47,7 @@ cagra_define_search_gucs(void)
 	cagra_itopk_size = (int) defaults.itopk_size;
 	cagra_search_width = (int) defaults.search_width;
 	cagra_max_iterations = (int) defaults.max_iterations;
+	cagra_entry_probes = (int) defaults.entry_probes;
 	DefineCustomIntVariable("cagra.itopk_size",
 							"Candidates kept by a cagra index search (larger: better recall, slower).",
 							NULL, &cagra_itopk_size, cagra_itopk_size, 1, (int) cagra::kMaxItopk,
@@ -58,6 +60,11 @@ cagra_define_search_gucs(void)
 	DefineCustomIntVariable("cagra.max_iterations",
 							"Iteration limit of a cagra index search (0: chosen from itopk_size and search_width).",
 							NULL, &cagra_max_iterations, cagra_max_iterations, 0, 100000,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.entry_probes",
+							"Groups of entry nodes a CPU search of a cagra index measures besides their pivots (0: every entry).",
+							"Fewer: faster, lower recall (the GPU measures every entry).",
+							&cagra_entry_probes, cagra_entry_probes, 0, (int) cagra::kMaxStoredEntries,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.max_scan_tuples",
 							"Most rows one cagra index scan returns when the executor keeps asking (filters, large LIMIT).",
@@ -267,6 +274,7 @@ cagra_search_params(void)
 	p.itopk_size = (uint32_t) cagra_itopk_size;
 	p.search_width = (uint32_t) cagra_search_width;
 	p.max_iterations = (uint32_t) cagra_max_iterations;
+	p.entry_probes = (uint32_t) cagra_entry_probes;
 	return p;
 }
 
