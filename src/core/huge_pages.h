@@ -20,7 +20,7 @@ namespace detail {
 /* At least `bytes`: 2 MiB-aligned and advised for huge pages (madvise
  * MADV_HUGEPAGE, before anything touches it, so it is faulted in as huge
  * pages) when 2 MiB or more, else aligned to a cache line.  nullptr when
- * out of memory; free with std::free. */
+ * out of memory; free with free_for_random_reads. */
 void *allocate_for_random_reads(size_t bytes);
 void free_for_random_reads(void *p);
 } // namespace detail
