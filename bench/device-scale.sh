@@ -50,7 +50,7 @@
 # Settings (environment): N (5000000), DIM (768), NQ (1000), SEED (7),
 # INTRINSIC (100), CLUSTERS (1024), COLUMN (vector | halfvec), STORAGE
 # (float32 | float16), JOBS (nproc - 1), CLIENTS (64), SECONDS_PER_RUN (10),
-# ITOPK (default,32,128,256: the server default is 64), SHARED_BUFFERS (32GB), MAX_WAL_SIZE_GB (4),
+# ITOPK (default,32,128,256: the server default is 64), SHARED_BUFFERS (32GB), MAX_WAL_SIZE_GB (4), WAL_BUFFERS (64MB),
 # MAINTENANCE_WORK_MEM (the build's estimate x 1.25), INDEX_WAL (replica |
 # minimal), PARALLEL_WORKERS (unset: PostgreSQL picks the heap scan's workers
 # from the size of the table's main fork, small when the vectors are in TOAST:
@@ -124,7 +124,7 @@ start_server() {
   stop_server
   local opts="-p $port -k $sock -c listen_addresses= -c jit=off -c max_connections=200 -c shared_preload_libraries=cagra \
 -c cagra.worker_backend=$worker_backend -c shared_buffers=$shared_buffers -c max_wal_size=${max_wal}GB \
--c checkpoint_timeout=30min -c wal_buffers=64MB -c maintenance_work_mem=$mwm \
+-c checkpoint_timeout=30min -c wal_buffers=${WAL_BUFFERS:-64MB} -c track_wal_io_timing=on -c maintenance_work_mem=$mwm \
 -c max_parallel_maintenance_workers=$jobs -c max_parallel_workers=$jobs -c max_worker_processes=$(( jobs + 16 )) $*"
   touch "$pgdata.log" && chown "$server_user" "$pgdata.log"
   as_server "$bin/pg_ctl -D $pgdata -l $pgdata.log -t 600 -o \"$opts\" -w start" >/dev/null ||

@@ -257,6 +257,7 @@ def cmd_index(a):
     print(db.psql("SELECT format('worker: %s (%s), devices %s', state, backend, devices) FROM cagra_status"))
     db.psql("DROP INDEX IF EXISTS bench_items_cagra")
     db.psql("CHECKPOINT")
+    db.psql("SELECT pg_stat_reset_shared('wal')")
     n = int(db.psql("SELECT count(*) FROM bench_items"))
     dim = int(db.psql("SELECT vector_dims(v) FROM bench_items LIMIT 1"))
     sampler = Sampler({"building backend": lambda: build_pid(db), "cagra worker": lambda: worker_pid(db)}).start()
@@ -283,6 +284,13 @@ def cmd_index(a):
           % (n, dim, a.storage, secs, info[0], info[2], info[3]))
     print("phases: %s" % ", ".join("%s %.2f s" % p for p in phases))
     print(sampler.report("build:"))
+    # what the build's WAL cost: the building session's counters reach
+    # pg_stat_wal when it ends (times only under track_wal_io_timing)
+    time.sleep(1.5)
+    print(db.psql("SELECT format('WAL of the build: %s records, %s full-page images, %s MB; written because "
+                  "wal_buffers were full %s times; %s writes (%s ms), %s syncs (%s ms)', wal_records, wal_fpi, "
+                  "round(wal_bytes / 1048576), wal_buffers_full, wal_write, round(wal_write_time::numeric), "
+                  "wal_sync, round(wal_sync_time::numeric)) FROM pg_stat_wal"))
     elt = 2 if a.storage == "float16" else 4
     vectors, graph, headers = n * dim * elt, n * a.degree * 4, n * 8
     print("index size %.2f GiB (%d bytes): vectors %.2f GiB + graph %.2f GiB + node headers (TID, flags) %.2f GiB = "

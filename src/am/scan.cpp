@@ -132,27 +132,77 @@ typedef CagraScanOpaqueData *CagraScanOpaque;
  * How many of the worker's results the last scans of an index in this
  * backend returned.  Under a filter the index cannot see (WHERE ... ORDER
  * BY v <-> q LIMIT k, the index scan plan) a scan returns about k / the
- * filter's pass rate of them, so a first round of itopk_size runs out and a
- * second must follow: at 10% on 1,000,000 rows, two rounds a query, half
- * the worker's requests.  The next scan of the index asks for that many at
- * once (a power of two, at least itopk_size, at most the kernel's 512); a
- * scan that returns few brings the next back to itopk_size.
+ * filter's pass rate of them, so a first round of itopk_size runs out and
+ * further rounds (each of twice the k before) must follow: at 10% on
+ * 1,000,000 rows, two rounds a query, half the worker's requests.  The next
+ * scan of the index asks at once for the k that the last scans' counts say
+ * costs least: for each power of two from itopk_size to the kernel's 512,
+ * the results those scans would have cost, every round counted as its k
+ * plus CAGRA_ROUND_FIXED_COST.  Powers of two only, so that the first
+ * rounds of concurrent scans ask alike and the worker batches them.
  */
-#define CAGRA_ROUND_MEMORY 8
+#define CAGRA_ROUND_MEMORY 8	/* indexes remembered */
+#define CAGRA_ROUND_HISTORY 16	/* scans remembered per index */
+
+/*
+ * A round's cost besides its k, in results: its round trip and the
+ * kernel's fixed part.  Not measured apart; it only tips the choice between
+ * a larger first round and a second one, and at a 10% filter (about 100
+ * results a scan, a quarter of scans past 128) any value below about 270
+ * picks 128 over 256.
+ */
+#define CAGRA_ROUND_FIXED_COST 64
 
 static struct
 {
 	Oid			index;
-	uint32		returned;
+	uint32		returned[CAGRA_ROUND_HISTORY];	/* 0: no scan yet */
+	int			next;
 }			cagra_round_memory[CAGRA_ROUND_MEMORY];
 static int	cagra_round_memory_next = 0;
+
+/* What asking for `first` and doubling from there costs a scan that
+ * returns `returned` results. */
+static uint64
+cagra_rounds_cost(uint32 first, uint32 returned)
+{
+	uint64		cost = 0;
+
+	for (uint32 k = first;; k = Min(2 * k, (uint32) CAGRA_WORKER_MAX_K))
+	{
+		cost += k + CAGRA_ROUND_FIXED_COST;
+		if (returned <= k || k == CAGRA_WORKER_MAX_K)
+			return cost;
+	}
+}
 
 static uint32
 cagra_first_round_k(Oid index, uint32 itopk)
 {
 	for (int i = 0; i < CAGRA_ROUND_MEMORY; i++)
-		if (cagra_round_memory[i].index == index && cagra_round_memory[i].returned > itopk)
-			return Min(pg_nextpower2_32(cagra_round_memory[i].returned), (uint32) CAGRA_WORKER_MAX_K);
+	{
+		const uint32 *returned = cagra_round_memory[i].returned;
+		uint32		best = itopk;
+		uint64		best_cost = PG_UINT64_MAX;
+
+		if (cagra_round_memory[i].index != index)
+			continue;
+		for (uint32 k = itopk;; k = Min(pg_nextpower2_32(k + 1), (uint32) CAGRA_WORKER_MAX_K))
+		{
+			uint64		cost = 0;
+
+			for (int h = 0; h < CAGRA_ROUND_HISTORY; h++)
+				if (returned[h] > 0)
+					cost += cagra_rounds_cost(k, returned[h]);
+			if (cost < best_cost)
+			{
+				best = k;
+				best_cost = cost;
+			}
+			if (k == CAGRA_WORKER_MAX_K)
+				return best;
+		}
+	}
 	return itopk;
 }
 
@@ -167,9 +217,11 @@ cagra_remember_returned(Oid index, uint32 returned)
 	{
 		i = cagra_round_memory_next;
 		cagra_round_memory_next = (cagra_round_memory_next + 1) % CAGRA_ROUND_MEMORY;
+		memset(&cagra_round_memory[i], 0, sizeof(cagra_round_memory[i]));
+		cagra_round_memory[i].index = index;
 	}
-	cagra_round_memory[i].index = index;
-	cagra_round_memory[i].returned = returned;
+	cagra_round_memory[i].returned[cagra_round_memory[i].next] = Max(returned, 1);
+	cagra_round_memory[i].next = (cagra_round_memory[i].next + 1) % CAGRA_ROUND_HISTORY;
 }
 
 /* The answers of the round before. */
