@@ -99,5 +99,23 @@ SKIP:
 	is($node->safe_psql('postgres', $via_index), $exact, 'index scan with the real library');
 }
 
+# --- the worker's server-start settings out of range ----------------------------
+# A preloaded library's settings are checked when it defines them, after the
+# configuration file was read: PostgreSQL warns, names the range and keeps
+# the default (it does not refuse to start)
+for my $bad (['cagra.concurrent_batches', 0, '1 .. 64', 4],
+	['cagra.concurrent_filtered_searches', 65, '0 .. 64', 8])
+{
+	my ($name, $value, $range, $default) = @$bad;
+	my $offset = -s $node->logfile;
+	$node->append_conf('postgresql.conf', "$name = $value\n");
+	$node->restart;
+	like(substr(slurp_file($node->logfile), $offset),
+		qr/WARNING:  $value is outside the valid range for parameter "\Q$name\E" \(\Q$range\E\)/,
+		"$name = $value: PostgreSQL's range warning");
+	is($node->safe_psql('postgres', "SHOW $name"), $default, "$name keeps its default ($default)");
+	$node->append_conf('postgresql.conf', "$name = $default\n");
+}
+
 $node->stop;
 done_testing();
