@@ -14,7 +14,7 @@
 #     N=1000000 DIM=128 VARIANTS=float32,float32-nowal bash bench/device-build-phases.sh "$OUT"
 # (VARIANTS: a comma list of the five below; INTRINSIC and CLUSTERS go to
 # bench/device-scale.sh, so to bench/gen.py.)
-# About 2.5 minutes at the default size on the H200 host (load 0.5, each
+# About 2.5 minutes at the default size on the H200 host (the load 30 s, each
 # build 20-40 s with its restart).  Logs: OUTDIR/<variant>/index.txt.
 set -uo pipefail
 out=${1:-${OUT:-device-build-phases-out}}
