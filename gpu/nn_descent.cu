@@ -121,14 +121,14 @@ __global__ void to_half_kernel(const float *x, uint64_t n, uint32_t dim, uint32_
 
 __global__ void norms_kernel(const __half *v, uint64_t n, uint32_t dim16, float *norms)
 {
-    uint64_t warp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
-    uint32_t lane = threadIdx.x & 31;
-    if (warp >= n)
-        return;
-    const __half *row = v + warp * dim16;
-    float d = warp_sum_half(MetricSum::Products, row, row, dim16, lane);
-    if (lane == 0)
-        norms[warp] = d;
+    /* a warp a row, striding: grid_for caps the grid (8,388,608 warps of 256-thread blocks) */
+    const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / 32);
+    const uint32_t lane = threadIdx.x & 31;
+    for (uint64_t r = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32; r < n; r += warps) {
+        float d = warp_sum_half(MetricSum::Products, v + r * dim16, v + r * dim16, dim16, lane);
+        if (lane == 0)
+            norms[r] = d;
+    }
 }
 
 /* Exact kNN for small n: one CTA per node sorts all n distances. */
@@ -537,19 +537,19 @@ __global__ void centroid_kernel(const __half *v, uint64_t n, uint32_t dim16, flo
 __global__ void nearest_to_kernel(const __half *v, uint64_t n, uint32_t dim16, const float *sum, float inv_n,
                                   unsigned long long *best)
 {
-    uint64_t u = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
-    uint32_t lane = threadIdx.x & 31;
-    if (u >= n)
-        return;
-    float acc = 0.0f;
-    for (uint32_t c = lane; c < dim16; c += 32) {
-        float diff = __half2float(v[u * dim16 + c]) - sum[c] * inv_n;
-        acc = fmaf(diff, diff, acc);
+    const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / 32);
+    const uint32_t lane = threadIdx.x & 31;
+    for (uint64_t u = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32; u < n; u += warps) {
+        float acc = 0.0f;
+        for (uint32_t c = lane; c < dim16; c += 32) {
+            float diff = __half2float(v[u * dim16 + c]) - sum[c] * inv_n;
+            acc = fmaf(diff, diff, acc);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+        if (lane == 0)
+            atomicMin(best, ((unsigned long long)ordered_key(acc) << 32) | (uint32_t)u);
     }
-    for (int o = 16; o > 0; o >>= 1)
-        acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
-    if (lane == 0)
-        atomicMin(best, ((unsigned long long)ordered_key(acc) << 32) | (uint32_t)u);
 }
 
 /* Farthest-point picks over a sample, one CTA: each step adds the sample

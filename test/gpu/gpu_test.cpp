@@ -594,6 +594,64 @@ TEST(GpuBuild, L1KnnGraphRecall)
     }
 }
 
+/* Past 8,388,608 rows (the grid cap of the build's warp-a-row kernels times
+ * eight warps a block) every row still gets its norm: the 10,000,000 x 768
+ * scale run found the rows past it with none, which spoilt the kNN lists of
+ * all rows (SQL recall@10 0.50 where 5,000,000 rows gave 0.96).  Uniform rows
+ * in 8 dimensions, the kNN lists of rows sampled before and after that row
+ * checked against brute force. */
+TEST(GpuBuild, KnnListsPastEightMillionRows)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 8, k = 16, per_side = 100;
+    const uint64_t n = 8650000, cap = 8388608;
+    std::vector<float> data(n * dim);
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (float &x : data)
+        x = u(rng);
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    bp.intermediate_degree = k;
+    bp.graph_degree = k;
+    std::vector<uint32_t> knn(n * k);
+    ASSERT_EQ(cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()), CAGRA_GPU_OK)
+        << cagra_gpu_last_error();
+    std::vector<uint64_t> rows;
+    for (uint32_t i = 0; i < per_side; i++) {
+        rows.push_back(rng() % cap);
+        rows.push_back(cap + rng() % (n - cap));
+    }
+    std::vector<double> hits(rows.size());
+    cagra::detail::parallel_for(
+        rows.size(), 1, std::max(1u, std::thread::hardware_concurrency()), nullptr,
+        [&](uint64_t b, uint64_t e, uint32_t) {
+            for (uint64_t r = b; r < e; r++) {
+                const uint64_t q = rows[r];
+                std::vector<std::pair<float, uint32_t>> d;
+                d.reserve(n - 1);
+                for (uint64_t i = 0; i < n; i++)
+                    if (i != q)
+                        d.emplace_back(cagra::distance(cagra::Metric::L2, &data[q * dim], &data[i * dim], dim),
+                                       (uint32_t)i);
+                std::partial_sort(d.begin(), d.begin() + k, d.end());
+                std::set<uint32_t> truth;
+                for (uint32_t j = 0; j < k; j++)
+                    truth.insert(d[j].second);
+                for (uint32_t j = 0; j < k; j++)
+                    hits[r] += truth.count(knn[q * k + j]);
+            }
+        });
+    double before = 0, after = 0;
+    for (size_t r = 0; r < rows.size(); r++)
+        (rows[r] < cap ? before : after) += hits[r] / (per_side * k);
+    std::printf("recall: kNN recall@%u at n = %llu, rows before %llu %.4f, after %.4f\n", k, (unsigned long long)n,
+                (unsigned long long)cap, before, after);
+    /* the default NN-descent termination: 0.89 on both sides; none past the cap gave 0.00 on both */
+    EXPECT_GE(before, 0.85);
+    EXPECT_GE(after, 0.85);
+}
+
 /* An L1 build costs more than an L2 one (its join has no tensor cores) but
  * stays within a few times: both built here on the same 300,000 x 128 rows. */
 TEST(GpuBuild, L1BuildTimeWithinAFewTimesL2)
@@ -1216,8 +1274,8 @@ TEST(GpuSearch, NodesSearchIsExactForEveryMetricAndHalfVectors)
     REQUIRE_DEVICE();
     const uint32_t dim = 100, nq = 7, k = 100;
     const uint64_t n = 3000;
-    for (cagra::Metric metric : {cagra::Metric::L2, cagra::Metric::InnerProduct, cagra::Metric::Cosine,
-                                 cagra::Metric::L1})
+    for (cagra::Metric metric :
+         {cagra::Metric::L2, cagra::Metric::InnerProduct, cagra::Metric::Cosine, cagra::Metric::L1})
         for (bool fp16 : {false, true}) {
             auto data = clustered(n, dim, 94, metric);
             auto queries = queries_near(data, dim, nq, 95, metric);
@@ -1325,7 +1383,7 @@ TEST(GpuMemory, TooLargeForTheDeviceIsOutOfMemory)
                                    nullptr, 0, &ix),
               CAGRA_GPU_OUT_OF_MEMORY);
     EXPECT_EQ(ix, nullptr);
-    msg = cagra_gpu_last_error();   /* before the next call clears it */
+    msg = cagra_gpu_last_error(); /* before the next call clears it */
     uint64_t index_need = 0;
     ASSERT_EQ(cagra_gpu_index_memory(n, dim, 32, CAGRA_GPU_FLOAT32, &index_need), CAGRA_GPU_OK);
     EXPECT_NE(msg.find("this index needs " + mib(index_need) + " of device memory"), std::string::npos) << msg;
