@@ -632,6 +632,12 @@ cagra_writer_flush(CagraPageWriter *w)
 		PageSetChecksumInplace(w->pages[i], w->blknos[i]);
 		smgrextend(RelationGetSmgr(w->index), MAIN_FORKNUM, w->blknos[i], (char *) w->pages[i], true);
 	}
+	/*
+	 * Start the kernel writing these pages now, as the checkpointer does
+	 * (checkpoint_flush_after): else gigabytes of dirty pages wait for the
+	 * final fsync while the WAL's segment syncs compete with them.
+	 */
+	smgrwriteback(RelationGetSmgr(w->index), MAIN_FORKNUM, w->blknos[0], w->npages);
 	w->npages = 0;
 }
 
