@@ -17,21 +17,28 @@ typedef struct CagraPageSource
 	Relation	index;
 	const CagraMetaData *meta;
 	char	   *group;			/* one node group: its pages' data concatenated */
+	/* a ring of buffers, as a large sequential scan reads with: a copy of a
+	 * many-gigabyte index must not evict every other session's pages */
+	BufferAccessStrategy strategy;
 } CagraPageSource;
 
 /* The pages of node group `g` that hold nodes (the last group's used
- * pages only) into src->group, one share-locked page at a time. */
+ * pages only) into src->group, one share-locked page at a time; the next
+ * group's pages are prefetched meanwhile. */
 static void
 cagra_read_group(CagraPageSource *src, uint64 g)
 {
 	const CagraMetaData *meta = src->meta;
+	BlockNumber nblocks = cagra_blocks_for(meta, meta->n);
 	BlockNumber first = (BlockNumber) (1 + g * meta->pages_per_group);
-	BlockNumber end = Min(first + meta->pages_per_group, cagra_blocks_for(meta, meta->n));
+	BlockNumber end = Min(first + meta->pages_per_group, nblocks);
 
+	for (BlockNumber blkno = end; blkno < Min(end + meta->pages_per_group, nblocks); blkno++)
+		PrefetchBuffer(src->index, MAIN_FORKNUM, blkno);
 	memset(src->group, 0, cagra_group_bytes(meta));
 	for (BlockNumber blkno = first; blkno < end; blkno++)
 	{
-		Buffer		buf = ReadBuffer(src->index, blkno);
+		Buffer		buf = ReadBufferExtended(src->index, MAIN_FORKNUM, blkno, RBM_NORMAL, src->strategy);
 
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
 		memcpy(src->group + (uint64) (blkno - first) * CAGRA_PAGE_USABLE,
@@ -105,6 +112,7 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	pages.index = index;
 	pages.meta = meta;
 	pages.group = NULL;
+	pages.strategy = NULL;
 	source.format = cagra_format_of(meta);
 	source.degree = meta->graph_degree;
 	source.entry_count = meta->entry_count;
@@ -113,10 +121,12 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	source.fill = cagra_fill_from_pages;
 	source.arg = &pages;
 	pages.group = (char *) palloc((Size) cagra_group_bytes(meta));
+	pages.strategy = GetAccessStrategy(BAS_BULKREAD);
 
 	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, copy,
 										 why, whylen);
 
+	FreeAccessStrategy(pages.strategy);
 	pfree(pages.group);
 	return r;
 }
