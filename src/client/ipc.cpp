@@ -83,11 +83,13 @@ cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size)
 	memset((void *) call, 0, sizeof(*call));
 	call->kind = kind;
 	call->size = size;
-	/* a build's chunks reuse one large mailbox (cagra_mailbox_trim gives it
-	 * back after the build): a fresh segment per chunk cost more in page
-	 * faults on both sides than the copies themselves */
-	if (cagra_get_mailbox(size, kind == CAGRA_REQ_BUILD_DATA || kind == CAGRA_REQ_BUILD_FETCH
-						  ? CAGRA_CHUNK_BYTES : CAGRA_MAILBOX_MAX_BYTES))
+	/* the chunks of a build or of an index copy's upload reuse one large
+	 * mailbox (cagra_mailbox_trim gives it back after them): a fresh segment
+	 * per chunk cost more in page faults on both sides than the copies
+	 * themselves */
+	bool		chunked = kind == CAGRA_REQ_BUILD_DATA || kind == CAGRA_REQ_BUILD_FETCH || kind == CAGRA_REQ_UPLOAD;
+
+	if (cagra_get_mailbox(size, chunked ? CAGRA_CHUNK_BYTES : CAGRA_MAILBOX_MAX_BYTES))
 	{
 		call->seg = cagra_mailbox;
 		call->in_mailbox = true;

@@ -49,8 +49,9 @@ CagraCallOutcome cagra_call_run(CagraCall *call, int timeout_ms);
 /* Detach the payload segment. */
 void		cagra_call_done(CagraCall *call);
 
-/* Give back a mailbox grown past CAGRA_MAILBOX_MAX_BYTES for a build's
- * chunks (the worker unmaps it at this backend's next request). */
+/* Give back a mailbox grown past CAGRA_MAILBOX_MAX_BYTES for the chunks of
+ * a build or an upload (the worker unmaps it at this backend's next
+ * request). */
 void		cagra_mailbox_trim(void);
 
 const char *cagra_call_outcome_text(CagraCallOutcome outcome);

@@ -79,7 +79,7 @@ cagra_worker_search_fallback(CagraOffload r, const char *why)
 
 /* Stream nodes 0..key->n-1 to the worker in chunks; false with `why` set. */
 static bool
-cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *why, size_t whylen)
+cagra_upload_chunks(const CagraIndexKey *key, const CagraCopySource *src, char *why, size_t whylen)
 {
 	Size		node_bytes = cagra_upload_node_bytes(src->format, src->degree);
 	Size		header = cagra_upload_payload_size(0, src->format, src->degree);
@@ -122,6 +122,16 @@ cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *w
 		}
 	}
 	return true;
+}
+
+/* The chunks share one mailbox of a chunk's size, given back after them. */
+static bool
+cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *why, size_t whylen)
+{
+	bool		done = cagra_upload_chunks(key, src, why, whylen);
+
+	cagra_mailbox_trim();
+	return done;
 }
 
 /* ---- searches ---- */
