@@ -27,7 +27,8 @@ $node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status"
 # 30,000 x 128 float32: about 2,400 index pages, more than the 2,048 buffers
 $node->safe_psql('postgres', q{
 	CREATE TABLE items (id int PRIMARY KEY, v vector(128));
-	INSERT INTO items SELECT i, array(SELECT random() + 0 * i FROM generate_series(1, 128))::vector
+	INSERT INTO items SELECT i, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.011 * j)
+	                                  FROM generate_series(1, 128) j)::vector
 	  FROM generate_series(1, 30000) i;
 	CREATE TABLE others (id int, pad text);
 	INSERT INTO others SELECT i, repeat('x', 200) FROM generate_series(1, 52000) i;
