@@ -539,6 +539,21 @@ int main(int argc, char **argv)
                     build_s, build_cpu, o.threads, o.degree, o.intermediate, rss_cagra, rss_data);
         std::printf("navigation probe: %.4f of the plain graph's probes missed; long edges %s\n", built.probe_miss_rate,
                     built.long_edges ? "added" : "not added");
+        {
+            /* the build-time estimate of the search buffer (docs/tuning.md) */
+            t0 = Clock::now();
+            cagra::ItopkChoice c = cagra::choose_itopk(built.graph, view, cagra::Metric::L2, built.entry_nodes, 42,
+                                                       o.threads);
+            const std::vector<uint32_t> sizes = {16, 32, 64, 128, 256};
+            std::vector<double> loo = cagra::leave_one_out_recall(built.graph, view, cagra::Metric::L2,
+                                                                  built.entry_nodes, sizes, cagra::kItopkSamples, 42,
+                                                                  o.threads);
+            std::printf("itopk estimate: %u (leave-one-out recall@10 %.4f, %.2f s); leave-one-out recall at itopk",
+                        c.itopk_size, c.recall, seconds_since(t0));
+            for (size_t i = 0; i < sizes.size(); i++)
+                std::printf(" %u: %.4f", sizes[i], loo[i]);
+            std::printf("\n");
+        }
         cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
         t0 = Clock::now();
         cagra::EntryIndex entry_index = cagra::derive_entry_index(graph, built.entry_nodes);

@@ -753,6 +753,41 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 	return built;
 }
 
+/*
+ * The itopk_size searches of this graph use while cagra.itopk_size is 0:
+ * the smallest that reaches recall 0.95 on a sample of its own rows, each
+ * searched for in the graph without it (cagra::choose_itopk,
+ * docs/tuning.md).  A NOTICE says when that is above the default.
+ */
+static uint32
+cagra_measure_search_itopk(const CagraBuildState *bs, const cagra::BuiltGraph &built)
+{
+	cagra::ItopkChoice choice;
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_MEASURE);
+	cagra_guard_or_error([&] {
+		cagra::DatasetView view{bs->vectors, bs->n, bs->dims};
+
+		choice = cagra::choose_itopk(built.graph, view, bs->metric, built.entry_nodes, bs->params.seed,
+									 bs->params.threads);
+	});
+	if (choice.measured)
+		elog(DEBUG1, "cagra build of \"%s\": itopk_size %u reaches recall@10 %.3f on %u of its rows",
+			 RelationGetRelationName(bs->index), choice.itopk_size, choice.recall, cagra::kItopkSamples);
+	if (choice.itopk_size > cagra::SearchParams{}.itopk_size)
+		ereport(NOTICE,
+				(errmsg("cagra index \"%s\" searches with itopk_size %u", RelationGetRelationName(bs->index),
+						choice.itopk_size),
+				 choice.recall >= cagra::kItopkTargetRecall ?
+				 errdetail("A search of %u candidates found %.1f%% of the 10 nearest neighbours of %u of its rows, the smallest buffer to reach %.0f%%.",
+						   choice.itopk_size, 100.0 * choice.recall, cagra::kItopkSamples,
+						   100.0 * cagra::kItopkTargetRecall) :
+				 errdetail("A search of %u candidates, the most the GPU allows, found %.1f%% of the 10 nearest neighbours of %u of its rows.",
+						   choice.itopk_size, 100.0 * choice.recall, cagra::kItopkSamples),
+				 errhint("SET cagra.itopk_size to trade recall for speed; 0, the default, uses the index's own.")));
+	return choice.itopk_size;
+}
+
 /* ---- rows beyond maintenance_work_mem ---- */
 
 typedef struct CagraLeftOver
@@ -856,6 +891,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	meta.build_device = built_on;
 	if (built)
 	{
+		meta.search_itopk = cagra_measure_search_itopk(bs, *built);
 		meta.entry_count = (uint32) Min(built->entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
 		if (built->long_edges)
 			meta.build_flags |= CAGRA_BUILT_LONG_EDGES;

@@ -87,6 +87,10 @@ typedef struct CagraMetaData
 	uint32		reuse_next;		/* where the next insert looks for a deleted slot */
 	uint64		reused;			/* inserts into a deleted slot so far */
 	uint32		reuse_log[CAGRA_REUSE_LOG];	/* slot of such insert r at (r - 1) % LOG */
+	/* the itopk_size searches use while cagra.itopk_size is 0: what the build
+	 * measured this graph to need (cagra::choose_itopk); 0 in an empty index
+	 * and in indexes built before it existed (the core's default then) */
+	uint32		search_itopk;
 } CagraMetaData;
 
 /* Whether a worker copy lacks nodes the meta page has: appended ones, or
@@ -344,9 +348,12 @@ cagra::Metric cagra_index_metric(Relation index);
 bool		cagra_index_is_halfvec(Relation index);
 const char *cagra_device_name(uint32 device);
 
-/* Build parameters of an index (reloptions); search parameters (GUCs). */
+/* Build parameters of an index (reloptions); search parameters (GUCs, and
+ * the index's own itopk_size for cagra.itopk_size 0; meta may be NULL). */
 cagra::BuildParams cagra_build_params(Relation index);
-cagra::SearchParams cagra_search_params(void);
+cagra::SearchParams cagra_search_params(const CagraMetaData *meta);
+/* The itopk_size searches of the index use while cagra.itopk_size is 0. */
+uint32		cagra_index_itopk(const CagraMetaData *meta);
 
 /* ---- guarded buffer reads ---- */
 
@@ -465,3 +472,4 @@ void		cagra_endscan(IndexScanDesc scan);
 #define CAGRA_PHASE_RECEIVE 8	/* the graph back from it */
 #define CAGRA_PHASE_CONNECT 9	/* the backend's connect step over it */
 #define CAGRA_PHASE_SYNC 10		/* fsync of the pages written around shared buffers */
+#define CAGRA_PHASE_MEASURE 11	/* the search buffer the graph needs */

@@ -67,7 +67,7 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	index_close(index, NoLock);
 
 	double		tuples = Max(info->tuples, 1.0);
-	double		visited = Min(tuples, (double) cagra_itopk_size * degree);
+	double		visited = Min(tuples, (double) cagra_search_params(NULL).itopk_size * degree);
 	double		ratio = visited / tuples;
 	double		pages = Min(ceil(ratio * info->pages), (double) Max(info->rel->pages, 1));
 	double		spc_random_page_cost,
@@ -96,7 +96,7 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	 */
 	double		near_row = cpu_index_tuple_cost + degree * cpu_operator_cost;
 	double		far_row = degree * (cpu_index_tuple_cost + cpu_operator_cost) + spc_random_page_cost;
-	double		wanted = root->limit_tuples > 0 ? root->limit_tuples : (double) cagra_itopk_size;
+	double		wanted = root->limit_tuples > 0 ? root->limit_tuples : (double) cagra_search_params(NULL).itopk_size;
 	double		walked = Min(tuples, wanted / Max(filtered, 1.0 / tuples));
 	double		near = Min(walked, (double) CAGRA_WORKER_MAX_K);
 	double		per_row = (near * near_row + (walked - near) * far_row) / Max(walked, 1.0);
@@ -143,7 +143,7 @@ cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, 
 
 	double		tuples = Max(info->rel->tuples, 1.0);
 	double		allowed = Max(1.0, Min(tuples, ceil(bitmap_sel * tuples)));
-	cagra::SearchParams params = cagra_search_params();
+	cagra::SearchParams params = cagra_search_params(&meta);
 
 	if (root->limit_tuples > params.itopk_size)
 		params.itopk_size = (uint32) Min(root->limit_tuples, (double) CAGRA_WORKER_MAX_K);

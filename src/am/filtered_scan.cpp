@@ -606,7 +606,7 @@ cagra_fs_start(CagraFilteredScanState *s)
 	s->cap = (uint32) Min((uint64) s->allowed->rows.count,
 						  Min((uint64) s->meta.live, (uint64) cagra_max_scan_tuples));
 
-	uint32		kk = Max((uint32) cagra_itopk_size, (uint32) s->limit);
+	uint32		kk = Max(cagra_search_params(&s->meta).itopk_size, (uint32) s->limit);
 
 	cagra_fs_round(s, Max(Min(Min(kk, (uint32) CAGRA_WORKER_MAX_K), s->cap), (uint32) 1));
 	return true;

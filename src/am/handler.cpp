@@ -33,7 +33,7 @@ PG_FUNCTION_INFO_V1(cagra_l1_support);
 
 relopt_kind cagra_relopt_kind;
 
-int			cagra_itopk_size = 64;
+int			cagra_itopk_size = 0;	/* the index's own: CagraMetaData.search_itopk */
 int			cagra_search_width = 0;	/* automatic: cagra::kAutoSearchWidth */
 int			cagra_max_iterations = 0;
 int			cagra_entry_probes = 12;
@@ -44,13 +44,13 @@ cagra_define_search_gucs(void)
 {
 	cagra::SearchParams defaults;
 
-	cagra_itopk_size = (int) defaults.itopk_size;
 	cagra_search_width = (int) defaults.search_width;
 	cagra_max_iterations = (int) defaults.max_iterations;
 	cagra_entry_probes = (int) defaults.entry_probes;
 	DefineCustomIntVariable("cagra.itopk_size",
 							"Candidates kept by a cagra index search (larger: better recall, slower).",
-							NULL, &cagra_itopk_size, cagra_itopk_size, 1, (int) cagra::kMaxItopk,
+							"0 uses what the index's build measured it to need for recall 0.95 (at least 64).",
+							&cagra_itopk_size, cagra_itopk_size, 0, (int) cagra::kMaxItopk,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.search_width",
 							"Nodes expanded per iteration of a cagra index search.",
@@ -262,16 +262,24 @@ cagra_build_params(Relation index)
 	return p;
 }
 
-/* The one place search parameters are assembled: the cagra.* settings.
- * cagra.search_width 0 stays automatic: the core Searcher and the worker
- * resolve it for the CPU or the GPU (cagra::cpu_search_params,
+/* The one place search parameters are assembled: the cagra.* settings, and
+ * for cagra.itopk_size 0 the index's own buffer (meta->search_itopk; the
+ * core's default without a meta page, as the planner asks, or when the
+ * index has none).  cagra.search_width 0 stays automatic: the core Searcher
+ * and the worker resolve it for the CPU or the GPU (cagra::cpu_search_params,
  * cagra::gpu_search_params). */
+uint32
+cagra_index_itopk(const CagraMetaData *meta)
+{
+	return meta && meta->search_itopk > 0 ? meta->search_itopk : cagra::SearchParams{}.itopk_size;
+}
+
 cagra::SearchParams
-cagra_search_params(void)
+cagra_search_params(const CagraMetaData *meta)
 {
 	cagra::SearchParams p;
 
-	p.itopk_size = (uint32_t) cagra_itopk_size;
+	p.itopk_size = cagra_itopk_size > 0 ? (uint32_t) cagra_itopk_size : cagra_index_itopk(meta);
 	p.search_width = (uint32_t) cagra_search_width;
 	p.max_iterations = (uint32_t) cagra_max_iterations;
 	p.entry_probes = (uint32_t) cagra_entry_probes;
@@ -303,6 +311,8 @@ cagra_buildphasename(int64 phasenum)
 			return (char *) "connecting the graph";
 		case CAGRA_PHASE_SYNC:
 			return (char *) "syncing index pages to disk";
+		case CAGRA_PHASE_MEASURE:
+			return (char *) "measuring the search buffer";
 	}
 	return NULL;
 }

@@ -108,8 +108,8 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	cagra_read_meta(index, &meta);
 
 	BlockNumber pages = RelationGetNumberOfBlocks(index);
-	Datum		values[17];
-	bool		nulls[17] = {false};
+	Datum		values[18];
+	bool		nulls[18] = {false};
 
 	values[0] = Int32GetDatum((int32) meta.dims);
 	values[1] = CStringGetTextDatum(cagra::metric_name((cagra::Metric) meta.metric));
@@ -128,6 +128,7 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	values[14] = BoolGetDatum((meta.build_flags & CAGRA_BUILT_LONG_EDGES) != 0);
 	values[15] = CStringGetTextDatum(cagra::element_type_name((cagra::ElementType) meta.element_type));
 	values[16] = Int64GetDatum((int64) meta.reused);
+	values[17] = Int32GetDatum((int32) cagra_index_itopk(&meta));
 	if (meta.dims == 0)
 		nulls[0] = nulls[9] = nulls[10] = true;
 

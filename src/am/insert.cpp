@@ -52,12 +52,12 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 			return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
 		};
 		std::unique_ptr<cagra::InsertPlan> p(new cagra::InsertPlan(
-			cagra::plan_insert(acc, vec, new_id, cagra_search_params(), entries, live, meta->live)));
+			cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries, live, meta->live)));
 
 		/* no live node to link to (all deleted): deleted ones, which searches
 		 * walk through, so the node has a way in */
 		if (p->row.empty() || p->row[0] == cagra::kInvalidNode)
-			p.reset(new cagra::InsertPlan(cagra::plan_insert(acc, vec, new_id, cagra_search_params(), entries)));
+			p.reset(new cagra::InsertPlan(cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries)));
 
 		std::sort(p->updates.begin(), p->updates.end(),
 				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });

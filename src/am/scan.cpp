@@ -262,7 +262,7 @@ cagra_worker_round_ask(CagraWorkerRound *w, Relation index, const CagraMetaData 
 	CagraCopyExtent copy;
 
 	cagra_worker_round_clear(w);
-	req.params = cagra_search_params();
+	req.params = cagra_search_params(meta);
 	req.k = k;
 	req.params.itopk_size = k;
 	w->k = k;
@@ -299,7 +299,7 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 	if (!cagra_worker_wanted("search"))
 		return NULL;
 
-	cagra::SearchParams params = cagra_search_params();
+	cagra::SearchParams params = cagra_search_params(meta);
 	uint32		k = Max(params.itopk_size, (uint32) 1);
 
 	if (k > CAGRA_WORKER_MAX_K)
@@ -307,8 +307,8 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 		if (cagra_device == CAGRA_SEARCH_GPU)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("cagra.itopk_size %d is larger than the GPU allows (%d)",
-							cagra_itopk_size, CAGRA_WORKER_MAX_K)));
+					 errmsg("cagra.itopk_size %u is larger than the GPU allows (%d)",
+							params.itopk_size, CAGRA_WORKER_MAX_K)));
 		return NULL;
 	}
 
@@ -444,7 +444,7 @@ cagra_start_search(CagraScanState *s, Relation index, const CagraMetaData *meta,
 			s->query.resize(meta->dims);
 			cagra::prepare_vector((cagra::Metric) meta->metric, raw, s->query.data(), meta->dims);
 			s->entries.assign(meta->entries, meta->entries + meta->entry_count);
-			cagra::SearchParams params = cagra_search_params();
+			cagra::SearchParams params = cagra_search_params(meta);
 
 			s->batch_size = params.itopk_size;
 			s->accessor.reset(new CagraPageAccessor(index, *meta, true, true));
@@ -535,7 +535,7 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 	so->order.lossy = cagra_index_rounds_vectors(scan->indexRelation, meta);
 	/* checked as the core checks them, so a search served by the GPU worker
 	 * fails on bad settings as the CPU one does */
-	cagra_guard_or_error([] { cagra::validate_search_params(cagra_search_params(), 0); });
+	cagra_guard_or_error([meta] { cagra::validate_search_params(cagra_search_params(meta), 0); });
 	if (!so->null_query)
 		so->worker = cagra_worker_round_begin(scan->indexRelation, meta, raw, IsMVCCSnapshot(scan->xs_snapshot));
 	if (so->worker)

@@ -408,7 +408,7 @@ void
 cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
 						const bool *present, CagraAllowed *allowed, CagraCandidates *c)
 {
-	cagra::SearchParams params = cagra_search_params();
+	cagra::SearchParams params = cagra_search_params(meta);
 
 	params.itopk_size = Max(params.itopk_size, c->kk);
 	if (c->kk <= CAGRA_WORKER_MAX_K && cagra_worker_wanted("search"))
@@ -594,7 +594,7 @@ cagra_search(PG_FUNCTION_ARGS)
 	if (meta.n > 0 && meta.live > 0 && nitems > 0 && (!allowed || allowed->rows.count > 0))
 	{
 		/* more candidates than k: some may be invisible to this snapshot */
-		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max((uint32) cagra_itopk_size, (uint32) k));
+		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max(cagra_search_params(&meta).itopk_size, (uint32) k));
 		int			part = cagra_search_part_size(&meta, kk, nitems);
 		ArrayIterator it = array_create_iterator(arr, 0, NULL);
 		MemoryContext partcxt = AllocSetContextCreate(CurrentMemoryContext, "cagra_search part",

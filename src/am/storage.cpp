@@ -381,6 +381,8 @@ cagra_write_meta(Relation index, Buffer metabuf, const CagraMetaData *meta)
 	Page		page = GenericXLogRegisterBuffer(state, metabuf, 0);
 
 	memcpy(cagra_meta_of(page), meta, sizeof(CagraMetaData));
+	/* an index made before the meta data grew: cover it all */
+	((PageHeader) page)->pd_lower = ((char *) cagra_meta_of(page) + sizeof(CagraMetaData)) - (char *) page;
 	GenericXLogFinish(state);
 }
 

@@ -106,7 +106,7 @@ cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
 
-		out = new std::vector<cagra::RowRewrite>(cagra::plan_repair(acc, is_removed, cagra_search_params(), entries));
+		out = new std::vector<cagra::RowRewrite>(cagra::plan_repair(acc, is_removed, cagra_search_params(meta), entries));
 	});
 	return out;
 }

@@ -237,6 +237,170 @@ double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric 
     return (double)misses.load() / probes;
 }
 
+namespace {
+
+/* The graph of `Base` without node `removed`: its id reads as padding in
+ * every row, so a search meets its neighbours only through other nodes. */
+template <class Base>
+class WithoutNode {
+public:
+    WithoutNode(const Base &base, uint32_t removed) : base_(base), removed_(removed) {}
+    uint32_t size() const { return base_.size(); }
+    uint32_t degree() const { return base_.degree(); }
+    uint32_t dim() const { return base_.dim(); }
+    Metric metric() const { return base_.metric(); }
+    const uint32_t *neighbors(uint32_t id, uint32_t *scratch) const
+    {
+        const uint32_t *row = base_.neighbors(id, scratch);
+        const uint32_t degree = base_.degree();
+        if (row != scratch)
+            std::copy(row, row + degree, scratch);
+        std::replace(scratch, scratch + degree, removed_, kInvalidNode);
+        return scratch;
+    }
+    const float *vector(uint32_t id, float *scratch) const { return base_.vector(id, scratch); }
+    void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
+    {
+        base_.distances(query, ids, count, out);
+    }
+
+private:
+    const Base &base_;
+    uint32_t removed_;
+};
+
+/* The 10 nearest other nodes of each of `queries` (node ids), by one pass
+ * over the data in blocks: each thread keeps every query's best 10 of its
+ * blocks, merged at the end. */
+std::vector<std::vector<uint32_t>> nearest_other_nodes(const DatasetView &data, Metric metric,
+                                                       const std::vector<uint32_t> &queries, uint32_t threads)
+{
+    constexpr uint32_t k = 10;
+    using Best = std::vector<std::pair<float, uint32_t>>; /* a max-heap of at most k */
+    threads = std::max(threads, 1u);
+    std::vector<std::vector<Best>> per_thread(threads, std::vector<Best>(queries.size()));
+    detail::parallel_for(data.n, 4096, threads, nullptr, [&](uint64_t begin, uint64_t end, uint32_t t) {
+        /* a row against every query while it is in cache (the queries stay
+         * in cache too: a few hundred KB) */
+        for (uint64_t i = begin; i < end; i++) {
+            for (size_t q = 0; q < queries.size(); q++) {
+                if (i == queries[q])
+                    continue;
+                Best &best = per_thread[t][q];
+                const float d = distance(metric, data.row(queries[q]), data.row(i), data.dim);
+                if (best.size() < k) {
+                    best.emplace_back(d, (uint32_t)i);
+                    std::push_heap(best.begin(), best.end());
+                } else if (d < best.front().first) {
+                    std::pop_heap(best.begin(), best.end());
+                    best.back() = {d, (uint32_t)i};
+                    std::push_heap(best.begin(), best.end());
+                }
+            }
+        }
+    });
+    std::vector<std::vector<uint32_t>> out(queries.size());
+    for (size_t q = 0; q < queries.size(); q++) {
+        Best all;
+        for (uint32_t t = 0; t < threads; t++)
+            all.insert(all.end(), per_thread[t][q].begin(), per_thread[t][q].end());
+        std::sort(all.begin(), all.end());
+        for (size_t j = 0; j < all.size() && j < k; j++)
+            out[q].push_back(all[j].second);
+    }
+    return out;
+}
+
+} // namespace
+
+namespace {
+
+/* The seeded sample nodes and their true neighbours, computed once for
+ * every itopk_size tried. */
+struct LeaveOneOutSample {
+    std::vector<uint32_t> nodes;
+    std::vector<std::vector<uint32_t>> truth;
+};
+
+LeaveOneOutSample leave_one_out_sample(const DatasetView &data, Metric metric, uint32_t samples, uint64_t seed,
+                                       uint32_t threads)
+{
+    LeaveOneOutSample out;
+    out.nodes.resize(data.n < 2 ? 0 : samples);
+    for (uint32_t s = 0; s < out.nodes.size(); s++)
+        out.nodes[s] = (uint32_t)(detail::mix64(seed ^ 0x100e ^ detail::mix64(s)) % data.n);
+    out.truth = nearest_other_nodes(data, metric, out.nodes, threads);
+    return out;
+}
+
+double leave_one_out_recall_at(const InMemoryGraph &acc, const DatasetView &data,
+                               const std::vector<uint32_t> &entry_nodes, const LeaveOneOutSample &sample,
+                               uint32_t itopk, uint32_t threads)
+{
+    SearchParams sp;
+    sp.itopk_size = itopk;
+    sp = gpu_search_params(sp);
+    std::atomic<uint64_t> hits{0}, wanted{0};
+    detail::parallel_for(sample.nodes.size(), 4, std::max(threads, 1u), nullptr,
+                         [&](uint64_t begin, uint64_t end, uint32_t) {
+                             for (uint64_t s = begin; s < end; s++) {
+                                 const uint32_t v = sample.nodes[s];
+                                 WithoutNode<InMemoryGraph> without(acc, v);
+                                 std::vector<uint32_t> entries;
+                                 for (uint32_t e : entry_nodes)
+                                     if (e != v)
+                                         entries.push_back(e);
+                                 /* one more than 10: a random entry may still be v itself */
+                                 std::vector<Neighbor> r = search(without, data.row(v), 11, sp, entries);
+                                 uint64_t h = 0, got = 0;
+                                 for (const Neighbor &nb : r) {
+                                     if (nb.id == v || got == 10)
+                                         continue;
+                                     got++;
+                                     h += std::count(sample.truth[s].begin(), sample.truth[s].end(), nb.id);
+                                 }
+                                 hits.fetch_add(h, std::memory_order_relaxed);
+                                 wanted.fetch_add(sample.truth[s].size(), std::memory_order_relaxed);
+                             }
+                         });
+    return wanted.load() ? (double)hits.load() / (double)wanted.load() : 1.0;
+}
+
+} // namespace
+
+std::vector<double> leave_one_out_recall(const Graph &graph, const DatasetView &data, Metric metric,
+                                         const std::vector<uint32_t> &entry_nodes,
+                                         const std::vector<uint32_t> &itopk_sizes, uint32_t samples, uint64_t seed,
+                                         uint32_t threads)
+{
+    const LeaveOneOutSample sample = leave_one_out_sample(data, metric, samples, seed, threads);
+    InMemoryGraph acc(graph, data, metric);
+    std::vector<double> recall;
+    for (uint32_t itopk : itopk_sizes)
+        recall.push_back(leave_one_out_recall_at(acc, data, entry_nodes, sample, itopk, threads));
+    return recall;
+}
+
+ItopkChoice choose_itopk(const Graph &graph, const DatasetView &data, Metric metric,
+                         const std::vector<uint32_t> &entry_nodes, uint64_t seed, uint32_t threads)
+{
+    ItopkChoice choice;
+    choice.itopk_size = SearchParams{}.itopk_size;
+    if (data.n <= kItopkMinNodes)
+        return choice;
+    choice.measured = true;
+    const LeaveOneOutSample sample = leave_one_out_sample(data, metric, kItopkSamples, seed, threads);
+    InMemoryGraph acc(graph, data, metric);
+    /* one size at a time, smallest first: most data stops at the first */
+    for (uint32_t itopk : kItopkChoices) {
+        choice.itopk_size = itopk;
+        choice.recall = leave_one_out_recall_at(acc, data, entry_nodes, sample, itopk, threads);
+        if (choice.recall >= kItopkTargetRecall)
+            break;
+    }
+    return choice;
+}
+
 /*
  * Why long edges (docs/core.md, issue 12): when clusters hold fewer nodes
  * than the kNN lists, every kNN edge stays inside its cluster, and a search

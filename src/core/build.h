@@ -83,6 +83,38 @@ double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric 
 /* Above this miss rate build_graph adds long edges. */
 constexpr double kLongEdgeMissRate = 0.01;
 
+/*
+ * Leave-one-out recall: recall@10 of a default GPU search (width 1, as the
+ * probe above) at each of `itopk_sizes` for `samples` seeded nodes, each
+ * searched for by its own vector in the graph without it (its id read as
+ * padding in every row and left out of the entries), against its 10
+ * nearest other nodes by brute force.  A node's vector stands for a query
+ * of the data's own distribution that is not a node, as users' queries
+ * are; searching for a node that is still there would meet its neighbours
+ * one edge away.
+ */
+std::vector<double> leave_one_out_recall(const Graph &graph, const DatasetView &data, Metric metric,
+                                         const std::vector<uint32_t> &entry_nodes,
+                                         const std::vector<uint32_t> &itopk_sizes, uint32_t samples, uint64_t seed,
+                                         uint32_t threads);
+
+/* The search buffer an index needs by default (docs/tuning.md): the smallest
+ * of kItopkChoices whose leave_one_out_recall over kItopkSamples nodes
+ * reaches kItopkTargetRecall, the last choice when none does; the core's
+ * default itopk_size for graphs of at most kItopkMinNodes nodes (exact
+ * enough there) without measuring. */
+constexpr double kItopkTargetRecall = 0.95;
+constexpr uint32_t kItopkSamples = 128;
+constexpr uint64_t kItopkMinNodes = 2000;
+constexpr uint32_t kItopkChoices[] = {64, 96, 128, 192, 256, 384, 512};
+struct ItopkChoice {
+    uint32_t itopk_size = 0;
+    double recall = 0;     /* leave-one-out recall@10 at itopk_size; 0 when not measured */
+    bool measured = false;
+};
+ItopkChoice choose_itopk(const Graph &graph, const DatasetView &data, Metric metric,
+                         const std::vector<uint32_t> &entry_nodes, uint64_t seed, uint32_t threads);
+
 /* Long edges (docs/core.md): nested random samples of the nodes (1/8, 1/64,
  * ... of them, up to 4 levels), the CAGRA graph of each sample built from
  * 3 * intermediate_degree candidates, spliced into the last 7/8 of each
