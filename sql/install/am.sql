@@ -94,7 +94,8 @@ CREATE FUNCTION cagra_index_info(
         OUT generation bigint,
         OUT long_edges boolean,
         OUT storage text,
-        OUT reused_slots bigint)
+        OUT reused_slots bigint,
+        OUT search_itopk integer)
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.

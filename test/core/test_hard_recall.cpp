@@ -40,10 +40,11 @@ const HardSet &hard()
     return h;
 }
 
+/* sp: by default the defaults (itopk 64, 32 random entries, 8 probes) */
 template <class Entries>
-double recall_at_10(const HardSet &h, const InMemoryGraph &g, const Entries &entries)
+double recall_at_10(const HardSet &h, const InMemoryGraph &g, const Entries &entries,
+                    const SearchParams &sp = SearchParams{})
 {
-    const SearchParams sp; /* the defaults: itopk 64, 32 random entries, 8 probes */
     double sum = 0;
     for (uint64_t q = 0; q < h.nq; q++)
         sum += cagra_test::recall(search(g, &h.queries[q * h.dim], 10, sp, entries), h.truth[q]);
@@ -103,11 +104,7 @@ double query_recall_at(const HardSet &h, const Graph &graph, const std::vector<u
     InMemoryGraph g(graph, DatasetView{h.base.data(), h.n, h.dim}, Metric::L2);
     SearchParams sp;
     sp.itopk_size = itopk;
-    sp = gpu_search_params(sp);
-    double sum = 0;
-    for (uint64_t q = 0; q < h.nq; q++)
-        sum += cagra_test::recall(search(g, &h.queries[q * h.dim], 10, sp, entries), h.truth[q]);
-    return sum / h.nq;
+    return recall_at_10(h, g, entries, gpu_search_params(sp));
 }
 
 } // namespace
