@@ -314,7 +314,9 @@ def cmd_query(a):
     print("first search (loads the worker's copy of the index): %.2f s" % (time.time() - t))
     print(db.psql("SELECT coalesce(string_agg(format('worker copy: %s nodes, %s MB on device %s', nodes, "
                   "round(size_mb::numeric, 1), device), '; '), 'worker copy: none') FROM cagra_worker_cache()"))
-    print("cagra.itopk_size default: %s" % db.psql("SHOW cagra.itopk_size"), flush=True)
+    print("cagra.itopk_size default: %s (0: the index's own, %s)"
+          % (db.psql("SHOW cagra.itopk_size"),
+             db.psql("SELECT search_itopk FROM cagra_index_info('bench_items_cagra')")), flush=True)
     started = time.time()
     for itopk in a.itopk.split(","):
         if a.time_budget and time.time() - started > a.time_budget:
