@@ -88,15 +88,19 @@ constexpr double kLongEdgeMissRate = 0.01;
  * probe above) at each of `itopk_sizes` for `samples` seeded nodes, each
  * searched for by its own vector in the graph without it (its id read as
  * padding in every row and left out of the entries), against its 10
- * nearest other nodes by brute force.  A node's vector stands for a query
+ * nearest other nodes by brute force, or by a search of kMaxItopk
+ * candidates at the CPU's width when rows x dimensions x samples is above
+ * brute_force_elements.  A node's vector stands for a query
  * of the data's own distribution that is not a node, as users' queries
  * are; searching for a node that is still there would meet its neighbours
  * one edge away.
  */
+/* About 5 CPU-seconds of brute force (a minute at 10,000,000 x 768 x 128). */
+constexpr double kBruteForceElements = 3e10;
 std::vector<double> leave_one_out_recall(const Graph &graph, const DatasetView &data, Metric metric,
                                          const std::vector<uint32_t> &entry_nodes,
                                          const std::vector<uint32_t> &itopk_sizes, uint32_t samples, uint64_t seed,
-                                         uint32_t threads);
+                                         uint32_t threads, double brute_force_elements = kBruteForceElements);
 
 /* The search buffer an index needs by default (docs/tuning.md): the smallest
  * of kItopkChoices whose leave_one_out_recall over kItopkSamples nodes
@@ -111,6 +115,7 @@ struct ItopkChoice {
     uint32_t itopk_size = 0;
     double recall = 0;     /* leave-one-out recall@10 at itopk_size; 0 when not measured */
     bool measured = false;
+    bool exact_reference = true; /* against brute force; false: against a search of kMaxItopk */
 };
 ItopkChoice choose_itopk(const Graph &graph, const DatasetView &data, Metric metric,
                          const std::vector<uint32_t> &entry_nodes, uint64_t seed, uint32_t threads);
