@@ -772,8 +772,9 @@ cagra_measure_search_itopk(const CagraBuildState *bs, const cagra::BuiltGraph &b
 									 bs->params.threads);
 	});
 	if (choice.measured)
-		elog(DEBUG1, "cagra build of \"%s\": itopk_size %u reaches recall@10 %.3f on %u of its rows",
-			 RelationGetRelationName(bs->index), choice.itopk_size, choice.recall, cagra::kItopkSamples);
+		elog(DEBUG1, "cagra build of \"%s\": itopk_size %u reaches recall@10 %.3f on %u of its rows, against %s",
+			 RelationGetRelationName(bs->index), choice.itopk_size, choice.recall, cagra::kItopkSamples,
+			 choice.exact_reference ? "their exact neighbours" : "a search of 1024 candidates");
 	if (choice.itopk_size > cagra::SearchParams{}.itopk_size)
 		ereport(NOTICE,
 				(errmsg("cagra index \"%s\" searches with itopk_size %u", RelationGetRelationName(bs->index),
