@@ -15,13 +15,18 @@ pgbench's latency less the round trip: the backend's own executor work and
 the client protocol.  It also prints the worker main loop's busy share and
 the backends' CPU per query.  Prints figures; asserts nothing.
 
+With --resident on,off it runs the sweep once per cagra.resident_search
+setting (the kernel that stays on the device against a launch per batch),
+each after recall@10 over every query in one statement under that setting,
+and prints the share of batches the resident kernel answered.
+
 With --batch N it also times cagra_search calls of N queries and prints
 their steps per call (the worker's job, engine and device time; the
 backend's share is the call less the round trip).
 
 usage: worker_profile.py DIR [--skip-load] [--windows 100,0]
                              [--clients 1,64,128,256] [--seconds 8] [--itopk 32]
-                             [--batch 10000]
+                             [--resident on] [--batch 10000]
 """
 import argparse
 import time
@@ -45,32 +50,13 @@ def per_event_us(before, after, step):
     return total * 1000.0 / events if events > 0 else 0.0, events
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir")
-    ap.add_argument("--dsn", default="")
-    ap.add_argument("--skip-load", action="store_true")
-    ap.add_argument("--windows", default="100,0")
-    ap.add_argument("--clients", default="1,64,128,256")
-    ap.add_argument("--seconds", type=int, default=8)
-    ap.add_argument("--itopk", type=int, default=32)
-    ap.add_argument("--batch", type=int, default=0)
-    args = ap.parse_args()
-    db = sql_bench.Db(args.dsn)
-    db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
-    if not args.skip_load:
-        sql_bench.load(db, args.dir)
-    db.psql("SET maintenance_work_mem = '8GB'; "
-            "CREATE INDEX IF NOT EXISTS bench_items_cagra ON bench_items USING cagra (v)")
-    nq = int(db.psql("SELECT count(*) FROM bench_queries"))
-    script = sql_bench.QUERY_SCRIPT.format(nq=nq - 1, op="<->")
-    settings = [("cagra.itopk_size", args.itopk), ("enable_seqscan", "off")]
-    # one warm-up run loads the index copy
-    db.pgbench(script, 4, 2, settings)
+def sweep(db, args, script, settings):
+    """pgbench at each batch window and client count, with the worker's
+    steps per search from cagra_worker_timings() around each run."""
     print("Per search, in microseconds (job, engine, device and hand-back per batch):")
     print("| window us | clients | q/s | latency | round trip | pickup | queue | job | engine | device "
-          "| hand-back | wake | backend | mean batch | loop busy % | backends' CPU |")
-    print("|" + "---:|" * 16)
+          "| hand-back | wake | backend | mean batch | loop busy % | resident % | backends' CPU |")
+    print("|" + "---:|" * 17)
     for window in [int(x) for x in args.windows.split(",")]:
         db.psql("ALTER SYSTEM SET cagra.batch_window = %d" % window)
         db.psql("SELECT pg_reload_conf()")
@@ -87,12 +73,48 @@ def main():
             batches = us["job"][1]
             queries = us["queue"][1]
             loop_ms = after["loop busy"][1] - before["loop busy"][1]
+            resident_share = 100.0 * us["resident"][1] / max(batches, 1) if "resident" in us else 0.0
             print("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f "
-                  "| %.1f | %.0f | %s |"
+                  "| %.1f | %.0f | %.0f | %s |"
                   % (window, clients, tps, latency, round_trip, us["pickup"][0], us["queue"][0],
                      us["job"][0], us["engine"][0], us["device"][0], us["handback"][0], us["wake"][0],
                      latency - round_trip, queries / max(batches, 1), loop_ms / 10.0 / elapsed,
-                     sql_bench.fmt_ms(backend_cpu)), flush=True)
+                     resident_share, sql_bench.fmt_ms(backend_cpu)), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--dsn", default="")
+    ap.add_argument("--skip-load", action="store_true")
+    ap.add_argument("--windows", default="100,0")
+    ap.add_argument("--clients", default="1,64,128,256")
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--itopk", type=int, default=32)
+    ap.add_argument("--resident", default="on")
+    ap.add_argument("--batch", type=int, default=0)
+    args = ap.parse_args()
+    db = sql_bench.Db(args.dsn)
+    db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
+    if not args.skip_load:
+        sql_bench.load(db, args.dir)
+    db.psql("SET maintenance_work_mem = '8GB'; "
+            "CREATE INDEX IF NOT EXISTS bench_items_cagra ON bench_items USING cagra (v)")
+    nq = int(db.psql("SELECT count(*) FROM bench_queries"))
+    script = sql_bench.QUERY_SCRIPT.format(nq=nq - 1, op="<->")
+    settings = [("cagra.itopk_size", args.itopk), ("enable_seqscan", "off")]
+    # one warm-up run loads the index copy
+    db.pgbench(script, 4, 2, settings)
+    for resident in args.resident.split(","):
+        db.psql("ALTER SYSTEM SET cagra.resident_search = %s" % resident)
+        db.psql("SELECT pg_reload_conf()")
+        time.sleep(1)
+        db.pgbench(script, 4, 2, settings)
+        recall = float(db.psql(sql_bench.set_statements(settings) + sql_bench.RECALL_SQL.format(op="<->")))
+        print("\ncagra.resident_search = %s: recall@10 %.3f (itopk %d, every query in one statement)"
+              % (resident, recall, args.itopk))
+        sweep(db, args, script, settings)
+    db.psql("ALTER SYSTEM RESET cagra.resident_search")
     db.psql("ALTER SYSTEM RESET cagra.batch_window")
     db.psql("SELECT pg_reload_conf()")
     if args.batch:

@@ -19,6 +19,7 @@
 #include "measure_nodes.cuh"
 
 #include "search.cuh"
+#include "search_resident.cuh"
 
 static_assert(CAGRA_GPU_INVALID_NODE == cagra::kInvalidNode, "one invalid node id");
 static_assert((int)CAGRA_GPU_L2 == (int)cagra::Metric::L2 &&
@@ -30,6 +31,15 @@ static_assert((int)CAGRA_GPU_L2 == (int)cagra::Metric::L2 &&
 #define CAGRA_GPU_VERSION_STRING "0.1.0"
 
 namespace cagra_gpu {
+
+/* A lazy module load may wait for the device to go idle, which it never
+ * does while a resident search kernel runs (search_resident.cu): every
+ * kernel is loaded with the context instead.  Set before the runtime
+ * starts, which is after the library is loaded. */
+__attribute__((constructor)) static void load_kernels_with_the_context()
+{
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+}
 
 namespace {
 
@@ -112,7 +122,11 @@ void check_build_params(const cagra_gpu_build_params *p)
 
 struct Stream {
     cudaStream_t s = nullptr;
-    Stream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
+    Stream()
+    {
+        ResidentPause pause;
+        check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
     ~Stream()
     {
         if (s)
@@ -231,7 +245,8 @@ struct cagra_gpu_search_context {
     /* wait on a blocking event rather than spin in cudaStreamSynchronize */
     bool blocking_wait = false;
     Stream stream;
-    cudaEvent_t started = nullptr, done = nullptr; /* around the last search, for its device time */
+    cudaEvent_t started = nullptr, done = nullptr; /* around the last launched search, for its device time */
+    float resident_ms = -1.0f; /* the last search's device time when the resident kernel served it, else < 0 */
     /* per-batch buffers, kept and grown so small batches allocate nothing */
     DeviceBuffer<float> queries;
     DeviceBuffer<uint32_t> ids;
@@ -311,6 +326,7 @@ void cagra_gpu_default_search_params(cagra_gpu_search_params *p)
     p->random_entries = d.random_entries;
     p->seed = d.seed;
     p->ctas_per_query = 0;
+    p->resident = 0;
 }
 
 cagra_gpu_status cagra_gpu_device_count(int *count)
@@ -694,6 +710,7 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
         a.bounds = ctx->bounds.get();
         a.handed_in = ctx->handed_in.get();
     }
+    ctx->resident_ms = -1.0f;
     if (ctx->started)
         check(cudaEventRecord(ctx->started, s), "cudaEventRecord");
     if (ix->stride != ix->dim)
@@ -731,6 +748,45 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     } else {
         check(cudaStreamSynchronize(s), "the search");
     }
+}
+
+/* The batch through the device's resident kernel (search_resident.cu):
+ * one CTA per query at the caller's width, as a launch with
+ * ctas_per_query 1 would walk it; false when the kernel cannot take it. */
+bool search_resident_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchArgs a,
+                           const cagra_gpu_search_params &p, const float *queries, uint32_t nq, uint32_t *ids_out,
+                           float *distances_out)
+{
+    /* One block walks each query there; at long rows several blocks per
+     * query (a launch) finish a small batch sooner.  Through SQL on an
+     * H200: 512-byte rows (c1m) 2,061 -> 3,142 q/s with one client and
+     * 79,009 -> 110,203 with 64; 4 KB rows (1,024 float32 dimensions)
+     * 1,209 -> 826 and 34,407 -> 29,166 (docs/worker.md). */
+    constexpr uint64_t kResidentMaxRowBytes = 1024;
+    if ((uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4) > kResidentMaxRowBytes)
+        return false;
+    a.ctas = 1;
+    a.max_iterations = search_max_iterations(p.itopk_size, p.search_width, p.max_iterations);
+    plan_search(a, p.search_width, ix->degree, p.itopk_size);
+    int max_smem = 0;
+    check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
+          "cudaDeviceGetAttribute");
+    if (a.smem_bytes + 64 > (size_t)max_smem)
+        return false;
+    ResidentKey key;
+    key.index = ix;
+    key.device = ix->device;
+    key.half = ix->dtype == CAGRA_GPU_FLOAT16;
+    key.itopk = p.itopk_size;
+    key.width = p.search_width;
+    key.max_iterations = a.max_iterations;
+    key.random_entries = p.random_entries;
+    key.seed = p.seed;
+    float ms = -1.0f;
+    if (!search_resident(key, a, ix->dim, queries, nq, a.k, ids_out, distances_out, &ms))
+        return false;
+    ctx->resident_ms = ms;
+    return true;
 }
 
 } // namespace
@@ -771,6 +827,8 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         /* several CTAs per query: each walks with a buffer of its own */
         const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;
         a.max_iterations = search_max_iterations(buffer, shape.width, p->max_iterations);
+        if (p->resident && !filter && search_resident_batch(ctx, ix, a, *p, queries, nq, ids_out, distances_out))
+            return;
         run_batch(ctx, ix, a, shape.width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
     });
 }
@@ -812,9 +870,16 @@ cagra_gpu_status cagra_gpu_search_nodes_in(cagra_gpu_search_context *ctx, cagra_
 float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *ctx)
 {
     float ms = -1.0f;
+    if (ctx && ctx->resident_ms >= 0.0f)
+        return ctx->resident_ms;
     if (!ctx || !ctx->started || !ctx->done || cudaEventElapsedTime(&ms, ctx->started, ctx->done) != cudaSuccess)
         return -1.0f;
     return ms;
+}
+
+int cagra_gpu_search_context_resident(const cagra_gpu_search_context *ctx)
+{
+    return ctx && ctx->resident_ms >= 0.0f ? 1 : 0;
 }
 
 uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *ix)
@@ -826,6 +891,7 @@ void cagra_gpu_index_free(cagra_gpu_index *ix)
 {
     if (!ix)
         return;
+    forget_resident(ix);
     cudaSetDevice(ix->device);
     delete ix;
 }

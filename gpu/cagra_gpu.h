@@ -32,9 +32,9 @@ extern "C" {
 
 /* Bumped whenever a signature, struct or enum below changes (5: the L1
  * metric; 6: device time of a search, searches of a node list; 7:
- * ctas_per_query); compare cagra_gpu_api_version() with this after
- * dlopen(). */
-#define CAGRA_GPU_API_VERSION 7
+ * ctas_per_query; 8: resident); compare cagra_gpu_api_version() with this after
+ * dlopen(); 8: resident). */
+#define CAGRA_GPU_API_VERSION 8
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -106,6 +106,20 @@ typedef struct {
      * then may differ between runs: which block measures a node first
      * varies. */
     uint32_t ctas_per_query;
+    /* 1: an unfiltered batch of cagra_gpu_search_in over rows of at most
+     * 1 KB (256 float32 or 512 float16 dimensions) goes to the device's
+     * resident kernel, which stays running between searches: a thread
+     * block on each of half the multiprocessors (the others stay free for
+     * any other kernel), each serving one query at a time at
+     * search_width (as ctas_per_query 1 would), with no launch or copy
+     * through the driver; the caller spins on the answer.  One such kernel
+     * runs per device, for the index and settings that used it first (an
+     * idle one gives way after 200 ms); a batch it cannot take now (more
+     * queries than free blocks, another index's kernel busy, an allocation
+     * of the library under way) is launched as with 0.  The kernel stops
+     * while the library allocates or frees device memory, and when the
+     * index is freed.  0: every batch is launched. */
+    uint32_t resident;
 } cagra_gpu_search_params;
 
 typedef struct cagra_gpu_index cagra_gpu_index;
@@ -182,8 +196,9 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search(cagra_gpu_index *index, const
  * time on one device.  Searches through different contexts may run at the
  * same time, from different threads, on the same index (each index also has
  * a context of its own, which cagra_gpu_search uses).  One thread at a time
- * uses a context.  Searches through a created context wait for the device
- * without spinning, so threads that wait leave the host's cores to others.
+ * uses a context.  Launched searches through a created context wait for
+ * the device without spinning, so threads that wait leave the host's cores
+ * to others; resident ones (params.resident) spin, then yield.
  */
 CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_context_create(int device, cagra_gpu_search_context **context);
 CAGRA_GPU_EXPORT void cagra_gpu_search_context_free(cagra_gpu_search_context *context);
@@ -195,9 +210,14 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *
                                                       uint32_t *ids_out, float *distances_out);
 
 /* Milliseconds the device spent on the last search through a created
- * `context` (query copy, kernel, result copy, timed by CUDA events), or a
- * negative value when there was none. */
+ * `context` (query copy, kernel, result copy, timed by CUDA events; served
+ * by the resident kernel: from its first job's start to its last one's end
+ * by the device's clock), or a negative value when there was none. */
 CAGRA_GPU_EXPORT float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *context);
+
+/* 1 when the resident kernel served the last search through `context`
+ * (params.resident), 0 when it was launched or there was none. */
+CAGRA_GPU_EXPORT int cagra_gpu_search_context_resident(const cagra_gpu_search_context *context);
 
 /*
  * The k nearest of `count` given nodes (distinct ids below the index's n,

@@ -69,6 +69,17 @@ __host__ __device__ inline uint32_t pow2_at_least(uint32_t x)
     return p;
 }
 
+/* While one lives, no resident search kernel runs (search_resident.cuh):
+ * device and page-locked allocations and frees may wait for the whole
+ * device, which a kernel that never ends would make wait forever. */
+class ResidentPause {
+public:
+    ResidentPause();
+    ~ResidentPause();
+    ResidentPause(const ResidentPause &) = delete;
+    ResidentPause &operator=(const ResidentPause &) = delete;
+};
+
 /* Owning device allocation; an allocation failure becomes OUT_OF_MEMORY. */
 template <class T>
 class DeviceBuffer {
@@ -98,6 +109,7 @@ public:
         release();
         if (count == 0)
             return;
+        ResidentPause pause;
         cudaError_t err = cudaMalloc(&ptr_, count * sizeof(T));
         if (err != cudaSuccess) {
             ptr_ = nullptr;
@@ -111,8 +123,10 @@ public:
     }
     void release()
     {
-        if (ptr_)
+        if (ptr_) {
+            ResidentPause pause;
             cudaFree(ptr_);
+        }
         ptr_ = nullptr;
         count_ = 0;
     }

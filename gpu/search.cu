@@ -1,162 +1,23 @@
 /*
- * search.cu — batched CAGRA search, one CTA per query (several CTAs per
- * query: search_multi_cta.cu; the steps both share: search_steps.cuh).
- *
- * Shared memory per CTA: the query (fp32), the itopk buffer and the
- * candidate buffer as sorted 64-bit keys (ordered distance << 32 | id, bit
- * 31 of the id marking an expanded parent), and a visited hash (open
- * addressing).  Each iteration picks up to search_width unexpanded parents
- * from the first itopk_size entries, gathers their neighbours not yet in
- * the hash, computes exact fp32 distances with a team of threads per vector
- * (16-byte loads), sorts the candidates with a bitonic network and merges
- * them into itopk (half-cleaner, then a bitonic merge).
- *
- * The hash forgets: when it passes half full it is cleared and refilled
- * with the ids now in itopk.  A forgotten node can only come back with a
- * distance no better than the current itopk's worst (which only decreases),
- * so forgetting never duplicates results; it costs recomputed distances.
- *
- * With a filter, a parent the filter rejects leaves itopk once expanded, so
- * that itopk fills with nodes that may be returned however few pass (a
- * traversal otherwise ends with itopk full of rejected nodes).  Such a node
- * is forgotten by the hash with the rest; coming back it would be expanded
- * again, and the search would walk the same ground after every forgetting.
- * So after forgetting, a rejected candidate closer than the best unexpanded
- * entry of itopk at that moment (closer nodes were, as a rule, met and
- * expanded before) is dropped.
- *
- * With entries_distinct the entries are given node ids, measured without
- * the hash: with no iteration, the exact nearest of those nodes.
+ * search.cu — batched CAGRA search, one CTA per query (the walk itself:
+ * search_single_cta.cuh; several CTAs per query: search_multi_cta.cu; a
+ * kernel that stays running between searches: search_resident.cu), and
+ * the plan of a search's shared memory.
  */
 #include <algorithm>
 
-#include "search_steps.cuh"
+#include "search_single_cta.cuh"
 
 namespace cagra_gpu {
 
 namespace {
 
-/* The CTA's visited hash in shared memory (open addressing, uint32 ids). */
-__device__ inline bool hash_insert(uint32_t *hash, uint32_t mask, uint32_t *count, uint32_t id)
-{
-    uint32_t h = hash32(id) & mask;
-    for (;;) {
-        uint32_t prev = atomicCAS(&hash[h], kInvalid, id);
-        if (prev == kInvalid) {
-            atomicAdd(count, 1u);
-            return true;
-        }
-        if (prev == id)
-            return false;
-        h = (h + 1) & mask;
-    }
-}
-
 template <class T, int TEAM>
 __global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ uint32_t s_cand_count, s_hash_count, s_parents, s_drop_below;
-    float *q = reinterpret_cast<float *>(smem + a.query_off);
-    uint64_t *itopk = reinterpret_cast<uint64_t *>(smem + a.itopk_off);
-    uint64_t *cand = reinterpret_cast<uint64_t *>(smem + a.cand_off);
-    uint32_t *hash = reinterpret_cast<uint32_t *>(smem + a.hash_off);
-    uint32_t *parents = reinterpret_cast<uint32_t *>(smem + a.parents_off);
     const uint32_t qi = blockIdx.x;
-    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
-    const uint32_t hmask = a.hash_slots - 1;
-
-    for (uint32_t i = tid; i < a.stride; i += blockDim.x)
-        q[i] = a.queries[(uint64_t)qi * a.stride + i];
-    for (uint32_t i = tid; i < a.itopk_cap; i += blockDim.x)
-        itopk[i] = kEmptyKey;
-    for (uint32_t i = tid; i < a.hash_slots; i += blockDim.x)
-        hash[i] = kInvalid;
-    if (tid == 0) {
-        s_cand_count = 0;
-        s_hash_count = 0;
-        s_drop_below = 0; /* no candidate is dropped */
-    }
-    __syncthreads();
-
-    /* Entry nodes: the fixed ones, then random ones, a candidate buffer at a time. */
-    const uint32_t entries = a.entry_count + a.random_entries;
-    for (uint32_t base = 0; base < entries; base += a.cand_cap) {
-        for (uint32_t t = tid; t < a.cand_cap && base + t < entries; t += blockDim.x) {
-            uint32_t idx = base + t;
-            uint32_t id = entry_node(a, qi, idx);
-            if (a.entries_distinct || hash_insert(hash, hmask, &s_hash_count, id))
-                cand[atomicAdd(&s_cand_count, 1u)] = id;
-        }
-        __syncthreads();
-        uint32_t count = s_cand_count;
-        __syncthreads();
-        if (tid == 0)
-            s_cand_count = 0;
-        if (count)
-            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count, 0);
-        __syncthreads();
-    }
-
-    for (uint32_t iter = 0; iter < a.max_iterations; iter++) {
-        /* Forget: refill the hash with what itopk holds. */
-        if (s_hash_count + a.step_cands > a.hash_slots / 2) {
-            __syncthreads();
-            for (uint32_t i = tid; i < a.hash_slots; i += blockDim.x)
-                hash[i] = kInvalid;
-            if (tid == 0)
-                s_hash_count = 0;
-            __syncthreads();
-            for (uint32_t i = tid; i < a.itopk_cap; i += blockDim.x) {
-                uint32_t id = (uint32_t)itopk[i];
-                if (id != kInvalid)
-                    hash_insert(hash, hmask, &s_hash_count, id & ~kExpanded);
-            }
-            if (a.filter && warp == 0) {
-                /* the ordered distance of the best unexpanded entry */
-                uint32_t best_unexpanded = 0;
-                for (uint32_t base = 0; base < a.itopk; base += 32) {
-                    uint32_t i = base + lane;
-                    uint32_t id = i < a.itopk ? (uint32_t)itopk[i] : kInvalid;
-                    uint32_t mask = __ballot_sync(0xFFFFFFFFu, id != kInvalid && !(id & kExpanded));
-                    if (mask) {
-                        best_unexpanded = (uint32_t)(itopk[base + __ffs(mask) - 1] >> 32);
-                        break;
-                    }
-                }
-                if (lane == 0)
-                    s_drop_below = best_unexpanded;
-            }
-            __syncthreads();
-        }
-        if (warp == 0) {
-            uint32_t np = pick_parents(a, itopk, a.itopk, a.itopk_cap, a.width, ~0u, parents, lane);
-            if (lane == 0)
-                s_parents = np;
-        }
-        __syncthreads();
-        const uint32_t np = s_parents;
-        if (np == 0)
-            break;
-        for (uint32_t t = tid; t < np * a.degree; t += blockDim.x) {
-            uint32_t p = t / a.degree, e = t - p * a.degree;
-            uint32_t id = __ldg(a.graph + (uint64_t)parents[p] * a.degree + e);
-            if (id != kInvalid && hash_insert(hash, hmask, &s_hash_count, id))
-                cand[atomicAdd(&s_cand_count, 1u)] = id;
-        }
-        __syncthreads();
-        uint32_t count = s_cand_count;
-        __syncthreads();
-        if (tid == 0)
-            s_cand_count = 0;
-        if (count)
-            distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count, s_drop_below);
-        __syncthreads();
-    }
-
-    /* The first k accepted entries, in order. */
-    if (warp == 0)
-        write_results(a, itopk, a.itopk_cap, qi, lane);
+    search_one<T, TEAM>(a, a.queries + (uint64_t)qi * a.stride, qi, a.k, a.ids_out + (uint64_t)qi * a.k,
+                        a.dist_out + (uint64_t)qi * a.k);
 }
 
 template <class T, int TEAM>
@@ -235,7 +96,7 @@ void run_search(const SearchArgs &a, bool half, uint32_t nq, cudaStream_t stream
 {
     if (a.ctas > 1)
         return run_search_multi_cta(a, half, nq, stream);
-    uint32_t threads = a.itopk_cap >= 256 || a.step_cands >= 256 ? 256 : 128;
+    const uint32_t threads = single_cta_threads(a);
     if (half)
         launch_team<__half>(a, nq, threads, stream);
     else

@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kMultiCtaThreads, 4) search_multi_cta_kernel(S
     __syncthreads();
     block_sort(cand, sort_n);
     if (warp == 0)
-        write_results(a, cand, sort_n, qi, lane);
+        write_results(a, cand, sort_n, a.k, a.ids_out + (uint64_t)qi * a.k, a.dist_out + (uint64_t)qi * a.k, lane);
     /* ready for the next launch on these buffers (stream order) */
     uint4 *slots = reinterpret_cast<uint4 *>(visited);
     const uint4 none = make_uint4(kInvalid, kInvalid, kInvalid, kInvalid);

@@ -224,14 +224,14 @@ __device__ __forceinline__ uint32_t pick_parents(const SearchArgs &a, uint64_t *
 }
 
 /* Warp 0: the first k accepted entries of a sorted buffer of `cap` keys
- * become query qi's row of the output, padded with invalid ids and
- * +infinity. */
-__device__ __forceinline__ void write_results(const SearchArgs &a, const uint64_t *buf, uint32_t cap, uint32_t qi,
-                                              uint32_t lane)
+ * become a row of the output (ids_row, dist_row), padded with invalid ids
+ * and +infinity. */
+__device__ __forceinline__ void write_results(const SearchArgs &a, const uint64_t *buf, uint32_t cap, uint32_t k,
+                                              uint32_t *ids_row, float *dist_row, uint32_t lane)
 {
     const uint32_t lt = (1u << lane) - 1;
     uint32_t written = 0;
-    for (uint32_t base = 0; base < cap && written < a.k; base += 32) {
+    for (uint32_t base = 0; base < cap && written < k; base += 32) {
         uint32_t i = base + lane;
         uint64_t key = i < cap ? buf[i] : kEmptyKey;
         uint32_t id = (uint32_t)key;
@@ -241,15 +241,15 @@ __device__ __forceinline__ void write_results(const SearchArgs &a, const uint64_
             ok = filter_passes(a.filter, id);
         uint32_t mask = __ballot_sync(0xFFFFFFFFu, ok);
         uint32_t r = written + __popc(mask & lt);
-        if (ok && r < a.k) {
-            a.ids_out[(uint64_t)qi * a.k + r] = id;
-            a.dist_out[(uint64_t)qi * a.k + r] = key_to_float((uint32_t)(key >> 32));
+        if (ok && r < k) {
+            ids_row[r] = id;
+            dist_row[r] = key_to_float((uint32_t)(key >> 32));
         }
         written += __popc(mask);
     }
-    for (uint32_t r = written + lane; r < a.k; r += 32) {
-        a.ids_out[(uint64_t)qi * a.k + r] = kInvalid;
-        a.dist_out[(uint64_t)qi * a.k + r] = INFINITY;
+    for (uint32_t r = written + lane; r < k; r += 32) {
+        ids_row[r] = kInvalid;
+        dist_row[r] = INFINITY;
     }
 }
 

@@ -148,6 +148,7 @@ static const struct
 	{"wake", "request"},
 	{"round trip", "request"},
 	{"loop busy", "loop turn"},
+	{"resident", "batch"},
 };
 
 Datum

@@ -1,7 +1,8 @@
 /*
  * guc.cpp — the GUCs of the GPU worker and of search offload:
  * cagra.device, cagra.batch_window, cagra.batch_max, cagra.gpu_memory_limit,
- * cagra.worker_timeout, cagra.gpu_library and cagra.worker_backend.
+ * cagra.worker_timeout, cagra.resident_search, cagra.gpu_library and
+ * cagra.worker_backend.
  */
 #include "protocol/protocol.h"
 
@@ -17,6 +18,7 @@ int			cagra_concurrent_batches = 4;
 int			cagra_concurrent_filtered_searches = 8;
 int			cagra_gpu_memory_limit_mb = 0;
 int			cagra_worker_timeout_ms = 10000;
+bool		cagra_resident_search = true;
 char	   *cagra_gpu_library = NULL;
 int			cagra_worker_backend = CAGRA_BACKEND_GPU;
 
@@ -57,6 +59,12 @@ cagra_worker_define_gucs(void)
 							"How long a backend waits for one answer of the GPU worker before searching on the CPU.",
 							NULL, &cagra_worker_timeout_ms, 10000, 1, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("cagra.resident_search",
+							 "Whether the GPU worker answers small unfiltered batches with a search kernel that stays running on the device.",
+							 "Off launches a kernel for every batch.",
+							 &cagra_resident_search, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	/* Server-start settings exist only where the worker can: PostgreSQL
 	 * refuses PGC_POSTMASTER variables from a library loaded later. */

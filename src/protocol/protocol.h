@@ -199,6 +199,7 @@ typedef enum CagraTimingStep
 	CAGRA_TIMING_WAKE,			/* per search request: answered until the backend saw it */
 	CAGRA_TIMING_ROUND_TRIP,	/* per search request: queued until the backend saw the answer */
 	CAGRA_TIMING_LOOP_BUSY,		/* per loop turn: the main loop's time outside its wait */
+	CAGRA_TIMING_RESIDENT,		/* per batch the resident kernel answered: its engine call */
 	CAGRA_TIMING_STEPS
 } CagraTimingStep;
 
@@ -268,6 +269,7 @@ cagra_add_timing(CagraWorkerShared *sh, CagraTimingStep step, uint64 us, uint64 
 /* GUCs (guc.cpp) */
 extern int	cagra_device;
 extern int	cagra_batch_window_us;
+extern bool cagra_resident_search;
 extern int	cagra_batch_max;
 extern int	cagra_concurrent_batches;
 extern int	cagra_concurrent_filtered_searches;

@@ -354,9 +354,16 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 
 		TimestampTz engine_started = GetCurrentTimestamp();
 
+		if (lane)
+			lane->last_resident = false;
 		r = nq > 0 ? cagra_engine_search(*copy, lane, queries, nq, req, allowed, ids, dists, &device_ms, &msg)
 			: CAGRA_REPLY_OK;
-		cagra_add_timing(sh, CAGRA_TIMING_ENGINE, (uint64) Max(GetCurrentTimestamp() - engine_started, 0), 1);
+
+		uint64		engine_us = (uint64) Max(GetCurrentTimestamp() - engine_started, 0);
+
+		cagra_add_timing(sh, CAGRA_TIMING_ENGINE, engine_us, 1);
+		if (lane && lane->last_resident)
+			cagra_add_timing(sh, CAGRA_TIMING_RESIDENT, engine_us, 1);
 		if (device_ms >= 0.0)
 			cagra_add_timing(sh, CAGRA_TIMING_DEVICE, (uint64) (device_ms * 1000.0), 1);
 

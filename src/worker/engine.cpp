@@ -91,6 +91,7 @@ cagra_gpu_search_params_of(const cagra::SearchParams &params)
 	g.random_entries = p.random_entries;
 	g.seed = p.seed;
 	g.ctas_per_query = 0;		/* the library chooses from the batch size */
+	g.resident = 0;
 	return g;
 }
 
@@ -526,6 +527,9 @@ cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *que
 	if (params.search_width == cagra::kAutoSearchWidth && nq <= kSmallBatch && copy.degree > 0)
 		p.search_width = std::max(1u, std::min({kSmallBatchWidth, p.itopk_size,
 												CAGRA_GPU_MAX_STEP_CANDIDATES / copy.degree}));
+	/* Such batches, unfiltered, go to the device's resident kernel
+	 * (cagra.resident_search): no launch, copy or interrupt per batch. */
+	p.resident = cagra_resident_search && nq <= kSmallBatch && !accepted;
 	if (!cagra_gpu_context(copy, lane, &ctx, msg))
 		return CAGRA_REPLY_ERROR;
 	if (!ctx)
@@ -534,7 +538,10 @@ cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *que
 	CagraReply	r = cagra_gpu_reply(gpu_api->search_in(ctx, copy.gpu, queries, nq, k, &p, accepted, ids, dists), msg);
 
 	if (r == CAGRA_REPLY_OK)
+	{
 		*device_ms = gpu_api->search_context_device_ms(ctx);
+		lane->last_resident = gpu_api->search_context_resident(ctx) != 0;
+	}
 	return r;
 }
 

@@ -75,6 +75,8 @@ class CagraSearchLane
 	~CagraSearchLane();
 	/* NULL (msg set) when the context cannot be made */
 	cagra_gpu_search_context *context(int device, std::string *msg);
+	/* whether the device's resident kernel answered the lane's last search */
+	bool		last_resident = false;
 
   private:
 	std::vector<cagra_gpu_search_context *> contexts_;

@@ -26,6 +26,7 @@
 	X(search_context_free, cagra_gpu_search_context_free) \
 	X(search_in, cagra_gpu_search_in) \
 	X(search_context_device_ms, cagra_gpu_search_context_device_ms) \
+	X(search_context_resident, cagra_gpu_search_context_resident) \
 	X(search_nodes, cagra_gpu_search_nodes) \
 	X(search_nodes_in, cagra_gpu_search_nodes_in) \
 	X(index_device_bytes, cagra_gpu_index_device_bytes) \

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1158,6 +1159,162 @@ TEST(GpuSearch, MultiCtaMatchesBruteForceAndTheSingleCtaSearch)
                         c.batch, c.ctas, got, single);
             EXPECT_GE(got, single - 0.01);
         }
+    }
+}
+
+/* The queries through a created context in batches of `batch`; *served:
+ * how many batches the resident kernel answered. */
+Results search_batches_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix, const std::vector<float> &queries,
+                          uint32_t dim, uint32_t k, const cagra_gpu_search_params &sp, uint32_t batch, int *served)
+{
+    const uint32_t nq = (uint32_t)(queries.size() / dim);
+    Results r;
+    r.ids.assign((size_t)nq * k, 0xCDCDCDCDu);
+    r.dists.assign((size_t)nq * k, -1.0f);
+    for (uint32_t s = 0; s < nq; s += batch) {
+        const uint32_t b = std::min(batch, nq - s);
+        cagra_gpu_status st = cagra_gpu_search_in(ctx, ix, &queries[(size_t)s * dim], b, k, &sp, nullptr,
+                                                  &r.ids[(size_t)s * k], &r.dists[(size_t)s * k]);
+        EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
+        if (st == CAGRA_GPU_OK && cagra_gpu_search_context_resident(ctx)) {
+            (*served)++;
+            EXPECT_GE(cagra_gpu_search_context_device_ms(ctx), 0.0f);
+        }
+    }
+    return r;
+}
+
+/* Entries of two answers that agree, of all. */
+double agreement(const Results &a, const Results &b)
+{
+    size_t same = 0;
+    for (size_t i = 0; i < a.ids.size(); i++)
+        same += a.ids[i] == b.ids[i];
+    return a.ids.empty() ? 1.0 : (double)same / a.ids.size();
+}
+
+/* The resident kernel walks as a launch of one block per query at the same
+ * width does: the same answers, for float32 and float16 rows, distance
+ * teams of 4 to 32 threads, k up to 512 and batches of 1 to 64; a second
+ * index takes over the device's kernel once the first is freed; rows
+ * longer than 1 KB are launched. */
+TEST(GpuSearch, ResidentKernelAnswersAsTheLaunchedSearch)
+{
+    REQUIRE_DEVICE();
+    cagra_gpu_search_context *ctx = nullptr;
+    ASSERT_EQ(cagra_gpu_search_context_create(0, &ctx), CAGRA_GPU_OK) << cagra_gpu_last_error();
+    struct Case {
+        uint32_t dim;
+        bool fp16;
+        uint32_t itopk, width, k, batch;
+    };
+    for (Case c : {Case{32, false, 64, 8, 10, 16}, Case{128, true, 32, 8, 10, 1}, Case{200, false, 128, 4, 100, 64},
+                   Case{512, true, 64, 8, 10, 7}, Case{64, false, 512, 1, 512, 3}, Case{1024, true, 64, 8, 10, 5}}) {
+        SCOPED_TRACE("dim " + std::to_string(c.dim) + (c.fp16 ? " fp16" : "") + ", itopk " + std::to_string(c.itopk) +
+                     ", width " + std::to_string(c.width) + ", k " + std::to_string(c.k) + ", batch " +
+                     std::to_string(c.batch));
+        const uint64_t n = c.dim >= 1024 ? 6000 : 20000;
+        const uint32_t nq = 130;
+        auto data = clustered(n, c.dim, 300 + c.dim, cagra::Metric::L2);
+        auto queries = queries_near(data, c.dim, nq, 301, cagra::Metric::L2);
+        Exact truth = exact_knn(data, queries, c.dim, cagra::Metric::L2, std::min(c.k, 100u));
+        GpuGraph g = gpu_build(data, c.dim, cagra::Metric::L2);
+        Loaded l;
+        load(l, data, c.dim, cagra::Metric::L2, g.graph, 32, g.entries, c.fp16);
+        cagra_gpu_search_params sp = search_params(c.itopk, 1);
+        sp.search_width = c.width;
+        int served = 0;
+        Results launched = search_batches_in(ctx, l.ix, queries, c.dim, c.k, sp, c.batch, &served);
+        EXPECT_EQ(served, 0);
+        sp.resident = 1;
+        Results resident = search_batches_in(ctx, l.ix, queries, c.dim, c.k, sp, c.batch, &served);
+        /* rows past 1 KB are launched (several blocks per query are faster there) */
+        const bool long_rows = c.dim * (c.fp16 ? 2 : 4) > 1024;
+        EXPECT_EQ(served, long_rows ? 0 : (int)((nq + c.batch - 1) / c.batch)) << "every batch fits the kernel's blocks";
+        expect_unique_rows(resident, c.k);
+        const double same = agreement(launched, resident);
+        const uint32_t kr = std::min(c.k, 100u);
+        Results head = resident, head_launched = launched;
+        if (kr < c.k)
+            for (Results *r : {&head, &head_launched}) {
+                std::vector<uint32_t> cut;
+                for (uint32_t q = 0; q < nq; q++)
+                    cut.insert(cut.end(), r->ids.begin() + (size_t)q * c.k, r->ids.begin() + (size_t)q * c.k + kr);
+                r->ids = cut;
+            }
+        const double got = recall(truth, head.ids, kr), want = recall(truth, head_launched.ids, kr);
+        std::printf("recall: resident %.4f, launched %.4f, ids alike %.4f\n", got, want, same);
+        EXPECT_GE(same, 0.99);
+        EXPECT_NEAR(got, want, 0.005);
+        EXPECT_GE(got, 0.9);
+    }
+    cagra_gpu_search_context_free(ctx);
+}
+
+/* Searches through the resident kernel from four threads while a fifth
+ * builds graphs, loads and frees indexes and launches a large batch: every
+ * allocation stops the kernel, which starts again with the next search;
+ * nothing waits forever, and every answer is the one a lone thread gets. */
+TEST(GpuSearch, ResidentKernelBesideBuildsAllocationsAndLaunches)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 64, k = 10, nq = 256;
+    const uint64_t n = 20000;
+    auto data = clustered(n, dim, 41, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 42, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    cagra_gpu_search_params sp = search_params(64, 1);
+    sp.search_width = 8;
+    sp.resident = 1;
+    cagra_gpu_search_context *ctx = nullptr;
+    ASSERT_EQ(cagra_gpu_search_context_create(0, &ctx), CAGRA_GPU_OK) << cagra_gpu_last_error();
+    int served = 0;
+    const Results want = search_batches_in(ctx, l.ix, queries, dim, k, sp, 8, &served);
+    cagra_gpu_search_context_free(ctx);
+    ASSERT_GT(served, 0);
+
+    const int threads = 4, rounds = 40;
+    std::atomic<bool> other_done{false};
+    std::vector<int> failures(threads, 0), resident_batches(threads, 0);
+    std::vector<double> alike(threads, 1.0);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; t++)
+        pool.emplace_back([&, t] {
+            cagra_gpu_search_context *c = nullptr;
+            if (cagra_gpu_search_context_create(0, &c) != CAGRA_GPU_OK) {
+                failures[t]++;
+                return;
+            }
+            for (int r = 0; r < rounds || !other_done; r++) {
+                int s = 0;
+                Results got = search_batches_in(c, l.ix, queries, dim, k, sp, 1 + (r + t) % 16, &s);
+                resident_batches[t] += s;
+                alike[t] = std::min(alike[t], agreement(want, got));
+            }
+            cagra_gpu_search_context_free(c);
+        });
+    for (int round = 0; round < 3; round++) {
+        auto more = clustered(30000, 48, 50 + round, cagra::Metric::L2);
+        GpuGraph mg = gpu_build(more, 48, cagra::Metric::L2);
+        expect_graph_valid(mg.graph, 30000, 32);
+        Loaded other;
+        load(other, more, 48, cagra::Metric::L2, mg.graph, 32, mg.entries);
+        auto mq = queries_near(more, 48, 3000, 51, cagra::Metric::L2);
+        Results big = gpu_search(other.ix, mq, 48, k, 64); /* one launch of 3,000 queries */
+        expect_unique_rows(big, k);
+    }
+    other_done = true;
+    for (auto &th : pool)
+        th.join();
+    for (int t = 0; t < threads; t++) {
+        SCOPED_TRACE("thread " + std::to_string(t));
+        EXPECT_EQ(failures[t], 0);
+        EXPECT_GT(resident_batches[t], 0);
+        EXPECT_GE(alike[t], 0.99);
+        std::printf("thread %d: %d batches by the resident kernel, ids alike >= %.4f\n", t, resident_batches[t],
+                    alike[t]);
     }
 }
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/device-resident.sh — issue 15's resident search kernel on the lent
+# GPU machine, one run: the GPU tests of the search (GpuSearch.*: the
+# resident kernel against launches, beside builds and allocations), then
+# bench/worker_profile.py on c1m and, with HARD_N > 0, on HARD_N x 1,024
+# (intrinsic dimension 100, 1,024 clusters), each with cagra.resident_search
+# on and off: recall@10, queries/s and the round trip's steps at 1, 64 and
+# 256 clients.  Logs into OUTDIR: tests.log, build.txt, profile-*.txt.
+#
+# usage (repository root, carrying .device): bash bench/device-resident.sh OUTDIR
+#   env: BIN=.device/bin  prebuilt libcagra_gpu.so and cagra_gpu_tests (same CUDA)
+#        HARD_N=300000    rows of the hard set (0: c1m only)
+#        CLIENTS=1,64,256 SECONDS_PER_RUN=5 TESTS=GpuSearch.*
+set -uo pipefail
+out=${1:-${OUT:-device-resident-out}}
+mkdir -p "$out"
+bin=${BIN:-.device/bin}
+hard_n=${HARD_N:-300000}
+clients=${CLIENTS:-1,64,256}
+seconds=${SECONDS_PER_RUN:-5}
+start=$SECONDS
+step() { echo "== $* ($((SECONDS - start)) s)"; }
+source bench/device-lib.sh
+
+step "device"
+nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv,noheader
+(
+  device_dataset c1m
+  if [ "$hard_n" -gt 0 ]; then device_dataset hard "$hard_n"; fi
+) >"$out/data.log" 2>&1 &
+gen=$!
+
+if [ -n "${TESTS-GpuSearch.*}" ]; then
+  step "GPU tests (${TESTS-GpuSearch.*})"
+  LD_LIBRARY_PATH="$bin" timeout 150 "$bin/cagra_gpu_tests" --gtest_filter="${TESTS-GpuSearch.*}" >"$out/tests.log" 2>&1
+  echo "tests exit status $?"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[       OK|Failure|Expected|Which is|^recall:|^thread" "$out/tests.log" | head -80
+fi
+
+step "extension and library"
+GPU_LIB="$bin/libcagra_gpu.so" device_install "$out" || exit 1
+PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=16GB -c max_connections=300 \
+  -c max_worker_processes=32 -c max_parallel_maintenance_workers=15" source .device/pg-up.sh || exit 1
+step "waiting for the data sets"
+wait $gen || { tail -5 "$out/data.log"; exit 1; }
+
+step "worker profile, c1m"
+python3 bench/worker_profile.py /tmp/c1m --windows 100 --clients "$clients" --seconds "$seconds" --itopk 32 \
+  --resident on,off 2>&1 | tee "$out/profile-c1m.txt"
+if [ "$hard_n" -gt 0 ]; then
+  step "worker profile, hard $hard_n x 1024"
+  python3 bench/worker_profile.py "/tmp/hard$hard_n" --windows 100 --clients "$clients" --seconds "$seconds" \
+    --itopk 64 --resident on,off 2>&1 | tee "$out/profile-hard.txt"
+fi
+psql -Atc "SELECT * FROM cagra_status" >"$out/status.txt" 2>&1
+step "done"

@@ -1,0 +1,47 @@
+/*
+ * search_resident.cuh — a search kernel that stays running between
+ * searches (search_resident.cu), so that a small batch costs no launch, no
+ * copies through the driver and no interrupt-driven wake-up: each thread
+ * block of the kernel serves one query at a time from a job slot in mapped
+ * host memory, and the caller spins on the slot for the answer.
+ *
+ * A kernel that never ends would make cudaMalloc, cudaFree and page-locked
+ * allocations wait forever (each may wait for the whole device), so every
+ * such call in the library runs inside a ResidentPause (common.cuh), which
+ * stops the resident kernels first; they start again with the next search.
+ */
+#pragma once
+
+#include "search.cuh"
+
+namespace cagra_gpu {
+
+/* What a resident kernel is planned for: searches of this index with these
+ * settings reuse it. */
+struct ResidentKey {
+    const void *index = nullptr;
+    int device = 0;
+    bool half = false;
+    uint32_t itopk = 0, width = 0, max_iterations = 0, random_entries = 0;
+    uint64_t seed = 0;
+    bool operator==(const ResidentKey &o) const
+    {
+        return index == o.index && device == o.device && half == o.half && itopk == o.itopk && width == o.width &&
+               max_iterations == o.max_iterations && random_entries == o.random_entries && seed == o.seed;
+    }
+};
+
+/* Searches nq queries (host memory, dim floats each) with the device's
+ * resident kernel for `key`, starting one (planned from `planned`: the
+ * index's arguments with one CTA per query) when none runs; false when it
+ * cannot serve them now (another index's kernel is busy, a pause is on, too
+ * few free slots), and the caller launches instead.  Results as a launch
+ * of search_kernel with the same plan gives them; *device_ms: from the first
+ * job's start to the last one's end on the device. */
+bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t dim, const float *queries,
+                     uint32_t nq, uint32_t k, uint32_t *ids_out, float *distances_out, float *device_ms);
+
+/* Stops and forgets the resident kernel of `index` (before it is freed). */
+void forget_resident(const void *index);
+
+} // namespace cagra_gpu
