@@ -7,11 +7,13 @@
  * exact search.
  *
  * usage: core_bench DIR [--threads N] [--degree D] [--intermediate I]
- *                       [--width W] [--repeat R] [--iterations N] [--termination T]
+ *                       [--width W] [--also-probes P] [--repeat R] [--iterations N] [--termination T]
  *                       [--no-hnswlib] [--hnsw-m M] [--hnsw-efc E] [--hnsw-huge-pages]
  *                       [--small-pages] [--storage float16]
  *                       [--diagnose] [--quick] [--entries E] [--baseline]
  *
+ * --also-probes P: a second itopk sweep at entry_probes P, on the same
+ * graph and entry index.
  * --width W: search_width of every search (0, the default: automatic, as the
  * core resolves it: 2 from the entry index, 1 from the plain entry list).
  * --baseline: also the itopk sweep at width 1 (what the GPU searches with
@@ -153,6 +155,7 @@ struct Options {
     uint32_t threads = 2;
     uint32_t degree = 32;
     uint32_t intermediate = 64;
+    int also_probes = -1; /* --also-probes; -1: none */
     uint32_t width = 0; /* 0: automatic */
     uint32_t repeat = 2;
     uint32_t iterations = 0; /* 0: the library default */
@@ -188,6 +191,8 @@ Options parse(int argc, char **argv)
             o.intermediate = value();
         else if (a == "--width")
             o.width = value();
+        else if (a == "--also-probes")
+            o.also_probes = (int)value();
         else if (a == "--iterations")
             o.iterations = value();
         else if (a == "--termination")
@@ -225,7 +230,7 @@ Options parse(int argc, char **argv)
             throw std::runtime_error("unknown argument " + a);
     }
     if (o.dir.empty())
-        throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] "
+        throw std::runtime_error("usage: core_bench DIR [--threads N] [--degree D] [--intermediate I] [--width W] [--also-probes P] "
                                  "[--repeat R] [--iterations N] [--termination T] [--no-hnswlib] "
                                  "[--hnsw-m M] [--hnsw-efc E] [--hnsw-huge-pages] [--small-pages] [--storage float16] "
                                  "[--diagnose] "
@@ -638,6 +643,11 @@ int main(int argc, char **argv)
             add_cagra(graph, 10, 1, 0, w);
             for (uint32_t itopk : sweep)
                 add_cagra(graph, itopk, (int)defaults.entry_probes, o.random, w);
+        }
+        if (o.also_probes >= 0) {
+            tables.push_back({"the sweep at " + std::to_string(o.also_probes) + " entry probes\n", {}});
+            for (uint32_t itopk : sweep)
+                add_cagra(graph, itopk, o.also_probes, o.random, w);
         }
         if (o.baseline) {
             tables.push_back({"baseline: width 1\n", {}});
