@@ -317,14 +317,16 @@ void forget_resident(const void *index)
 {
     Registry &r = registry();
     std::unique_lock<std::mutex> lock(r.m);
+    Resident *target = nullptr;
     for (auto &x : r.residents)
-        if (x->key.index == index) {
-            r.pauses++;
-            quiesce(lock);
-            drop(r, x.get());
-            r.pauses--;
-            return;
-        }
+        if (x->key.index == index)
+            target = x.get();
+    if (!target)
+        return;
+    r.pauses++;
+    quiesce(lock);
+    drop(r, target); /* (gone already if another thread dropped it meanwhile) */
+    r.pauses--;
 }
 
 bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t dim, const float *queries,
@@ -338,30 +340,34 @@ bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t
         if (r.pauses || nq == 0 || k > CAGRA_GPU_MAX_K)
             return false;
         x = find(r, key.device);
-        if (x && !(x->key == key)) {
-            if (x->broken || x->in_flight || std::chrono::steady_clock::now() - x->last_used < kIdleBeforeReplace)
+        if (!x || !(x->key == key)) {
+            /* the device's kernel made or replaced with every kernel stopped */
+            if (x && (x->broken || x->in_flight || std::chrono::steady_clock::now() - x->last_used < kIdleBeforeReplace))
                 return false;
             r.pauses++;
             quiesce(lock);
-            drop(r, x);
-            r.pauses--;
-            x = nullptr;
-        }
-        if (!x) {
-            r.pauses++;
-            quiesce(lock);
+            /* another thread may have made or replaced it meanwhile */
+            x = find(r, key.device);
+            if (x && !(x->key == key) && !x->broken) {
+                drop(r, x);
+                x = nullptr;
+            }
             std::unique_ptr<Resident> made;
-            try {
-                made = make_resident(key, planned);
-            } catch (...) {
-                r.pauses--;
-                throw;
+            if (!x) {
+                try {
+                    made = make_resident(key, planned);
+                } catch (...) {
+                    r.pauses--;
+                    throw;
+                }
             }
             r.pauses--;
-            if (!made)
+            if (made) {
+                x = made.get();
+                r.residents.push_back(std::move(made));
+            }
+            if (!x || !(x->key == key))
                 return false;
-            x = made.get();
-            r.residents.push_back(std::move(made));
         }
         if (x->broken || x->free.size() < nq || r.pauses)
             return false;
