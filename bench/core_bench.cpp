@@ -557,7 +557,9 @@ int main(int argc, char **argv)
                         c.itopk_size, c.recall, seconds_since(t0));
             for (size_t i = 0; i < sizes.size(); i++)
                 std::printf(" %u: %.4f", sizes[i], loo[i]);
-            std::printf("\n");
+            std::printf("\nentry probes estimate: %u (from the entry index at itopk %u: %.4f, at %u probes %.4f)\n",
+                        c.entry_probes, c.itopk_size, c.probes_recall, cagra::SearchParams{}.entry_probes,
+                        c.default_probes_recall);
         }
         cagra::InMemoryGraph graph(built.graph, view, cagra::Metric::L2);
         t0 = Clock::now();

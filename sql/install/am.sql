@@ -95,7 +95,8 @@ CREATE FUNCTION cagra_index_info(
         OUT long_edges boolean,
         OUT storage text,
         OUT reused_slots bigint,
-        OUT search_itopk integer)
+        OUT search_itopk integer,
+        OUT search_probes integer)
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.

@@ -756,11 +756,12 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 /*
  * The itopk_size searches of this graph use while cagra.itopk_size is 0:
  * the smallest that reaches recall 0.95 on a sample of its own rows, each
- * searched for in the graph without it (cagra::choose_itopk,
- * docs/tuning.md).  A NOTICE says when that is above the default.
+ * searched for in the graph without it, and the entry probes CPU searches
+ * use while cagra.entry_probes is -1 (cagra::choose_itopk, docs/tuning.md),
+ * into the meta page.  A NOTICE says when itopk_size is above the default.
  */
-static uint32
-cagra_measure_search_itopk(const CagraBuildState *bs, const cagra::BuiltGraph &built)
+static void
+cagra_measure_search(const CagraBuildState *bs, const cagra::BuiltGraph &built, CagraMetaData *meta)
 {
 	cagra::ItopkChoice choice;
 
@@ -772,9 +773,12 @@ cagra_measure_search_itopk(const CagraBuildState *bs, const cagra::BuiltGraph &b
 									 bs->params.threads);
 	});
 	if (choice.measured)
-		elog(DEBUG1, "cagra build of \"%s\": itopk_size %u reaches recall@10 %.3f on %u of its rows, against %s",
+		elog(DEBUG1, "cagra build of \"%s\": itopk_size %u reaches recall@10 %.3f on %u of its rows, against %s; "
+			 "from the entry index %u probes %.3f, %u probes %.3f",
 			 RelationGetRelationName(bs->index), choice.itopk_size, choice.recall, cagra::kItopkSamples,
-			 choice.exact_reference ? "their exact neighbours" : "a search of 1024 candidates");
+			 choice.exact_reference ? "their exact neighbours" : "a search of 1024 candidates",
+			 choice.entry_probes, choice.probes_recall, cagra::SearchParams{}.entry_probes,
+			 choice.default_probes_recall);
 	if (choice.itopk_size > cagra::SearchParams{}.itopk_size)
 		ereport(NOTICE,
 				(errmsg("cagra index \"%s\" searches with itopk_size %u", RelationGetRelationName(bs->index),
@@ -786,7 +790,8 @@ cagra_measure_search_itopk(const CagraBuildState *bs, const cagra::BuiltGraph &b
 				 errdetail("A search of %u candidates, the most the GPU allows, found %.1f%% of the 10 nearest neighbours of %u of its rows.",
 						   choice.itopk_size, 100.0 * choice.recall, cagra::kItopkSamples),
 				 errhint("SET cagra.itopk_size to trade recall for speed; 0, the default, uses the index's own.")));
-	return choice.itopk_size;
+	meta->search_itopk = choice.itopk_size;
+	meta->search_probes = choice.entry_probes;
 }
 
 /* ---- rows beyond maintenance_work_mem ---- */
@@ -892,7 +897,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	meta.build_device = built_on;
 	if (built)
 	{
-		meta.search_itopk = cagra_measure_search_itopk(bs, *built);
+		cagra_measure_search(bs, *built, &meta);
 		meta.entry_count = (uint32) Min(built->entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
 		if (built->long_edges)
 			meta.build_flags |= CAGRA_BUILT_LONG_EDGES;

@@ -91,6 +91,9 @@ typedef struct CagraMetaData
 	 * measured this graph to need (cagra::choose_itopk); 0 in an empty index
 	 * and in indexes built before it existed (the core's default then) */
 	uint32		search_itopk;
+	/* the entry probes CPU searches use while cagra.entry_probes is -1: what
+	 * the build measured (cagra::choose_itopk); 0 as for search_itopk */
+	uint32		search_probes;
 } CagraMetaData;
 
 /* Whether a worker copy lacks nodes the meta page has: appended ones, or
@@ -354,6 +357,7 @@ cagra::BuildParams cagra_build_params(Relation index);
 cagra::SearchParams cagra_search_params(const CagraMetaData *meta);
 /* The itopk_size searches of the index use while cagra.itopk_size is 0. */
 uint32		cagra_index_itopk(const CagraMetaData *meta);
+uint32		cagra_index_probes(const CagraMetaData *meta);
 
 /* ---- guarded buffer reads ---- */
 

@@ -36,7 +36,7 @@ relopt_kind cagra_relopt_kind;
 int			cagra_itopk_size = 0;	/* the index's own: CagraMetaData.search_itopk */
 int			cagra_search_width = 0;	/* automatic: cagra::kAutoSearchWidth */
 int			cagra_max_iterations = 0;
-int			cagra_entry_probes = 12;
+int			cagra_entry_probes = -1;	/* the index's own: CagraMetaData.search_probes */
 int			cagra_max_scan_tuples = 20000;
 
 void
@@ -46,7 +46,6 @@ cagra_define_search_gucs(void)
 
 	cagra_search_width = (int) defaults.search_width;
 	cagra_max_iterations = (int) defaults.max_iterations;
-	cagra_entry_probes = (int) defaults.entry_probes;
 	DefineCustomIntVariable("cagra.itopk_size",
 							"Candidates kept by a cagra index search (larger: better recall, slower).",
 							"0 uses what the index's build measured it to need for recall 0.95 (at least 64).",
@@ -63,8 +62,8 @@ cagra_define_search_gucs(void)
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.entry_probes",
 							"Groups of entry nodes a CPU search of a cagra index measures besides their pivots (0: every entry).",
-							"Fewer: faster, lower recall (the GPU measures every entry).",
-							&cagra_entry_probes, cagra_entry_probes, 0, (int) cagra::kMaxStoredEntries,
+							"-1 uses what the index's build measured it to need (4 or 12). Fewer: faster, lower recall (the GPU measures every entry).",
+							&cagra_entry_probes, cagra_entry_probes, -1, (int) cagra::kMaxStoredEntries,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.max_scan_tuples",
 							"Most rows one cagra index scan returns when the executor keeps asking (filters, large LIMIT).",
@@ -263,7 +262,8 @@ cagra_build_params(Relation index)
 }
 
 /* The one place search parameters are assembled: the cagra.* settings, and
- * for cagra.itopk_size 0 the index's own buffer (meta->search_itopk; the
+ * for cagra.itopk_size 0 the index's own buffer (meta->search_itopk; for
+ * cagra.entry_probes -1 its own probes, meta->search_probes; the
  * core's default without a meta page, as the planner asks, or when the
  * index has none).  cagra.search_width 0 stays automatic: the core Searcher
  * and the worker resolve it for the CPU or the GPU (cagra::cpu_search_params,
@@ -274,6 +274,12 @@ cagra_index_itopk(const CagraMetaData *meta)
 	return meta && meta->search_itopk > 0 ? meta->search_itopk : cagra::SearchParams{}.itopk_size;
 }
 
+uint32
+cagra_index_probes(const CagraMetaData *meta)
+{
+	return meta && meta->search_probes > 0 ? meta->search_probes : cagra::SearchParams{}.entry_probes;
+}
+
 cagra::SearchParams
 cagra_search_params(const CagraMetaData *meta)
 {
@@ -282,7 +288,7 @@ cagra_search_params(const CagraMetaData *meta)
 	p.itopk_size = cagra_itopk_size > 0 ? (uint32_t) cagra_itopk_size : cagra_index_itopk(meta);
 	p.search_width = (uint32_t) cagra_search_width;
 	p.max_iterations = (uint32_t) cagra_max_iterations;
-	p.entry_probes = (uint32_t) cagra_entry_probes;
+	p.entry_probes = cagra_entry_probes >= 0 ? (uint32_t) cagra_entry_probes : cagra_index_probes(meta);
 	return p;
 }
 

@@ -10,6 +10,7 @@
 #include "build.h"
 #include "distance.h"
 #include "parallel.h"
+#include "entry_index.h"
 #include "search.h"
 
 namespace cagra {
@@ -388,6 +389,57 @@ double leave_one_out_recall_at(const InMemoryGraph &acc, const DatasetView &data
     return wanted ? (double)hits / (double)wanted : 1.0;
 }
 
+/* Leave-one-out recall of CPU searches from the entry index at
+ * choice.itopk_size with each of kProbeChoices, and the fewest probes
+ * within kProbeRecallSlack of the last (ItopkChoice). */
+void choose_entry_probes(const InMemoryGraph &acc, const DatasetView &data, const std::vector<uint32_t> &entry_nodes,
+                         const LeaveOneOutSample &sample, uint32_t threads, ItopkChoice &choice)
+{
+    const EntryIndex index = derive_entry_index(acc, entry_nodes);
+    std::vector<size_t> kept;
+    for (size_t s = 0; s < sample.nodes.size(); s++)
+        if (std::find(entry_nodes.begin(), entry_nodes.end(), sample.nodes[s]) == entry_nodes.end())
+            kept.push_back(s);
+    if (kept.empty())
+        return;
+    auto recall_at = [&](uint32_t probes) {
+        SearchParams sp;
+        sp.itopk_size = choice.itopk_size;
+        sp.entry_probes = probes;
+        const SearchParams used = cpu_search_params(sp, true);
+        std::vector<uint64_t> hits(kept.size(), 0);
+        detail::parallel_for(kept.size(), 4, std::max(threads, 1u), nullptr,
+                             [&](uint64_t begin, uint64_t end, uint32_t) {
+                                 for (uint64_t i = begin; i < end; i++) {
+                                     const size_t s = kept[i];
+                                     const uint32_t v = sample.nodes[s];
+                                     WithoutNode<InMemoryGraph> without(acc, v);
+                                     uint32_t found = 0;
+                                     for (const Neighbor &nb : search(without, data.row(v), 11, used, index))
+                                         if (nb.id != v && found < 10) {
+                                             found++;
+                                             hits[i] += std::count(sample.truth[s].begin(), sample.truth[s].end(),
+                                                                   nb.id);
+                                         }
+                                 }
+                             });
+        uint64_t got = 0, wanted = 0;
+        for (size_t i = 0; i < kept.size(); i++) {
+            got += hits[i];
+            wanted += sample.truth[kept[i]].size();
+        }
+        return wanted ? (double)got / (double)wanted : 1.0;
+    };
+    const uint32_t last = std::end(kProbeChoices)[-1];
+    choice.default_probes_recall = recall_at(last);
+    for (uint32_t probes : kProbeChoices) {
+        choice.entry_probes = probes;
+        choice.probes_recall = probes == last ? choice.default_probes_recall : recall_at(probes);
+        if (choice.probes_recall >= choice.default_probes_recall - kProbeRecallSlack)
+            break;
+    }
+}
+
 } // namespace
 
 std::vector<double> leave_one_out_recall(const Graph &graph, const DatasetView &data, Metric metric,
@@ -423,6 +475,7 @@ ItopkChoice choose_itopk(const Graph &graph, const DatasetView &data, Metric met
         if (choice.recall >= kItopkTargetRecall)
             break;
     }
+    choose_entry_probes(acc, data, entry_nodes, sample, threads, choice);
     return choice;
 }
 

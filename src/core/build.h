@@ -111,11 +111,20 @@ constexpr double kItopkTargetRecall = 0.95;
 constexpr uint32_t kItopkSamples = 128;
 constexpr uint64_t kItopkMinNodes = 2000;
 constexpr uint32_t kItopkChoices[] = {64, 96, 128, 192, 256, 384, 512};
+/* With it, the entry probes of CPU searches (docs/tuning.md): the fewest of
+ * kProbeChoices whose leave-one-out recall, searching from the entry index
+ * at the chosen itopk_size, is within kProbeRecallSlack of the last
+ * choice's.  Sample nodes that are entries are left out of that (the entry
+ * phase itself would find them). */
+constexpr uint32_t kProbeChoices[] = {4, SearchParams{}.entry_probes};
+constexpr double kProbeRecallSlack = 0.005;
 struct ItopkChoice {
     uint32_t itopk_size = 0;
     double recall = 0;     /* leave-one-out recall@10 at itopk_size; 0 when not measured */
     bool measured = false;
     bool exact_reference = true; /* against brute force; false: against a search of kMaxItopk */
+    uint32_t entry_probes = 0;   /* 0 when not measured (the core's default then) */
+    double probes_recall = 0, default_probes_recall = 0; /* from the entry index, at entry_probes and at the default */
 };
 ItopkChoice choose_itopk(const Graph &graph, const DatasetView &data, Metric metric,
                          const std::vector<uint32_t> &entry_nodes, uint64_t seed, uint32_t threads);

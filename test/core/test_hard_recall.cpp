@@ -168,3 +168,34 @@ TEST(HardRecall, LeaveOneOutRecallFollowsTheQueriesAndChoosesTheBuffer)
     EXPECT_FALSE(small.measured);
     EXPECT_EQ(small.itopk_size, SearchParams{}.itopk_size);
 }
+
+/* The build's choice of entry probes (docs/tuning.md): one of
+ * kProbeChoices, measured from the entry index at the chosen buffer, and
+ * held-out queries searched with it (as the extension searches, from the
+ * entry index) find about what they find with the default 12.  On this set
+ * 4 probes do. */
+TEST(HardRecall, EntryProbesChosenAtBuildKeepTheQueriesRecall)
+{
+    const HardSet &h = hard();
+    const DatasetView view{h.base.data(), h.n, h.dim};
+    const ItopkChoice c = choose_itopk(h.built.graph, view, Metric::L2, h.built.entry_nodes, 42, 2);
+    ASSERT_TRUE(c.measured);
+    EXPECT_TRUE(c.entry_probes == kProbeChoices[0] || c.entry_probes == std::end(kProbeChoices)[-1]);
+    EXPECT_GE(c.probes_recall, c.default_probes_recall - kProbeRecallSlack);
+    InMemoryGraph g(h.built.graph, view, Metric::L2);
+    const EntryIndex index = derive_entry_index(g, h.built.entry_nodes);
+    SearchParams chosen, twelve;
+    chosen.itopk_size = twelve.itopk_size = c.itopk_size;
+    chosen.entry_probes = c.entry_probes;
+    const double got = recall_at_10(h, g, index, chosen), want = recall_at_10(h, g, index, twelve);
+    RecordProperty("probes", std::to_string(c.entry_probes) + ": queries " + std::to_string(got) + " against " +
+                                 std::to_string(want) + " at 12; estimate " + std::to_string(c.probes_recall) +
+                                 " against " + std::to_string(c.default_probes_recall));
+    EXPECT_EQ(c.entry_probes, 4u);
+    EXPECT_GE(got, want - 0.01);
+
+    /* not measured on small graphs: the core's default */
+    const ItopkChoice small = choose_itopk(h.built.graph, DatasetView{h.base.data(), kItopkMinNodes, h.dim},
+                                           Metric::L2, {0}, 42, 2);
+    EXPECT_EQ(small.entry_probes, 0u);
+}
