@@ -38,6 +38,8 @@ SELECT * FROM cagra_search('ws_id', ARRAY['[1,1,1,1]']::vector[], 3);
 SELECT * FROM cagra_search('ws', ARRAY['[1,1,1,1]']::vector[], 3);
 SET cagra.device = tpu;
 SET cagra.batch_window = 10;
+SET cagra.resident_search = off;
+SHOW cagra.resident_search;
 SET cagra.device = gpu;
 SELECT * FROM cagra_search('ws_v', ARRAY['[1,1,1,1]']::vector[], 3);
 SET enable_seqscan = off;
