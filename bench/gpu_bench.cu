@@ -15,6 +15,13 @@
  * CAGRA_GPU_VERBOSE set.
  * --ctas N: every search with N thread blocks per query (0, the default:
  * the library chooses from the batch size; 1: one block per query).
+ * --entries E[,E...]: after the build, the fp16 index loaded with only the
+ * first E of the build's entry nodes (0: the random entries alone),
+ * recall@10 and queries/s at batch 10,000 for itopk 32, 48 and 64: what
+ * measuring the fixed entries costs a query.  --only entries: the build and
+ * that sweep, nothing else.
+ * The build line gives the build's peak device memory: free memory sampled
+ * every 200 us through the build, against the free memory before it.
  * --only latency: after the build, only the small-batch latency sweep
  * (batches 1, 4, 16 and 64, one block per query at search_width 1 and 8
  * against 4 to 32 blocks per query at search_width 1 to 8 and the
@@ -22,7 +29,7 @@
  * queries/s, recall@10.
  *
  * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N]
- *                  [--only latency] [--out FILE]
+ *                  [--entries E[,E...]] [--only latency|entries] [--out FILE]
  */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -30,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -430,18 +438,87 @@ void latency_sweep(cagra_gpu_index *ix, const std::vector<float> &queries, uint3
     cagra_gpu_search_context_free(ctx);
 }
 
+/* The most device memory in use, over what was in use when it started,
+ * while it lives: cudaMemGetInfo sampled every 200 us by a thread. */
+class PeakMemory {
+  public:
+    PeakMemory()
+    {
+        size_t free = 0, total = 0;
+        CUDA_OK(cudaMemGetInfo(&free, &total));
+        start_free_ = free;
+        least_free_ = free;
+        sampler_ = std::thread([this] {
+            CUDA_OK(cudaSetDevice(0));
+            while (!stop_.load()) {
+                size_t f = 0, t = 0;
+                if (cudaMemGetInfo(&f, &t) == cudaSuccess)
+                    least_free_ = std::min(least_free_.load(), f);
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
+        });
+    }
+    /* bytes, once the work is done */
+    uint64_t stop()
+    {
+        stop_ = true;
+        sampler_.join();
+        return start_free_ - least_free_.load();
+    }
+
+  private:
+    size_t start_free_;
+    std::atomic<size_t> least_free_;
+    std::atomic<bool> stop_{false};
+    std::thread sampler_;
+};
+
+/* The fp16 index with only the first E entry nodes, for each E. */
+void entries_sweep(const std::vector<__half> &base16, uint64_t n, uint32_t dim, const std::vector<uint32_t> &graph,
+                   uint32_t degree, cagra_gpu_metric metric, const std::vector<uint32_t> &entries,
+                   const std::vector<uint32_t> &counts, const std::vector<float> &queries, uint32_t nq,
+                   const std::vector<int32_t> &gt, uint32_t gt_dim, const std::function<void(const char *)> &emit)
+{
+    cagra_gpu_search_params sp;
+    cagra_gpu_default_search_params(&sp);
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "Fixed entry nodes measured by each query (fp16 vectors, batch 10,000, plus %u random entries; "
+                  "the build gave %zu):\n\n| entry nodes | recall@10, itopk 32 | q/s | itopk 48 | q/s | itopk 64 | "
+                  "q/s |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+                  sp.random_entries, entries.size());
+    emit(line);
+    for (uint32_t e : counts) {
+        e = std::min<uint32_t>(e, (uint32_t)entries.size());
+        cagra_gpu_index *ix = nullptr;
+        GPU_OK(cagra_gpu_index_load(0, base16.data(), CAGRA_GPU_FLOAT16, n, dim, graph.data(), degree, metric,
+                                    entries.data(), e, &ix));
+        std::string row = "| " + std::to_string(e) + " |";
+        for (uint32_t itopk : {32u, 48u, 64u}) {
+            Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, itopk, 10000);
+            std::snprintf(line, sizeof line, " %.4f | %.0f |", r.recall, r.qps);
+            row += line;
+        }
+        row += "\n";
+        emit(row.c_str());
+        cagra_gpu_index_free(ix);
+    }
+    emit("\n");
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     if (argc < 2)
         die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N] "
-            "[--only latency] [--out FILE]");
+            "[--entries E[,E...]] [--only latency|entries] [--out FILE]");
     std::string dir = argv[1], out_path;
     uint32_t cpu_threads = 0;
     cagra_gpu_metric metric = CAGRA_GPU_L2;
     std::vector<float> terminations; /* empty: one build at the default */
-    bool latency_only = false;
+    bool latency_only = false, entries_only = false;
+    std::vector<uint32_t> entry_counts; /* --entries */
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--termination")) {
             for (const char *p = argv[i + 1]; *p;) {
@@ -464,6 +541,18 @@ int main(int argc, char **argv)
             g_ctas = (uint32_t)std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--only") && !std::strcmp(argv[i + 1], "latency"))
             latency_only = true;
+        else if (!std::strcmp(argv[i], "--only") && !std::strcmp(argv[i + 1], "entries"))
+            entries_only = true;
+        else if (!std::strcmp(argv[i], "--entries")) {
+            for (const char *p = argv[i + 1]; *p;) {
+                char *end = nullptr;
+                const long e = std::strtol(p, &end, 10);
+                if (end == p || e < 0 || (*end && *end != ','))
+                    die(std::string("bad --entries list ") + argv[i + 1]);
+                entry_counts.push_back((uint32_t)e);
+                p = *end ? end + 1 : end;
+            }
+        }
         else
             die(std::string("unknown option ") + argv[i]);
     }
@@ -521,16 +610,20 @@ int main(int argc, char **argv)
         tp.nn_descent_termination = terminations[ti];
         std::vector<uint32_t> g(n * bp.graph_degree), e(1024);
         uint32_t ec = 0;
+        PeakMemory peak;
         t0 = Clock::now();
         GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &tp, g.data(), e.data(), 1024, &ec));
         const double secs = seconds_since(t0);
+        const uint64_t peak_bytes = peak.stop();
         e.resize(ec);
         if (ti == 0) {
             bp = tp;
             std::snprintf(line, sizeof line,
                           "| GPU build (graph_degree %u, intermediate %u, termination %g, host->graph incl. copies) | "
-                          "%.2f s |\n",
-                          bp.graph_degree, bp.intermediate_degree, bp.nn_descent_termination, secs);
+                          "%.2f s, peak device memory %.2f GiB (fp16 vectors and graph: %.2f GiB) |\n",
+                          bp.graph_degree, bp.intermediate_degree, bp.nn_descent_termination, secs,
+                          peak_bytes / 1073741824.0,
+                          (n * (uint64_t)dim * 2 + n * (uint64_t)bp.graph_degree * 4) / 1073741824.0);
             emit(line);
         }
         if (termination_sweep) {
@@ -572,6 +665,23 @@ int main(int argc, char **argv)
         emit(line);
         cagra_gpu_index_free(ix);
     }
+
+    std::vector<__half> base16;
+    auto half_base = [&]() -> const std::vector<__half> & {
+        if (base16.empty()) {
+            base16.resize(base.size());
+            for (size_t i = 0; i < base.size(); i++)
+                base16[i] = __float2half_rn(base[i]);
+        }
+        return base16;
+    };
+    if (!entry_counts.empty()) {
+        emit("\n");
+        entries_sweep(half_base(), n, dim, graph, bp.graph_degree, metric, entries, entry_counts, queries, nq, gt,
+                      gt_dim, emit);
+    }
+    if (entries_only)
+        return 0;
 
     if (latency_only) {
         cagra_gpu_index *ix = nullptr;
@@ -616,16 +726,10 @@ int main(int argc, char **argv)
         emit(line);
     }
 
-    std::vector<__half> base16;
     auto run_sweep = [&](const char *title, const std::vector<uint32_t> &g, uint32_t degree,
                          const std::vector<uint32_t> &ent, bool fp16) {
-        if (fp16 && base16.empty()) {
-            base16.resize(base.size());
-            for (size_t i = 0; i < base.size(); i++)
-                base16[i] = __float2half_rn(base[i]);
-        }
         cagra_gpu_index *ix = nullptr;
-        GPU_OK(cagra_gpu_index_load(0, fp16 ? (const void *)base16.data() : base.data(),
+        GPU_OK(cagra_gpu_index_load(0, fp16 ? (const void *)half_base().data() : base.data(),
                                     fp16 ? CAGRA_GPU_FLOAT16 : CAGRA_GPU_FLOAT32, n, dim, g.data(), degree, metric,
                                     ent.data(), (uint32_t)ent.size(), &ix));
         std::snprintf(line, sizeof line,
