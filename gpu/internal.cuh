@@ -35,7 +35,14 @@ struct HalfDataset {
     float inv_scale2 = 1.0f; /* 1 / scale^2: turns scaled dots back into true ones */
 };
 
-/* Uploads n x dim float32 host rows and converts them (peak: the fp32 copy too). */
+/* Rows of dim floats the build's upload stages at a time: about 64 MB. */
+inline uint64_t upload_chunk_rows(uint32_t dim)
+{
+    return std::max<uint64_t>(1, (64ull << 20) / (4ull * dim));
+}
+
+/* Uploads n x dim float32 host rows and converts them, a staging buffer of
+ * upload_chunk_rows at a time. */
 void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out, cudaStream_t stream);
 
 /* kNN graph, n x k ids, nearest first, no self edge; kInvalid pads when n - 1 < k. */

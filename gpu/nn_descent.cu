@@ -24,6 +24,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "internal.cuh"
@@ -92,20 +94,6 @@ struct HalfRows {
 HalfRows rows_of(const HalfDataset &data)
 {
     return {data.vectors.get(), data.norms.get(), data.dim16, data.inv_scale, data.inv_scale2};
-}
-
-__global__ void max_abs_kernel(const float *x, uint64_t count, unsigned int *out)
-{
-    unsigned int m = 0;
-    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count;
-         i += (uint64_t)gridDim.x * blockDim.x) {
-        /* |x| as bits: finite < infinity < NaN, in unsigned order too */
-        m = max(m, __float_as_uint(fabsf(x[i])));
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-    if ((threadIdx.x & 31) == 0)
-        atomicMax(out, m);
 }
 
 __global__ void to_half_kernel(const float *x, uint64_t n, uint32_t dim, uint32_t dim16, float scale, __half *out)
@@ -552,95 +540,46 @@ __global__ void nearest_to_kernel(const __half *v, uint64_t n, uint32_t dim16, c
     }
 }
 
-/* Farthest-point picks over a sample, one CTA: each step adds the sample
- * farthest from every entry so far and updates the nearest distances. */
-constexpr uint32_t kEntryThreads = 1024;
+/* One farthest-point step over the sample, a warp a sampled row, the whole
+ * device at once (one CTA for every step took 1.15 s of a 1M x 1,024 build):
+ * entry `step` is `first` or the sampled row that step - 1 found farthest
+ * from the entries before it; its distance lowers each row's nearest
+ * distance, and the farthest row is kept in best[step] as (ordered nearest
+ * distance << 32 | ~sample index), so ties go to the lower index. */
+constexpr uint32_t kFarthestThreads = 256;
 
-__global__ void __launch_bounds__(kEntryThreads)
-    farthest_points_kernel(const __half *v, uint32_t dim16, cagra_gpu_metric metric, const uint32_t *sample,
-                           uint32_t sample_count, uint32_t first, uint32_t want, uint32_t *entries,
-                           uint32_t *entry_count)
+__global__ void __launch_bounds__(kFarthestThreads)
+    farthest_step_kernel(const __half *v, uint32_t dim16, MetricSum sum, const uint32_t *sample,
+                         uint32_t sample_count, uint32_t first, uint32_t step, bool last, float *nearest,
+                         unsigned long long *best, uint32_t *entries)
 {
-    extern __shared__ float nearest[]; /* sample_count */
-    __shared__ float best_d[32];
-    __shared__ uint32_t best_s[32];
-    __shared__ uint32_t s_next;
-    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
-    const MetricSum sum = metric_sum(metric);
-    for (uint32_t s = tid; s < sample_count; s += blockDim.x)
-        nearest[s] = INFINITY;
-    uint32_t entry = first, count = 0;
-    while (true) {
-        if (tid == 0)
-            entries[count] = entry;
-        count++;
-        if (count >= want)
-            break;
-        const uint4 *e = reinterpret_cast<const uint4 *>(v + (uint64_t)entry * dim16);
-        float my_best = -INFINITY;
-        uint32_t my_s = 0xFFFFFFFFu;
-        for (uint32_t s = tid; s < sample_count; s += blockDim.x) {
-            const uint4 *x = reinterpret_cast<const uint4 *>(v + (uint64_t)sample[s] * dim16);
-            float acc = 0.0f;
-            for (uint32_t c = 0; c < dim16 / 8; c++) {
-                float fe[8], fx[8];
-                halves_to_floats(e[c], fe);
-                halves_to_floats(x[c], fx);
-                acc = add_terms(sum, fe, fx, acc);
-            }
-            /* scaled data: the order is what matters (cosine: 1 - dot decreases with dot) */
-            float d = sum == MetricSum::Products ? -acc : acc;
-            float m = fminf(nearest[s], d);
-            nearest[s] = m;
-            if (m > my_best) {
-                my_best = m;
-                my_s = s;
-            }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xFFFFFFFFu, my_best, o);
-            uint32_t os = __shfl_xor_sync(0xFFFFFFFFu, my_s, o);
-            if (ob > my_best || (ob == my_best && os < my_s)) {
-                my_best = ob;
-                my_s = os;
-            }
-        }
-        if (lane == 0) {
-            best_d[warp] = my_best;
-            best_s[warp] = my_s;
-        }
-        __syncthreads();
-        if (warp == 0) {
-            my_best = lane < blockDim.x / 32 ? best_d[lane] : -INFINITY;
-            my_s = lane < blockDim.x / 32 ? best_s[lane] : 0xFFFFFFFFu;
-            for (int o = 16; o > 0; o >>= 1) {
-                float ob = __shfl_xor_sync(0xFFFFFFFFu, my_best, o);
-                uint32_t os = __shfl_xor_sync(0xFFFFFFFFu, my_s, o);
-                if (ob > my_best || (ob == my_best && os < my_s)) {
-                    my_best = ob;
-                    my_s = os;
-                }
-            }
-            if (lane == 0)
-                s_next = my_s;
-        }
-        __syncthreads();
-        const uint32_t next = s_next == 0xFFFFFFFFu ? first : sample[s_next];
-        __syncthreads();
-        if (tid == 0) { /* entries[] is written by thread 0 only */
-            bool repeated = false;
-            for (uint32_t i = 0; i < count; i++)
-                repeated |= entries[i] == next;
-            s_next = repeated ? 0xFFFFFFFFu : next;
-        }
-        __syncthreads();
-        if (s_next == 0xFFFFFFFFu)
-            break; /* every sampled node is already an entry */
-        entry = s_next;
-        __syncthreads();
+    __shared__ unsigned long long s_best[kFarthestThreads / 32];
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    const uint32_t entry = step == 0 ? first : sample[~(uint32_t)best[step - 1]];
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        entries[step] = entry;
+    if (last)
+        return;
+    const __half *e = v + (uint64_t)entry * dim16;
+    unsigned long long my = 0;
+    const uint32_t warps = gridDim.x * (kFarthestThreads / 32);
+    for (uint32_t r = blockIdx.x * (kFarthestThreads / 32) + warp; r < sample_count; r += warps) {
+        const float acc = warp_sum_half(sum, e, v + (uint64_t)sample[r] * dim16, dim16, lane);
+        /* scaled data: the order is what matters (cosine: 1 - dot decreases with dot) */
+        const float d = sum == MetricSum::Products ? -acc : acc;
+        const float m = step == 0 ? d : fminf(nearest[r], d);
+        if (lane == 0)
+            nearest[r] = m;
+        my = max(my, (unsigned long long)ordered_key(m) << 32 | (uint32_t)~r);
     }
-    if (tid == 0)
-        *entry_count = min(count, want);
+    if (lane == 0)
+        s_best[warp] = my;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (uint32_t w = 1; w < kFarthestThreads / 32; w++)
+            my = max(my, s_best[w]);
+        atomicMax(&best[step], my);
+    }
 }
 
 uint64_t coprime_stride(uint64_t m)
@@ -665,21 +604,41 @@ uint64_t knn_phase_bytes(uint64_t n, uint32_t k)
     return n * k * 8 + n * kCandidateSlots * 8 + n * kSample * 4 * 4 + n * 4 * 4 + 4096;
 }
 
+/* The largest |x| of the host rows as float bits (finite < infinity < NaN
+ * in unsigned order too), read by up to 16 threads: the scale must be known
+ * before the first row is converted, and reading the rows here costs less
+ * than sending them to the device twice. */
+uint32_t host_max_abs_bits(const float *x, uint64_t count)
+{
+    const uint64_t per_thread_min = 1ull << 22;
+    const uint32_t threads = (uint32_t)std::max<uint64_t>(
+        1, std::min<uint64_t>({std::max(1u, std::thread::hardware_concurrency()), 16, count / per_thread_min}));
+    std::vector<uint32_t> best(threads, 0);
+    auto part = [&](uint32_t t) {
+        const uint64_t lo = count * t / threads, hi = count * (t + 1) / threads;
+        uint32_t m = 0;
+        for (uint64_t i = lo; i < hi; i++) {
+            uint32_t b;
+            std::memcpy(&b, &x[i], 4);
+            m = std::max(m, b & 0x7FFFFFFFu);
+        }
+        best[t] = m;
+    };
+    std::vector<std::thread> pool;
+    for (uint32_t t = 1; t < threads; t++)
+        pool.emplace_back(part, t);
+    part(0);
+    for (auto &th : pool)
+        th.join();
+    return *std::max_element(best.begin(), best.end());
+}
+
 void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out, cudaStream_t stream)
 {
     out.n = n;
     out.dim = dim;
     out.dim16 = (uint32_t)round_up(dim, 16);
-    DeviceBuffer<float> raw(n * dim);
-    check(cudaMemcpyAsync(raw.get(), host, n * dim * sizeof(float), cudaMemcpyHostToDevice, stream),
-          "copying the build data to the device");
-    DeviceBuffer<unsigned int> maxabs(1);
-    check(cudaMemsetAsync(maxabs.get(), 0, 4, stream), "cudaMemset");
-    max_abs_kernel<<<grid_for(n * dim, 256), 256, 0, stream>>>(raw.get(), n * dim, maxabs.get());
-    check_launch("max_abs_kernel");
-    unsigned int bits = 0;
-    check(cudaMemcpyAsync(&bits, maxabs.get(), 4, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
-    check(cudaStreamSynchronize(stream), "max_abs_kernel");
+    const uint32_t bits = host_max_abs_bits(host, n * dim);
     if (bits >= 0x7F800000u)
         fail(CAGRA_GPU_INVALID_ARGUMENT, "the data contains NaN or infinity");
     float maxabs_f;
@@ -694,9 +653,19 @@ void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset 
     out.inv_scale2 = 1.0f / (scale * scale);
     out.vectors.allocate(n * out.dim16);
     out.norms.allocate(n);
-    to_half_kernel<<<grid_for(n * out.dim16, 256), 256, 0, stream>>>(raw.get(), n, dim, out.dim16, scale,
-                                                                     out.vectors.get());
-    check_launch("to_half_kernel");
+    /* float32 rows go through a staging buffer of upload_chunk_rows, so the
+     * device never holds the whole set in float32 beside its fp16 copy */
+    const uint64_t chunk = std::min<uint64_t>(n, upload_chunk_rows(dim));
+    DeviceBuffer<float> staging(chunk * dim);
+    for (uint64_t r0 = 0; r0 < n; r0 += chunk) {
+        const uint64_t rows = std::min(chunk, n - r0);
+        check(cudaMemcpyAsync(staging.get(), host + r0 * dim, rows * dim * sizeof(float), cudaMemcpyHostToDevice,
+                              stream),
+              "copying the build data to the device");
+        to_half_kernel<<<grid_for(rows * out.dim16, 256), 256, 0, stream>>>(staging.get(), rows, dim, out.dim16, scale,
+                                                                            out.vectors.get() + r0 * out.dim16);
+        check_launch("to_half_kernel");
+    }
     norms_kernel<<<grid_for(n * 32, 256), 256, 0, stream>>>(out.vectors.get(), n, out.dim16, out.norms.get());
     check_launch("norms_kernel");
     check(cudaStreamSynchronize(stream), "converting the build data to fp16");
@@ -739,18 +708,31 @@ std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_me
             sample.push_back(data.n <= kSampleSize ? (uint32_t)i
                                                    : (uint32_t)(splitmix64(seed ^ 0xe7e7 ^ (i << 24)) % data.n));
     }
-    DeviceBuffer<uint32_t> dsample(sample.size()), dentries(want + 1), dcount(1);
-    check(cudaMemcpyAsync(dsample.get(), sample.data(), sample.size() * 4, cudaMemcpyHostToDevice, stream),
-          "cudaMemcpy");
-    farthest_points_kernel<<<1, kEntryThreads, sample.size() * sizeof(float), stream>>>(
-        data.vectors.get(), data.dim16, metric, dsample.get(), (uint32_t)sample.size(), first, want, dentries.get(),
-        dcount.get());
-    check_launch("farthest_points_kernel");
-    uint32_t count = 0;
-    check(cudaMemcpyAsync(&count, dcount.get(), 4, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+    const uint32_t count = (uint32_t)sample.size();
+    DeviceBuffer<uint32_t> dsample(count), dentries(want);
+    DeviceBuffer<float> nearest(count);
+    DeviceBuffer<unsigned long long> best(want);
+    check(cudaMemcpyAsync(dsample.get(), sample.data(), count * 4ull, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
+    check(cudaMemsetAsync(best.get(), 0, best.bytes(), stream), "cudaMemset");
+    const uint32_t blocks = (uint32_t)div_up(count, kFarthestThreads / 32);
+    for (uint32_t step = 0; step < want; step++) {
+        farthest_step_kernel<<<blocks, kFarthestThreads, 0, stream>>>(data.vectors.get(), data.dim16,
+                                                                      metric_sum(metric), dsample.get(), count, first,
+                                                                      step, step + 1 == want, nearest.get(),
+                                                                      best.get(), dentries.get());
+        check_launch("farthest_step_kernel");
+    }
+    std::vector<uint32_t> picked(want);
+    check(cudaMemcpyAsync(picked.data(), dentries.get(), want * 4ull, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
     check(cudaStreamSynchronize(stream), "choosing entry nodes");
-    std::vector<uint32_t> out(count);
-    check(cudaMemcpy(out.data(), dentries.get(), count * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    /* a pick that repeats an entry means every sampled row is one: stop there */
+    std::vector<uint32_t> out;
+    std::set<uint32_t> seen;
+    for (uint32_t id : picked) {
+        if (!seen.insert(id).second)
+            break;
+        out.push_back(id);
+    }
     return out;
 }
 

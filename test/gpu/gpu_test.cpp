@@ -595,6 +595,79 @@ TEST(GpuBuild, L1KnnGraphRecall)
     }
 }
 
+/* The build sends its float32 rows through a staging buffer of about 64 MB
+ * (16,384 rows of 1,024 dimensions): rows of every chunk, the last one
+ * partial, find their true neighbours, and a non-finite value anywhere is
+ * refused.  The rows lie on a 4-dimensional subspace: NN-descent's lists
+ * there reached recall 0.85-0.89 in every chunk (H200), where a chunk
+ * converted into the wrong rows would find almost none. */
+TEST(GpuBuild, UploadInChunksKeepsEveryRowAndRefusesNonFinite)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 1024, k = 16, latent = 4, sampled = 30;
+    const uint64_t n = 40000, chunk = 16384;
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::vector<float> basis(latent * dim), data(n * dim);
+    for (float &x : basis)
+        x = u(rng) - 0.5f;
+    for (uint64_t i = 0; i < n; i++) {
+        float z[latent];
+        for (float &x : z)
+            x = u(rng);
+        for (uint32_t c = 0; c < dim; c++) {
+            float v = 0.0f;
+            for (uint32_t l = 0; l < latent; l++)
+                v += z[l] * basis[l * dim + c];
+            data[i * dim + c] = v;
+        }
+    }
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    bp.intermediate_degree = k;
+    bp.graph_degree = k;
+    std::vector<uint32_t> knn(n * k);
+    ASSERT_EQ(cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()), CAGRA_GPU_OK)
+        << cagra_gpu_last_error();
+    std::vector<uint64_t> rows;
+    for (uint64_t c0 = 0; c0 < n; c0 += chunk)
+        for (uint32_t s = 0; s < sampled; s++)
+            rows.push_back(c0 + rng() % std::min(chunk, n - c0));
+    std::vector<double> hits(rows.size());
+    cagra::detail::parallel_for(
+        rows.size(), 1, std::max(1u, std::thread::hardware_concurrency()), nullptr,
+        [&](uint64_t b, uint64_t e, uint32_t) {
+            for (uint64_t r = b; r < e; r++) {
+                const uint64_t q = rows[r];
+                std::vector<std::pair<float, uint32_t>> d;
+                for (uint64_t i = 0; i < n; i++)
+                    if (i != q)
+                        d.emplace_back(cagra::distance(cagra::Metric::L2, &data[q * dim], &data[i * dim], dim),
+                                       (uint32_t)i);
+                std::partial_sort(d.begin(), d.begin() + k, d.end());
+                std::set<uint32_t> truth;
+                for (uint32_t j = 0; j < k; j++)
+                    truth.insert(d[j].second);
+                for (uint32_t j = 0; j < k; j++)
+                    hits[r] += truth.count(knn[q * k + j]);
+            }
+        });
+    for (uint64_t c = 0; c * chunk < n; c++) {
+        double recall = 0;
+        for (uint32_t s = 0; s < sampled; s++)
+            recall += hits[c * sampled + s] / (sampled * k);
+        std::printf("recall: kNN recall@%u of rows in upload chunk %llu: %.4f\n", k, (unsigned long long)c, recall);
+        EXPECT_GE(recall, 0.7) << "chunk " << c;
+    }
+    for (uint64_t at : {(n - 1) * dim + 7, (uint64_t)3}) {
+        std::vector<float> bad(data);
+        bad[at] = at == 3 ? INFINITY : NAN;
+        EXPECT_EQ(cagra_gpu_build_knn(0, bad.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()), CAGRA_GPU_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(cagra_gpu_last_error()).find("NaN or infinity"), std::string::npos)
+            << cagra_gpu_last_error();
+    }
+}
+
 /* Past 8,388,608 rows (the grid cap of the build's warp-a-row kernels times
  * eight warps a block) every row still gets its norm: the 10,000,000 x 768
  * scale run found the rows past it with none, which spoilt the kNN lists of
