@@ -138,7 +138,7 @@ uint64_t build_bytes(uint64_t n, uint32_t dim, uint32_t k, uint32_t degree)
 {
     uint64_t dim16 = round_up(dim, 16);
     uint64_t half = n * dim16 * 2 + n * 4;
-    uint64_t upload = std::min<uint64_t>(n, upload_chunk_rows(dim)) * dim * 4;
+    uint64_t upload = 2 * std::min<uint64_t>(n, upload_chunk_rows(dim)) * dim * 4; /* two staging buffers */
     uint64_t knn = n * k * 4;
     uint64_t graph = n * degree * 4;
     uint64_t phase = std::max({upload, knn + (n > kExactKnnLimit ? knn_phase_bytes(n, k) : 0),

@@ -139,6 +139,31 @@ private:
     uint64_t count_ = 0;
 };
 
+/* Page-locked host memory (cudaHostAlloc) for copies the device's copy
+ * engine reads at full speed; allocated and freed with resident kernels
+ * stopped, as device memory is. */
+template <class T>
+class PinnedBuffer {
+public:
+    explicit PinnedBuffer(uint64_t count)
+    {
+        ResidentPause pause;
+        check(cudaHostAlloc(reinterpret_cast<void **>(&ptr_), count * sizeof(T), cudaHostAllocPortable),
+              "allocating page-locked host memory");
+    }
+    ~PinnedBuffer()
+    {
+        ResidentPause pause;
+        cudaFreeHost(ptr_);
+    }
+    PinnedBuffer(const PinnedBuffer &) = delete;
+    PinnedBuffer &operator=(const PinnedBuffer &) = delete;
+    T *get() const { return ptr_; }
+
+private:
+    T *ptr_ = nullptr;
+};
+
 /* Fails with OUT_OF_MEMORY, before anything is allocated, when `need`
  * bytes exceed what the device has free. */
 void require_free_memory(uint64_t need, const char *what);

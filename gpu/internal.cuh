@@ -41,8 +41,8 @@ inline uint64_t upload_chunk_rows(uint32_t dim)
     return std::max<uint64_t>(1, (64ull << 20) / (4ull * dim));
 }
 
-/* Uploads n x dim float32 host rows and converts them, a staging buffer of
- * upload_chunk_rows at a time. */
+/* Uploads n x dim float32 host rows and converts them, upload_chunk_rows
+ * at a time through two staging buffers. */
 void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset &out, cudaStream_t stream);
 
 /* kNN graph, n x k ids, nearest first, no self edge; kInvalid pads when n - 1 < k. */

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
@@ -504,10 +505,10 @@ __global__ void merge_kernel(uint32_t n, uint32_t k, uint32_t kp, uint32_t *ids,
         atomicAdd(updates, (unsigned long long)accepted);
 }
 
-__global__ void strip_flags_kernel(const uint32_t *ids, uint64_t count, uint32_t *out)
+__global__ void strip_flags_kernel(uint32_t *ids, uint64_t count)
 {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count; i += (uint64_t)gridDim.x * blockDim.x)
-        out[i] = ids[i] & ~kNewFlag;
+        ids[i] &= ~kNewFlag;
 }
 
 __global__ void centroid_kernel(const __half *v, uint64_t n, uint32_t dim16, float *sum)
@@ -600,21 +601,34 @@ int grid_for(uint64_t threads, int block)
 
 uint64_t knn_phase_bytes(uint64_t n, uint32_t k)
 {
-    /* lists (ids, dists), candidate slots, four sample lists, four counters */
-    return n * k * 8 + n * kCandidateSlots * 8 + n * kSample * 4 * 4 + n * 4 * 4 + 4096;
+    /* distances of the lists (their ids are in the caller's buffer),
+     * candidate slots, four sample lists, four counters */
+    return n * k * 4 + n * kCandidateSlots * 8 + n * kSample * 4 * 4 + n * 4 * 4 + 4096;
+}
+
+/* Runs part(t, threads) on up to `most` threads, one slice of about
+ * `per_thread` items each out of `count`, the calling thread included. */
+template <class F>
+void on_host_threads(uint64_t count, uint64_t per_thread, uint32_t most, F part)
+{
+    const uint32_t threads = (uint32_t)std::max<uint64_t>(
+        1, std::min<uint64_t>({std::max(1u, std::thread::hardware_concurrency()), most, count / per_thread}));
+    std::vector<std::thread> pool;
+    for (uint32_t t = 1; t < threads; t++)
+        pool.emplace_back(part, t, threads);
+    part(0u, threads);
+    for (auto &th : pool)
+        th.join();
 }
 
 /* The largest |x| of the host rows as float bits (finite < infinity < NaN
- * in unsigned order too), read by up to 16 threads: the scale must be known
- * before the first row is converted, and reading the rows here costs less
- * than sending them to the device twice. */
+ * in unsigned order too): the scale must be known before the first row is
+ * converted, and reading the rows here costs less than sending them to the
+ * device twice. */
 uint32_t host_max_abs_bits(const float *x, uint64_t count)
 {
-    const uint64_t per_thread_min = 1ull << 22;
-    const uint32_t threads = (uint32_t)std::max<uint64_t>(
-        1, std::min<uint64_t>({std::max(1u, std::thread::hardware_concurrency()), 16, count / per_thread_min}));
-    std::vector<uint32_t> best(threads, 0);
-    auto part = [&](uint32_t t) {
+    std::vector<uint32_t> best(16, 0);
+    on_host_threads(count, 1ull << 22, 16, [&](uint32_t t, uint32_t threads) {
         const uint64_t lo = count * t / threads, hi = count * (t + 1) / threads;
         uint32_t m = 0;
         for (uint64_t i = lo; i < hi; i++) {
@@ -623,13 +637,7 @@ uint32_t host_max_abs_bits(const float *x, uint64_t count)
             m = std::max(m, b & 0x7FFFFFFFu);
         }
         best[t] = m;
-    };
-    std::vector<std::thread> pool;
-    for (uint32_t t = 1; t < threads; t++)
-        pool.emplace_back(part, t);
-    part(0);
-    for (auto &th : pool)
-        th.join();
+    });
     return *std::max_element(best.begin(), best.end());
 }
 
@@ -653,19 +661,61 @@ void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset 
     out.inv_scale2 = 1.0f / (scale * scale);
     out.vectors.allocate(n * out.dim16);
     out.norms.allocate(n);
-    /* float32 rows go through a staging buffer of upload_chunk_rows, so the
-     * device never holds the whole set in float32 beside its fp16 copy */
+    /* Float32 rows go through staging buffers of upload_chunk_rows, so the
+     * device never holds the whole set in float32 beside its fp16 copy.
+     * Past one chunk they are copied by host threads into two page-locked
+     * buffers in turn, so one chunk is sent while the next is copied (the
+     * driver's own copy of pageable memory ran at 7 GB/s). */
     const uint64_t chunk = std::min<uint64_t>(n, upload_chunk_rows(dim));
-    DeviceBuffer<float> staging(chunk * dim);
-    for (uint64_t r0 = 0; r0 < n; r0 += chunk) {
-        const uint64_t rows = std::min(chunk, n - r0);
-        check(cudaMemcpyAsync(staging.get(), host + r0 * dim, rows * dim * sizeof(float), cudaMemcpyHostToDevice,
-                              stream),
-              "copying the build data to the device");
-        to_half_kernel<<<grid_for(rows * out.dim16, 256), 256, 0, stream>>>(staging.get(), rows, dim, out.dim16, scale,
-                                                                            out.vectors.get() + r0 * out.dim16);
-        check_launch("to_half_kernel");
+    const bool staged = chunk < n;
+    DeviceBuffer<float> on_device[2];
+    std::unique_ptr<PinnedBuffer<float>> pinned[2];
+    cudaEvent_t sent[2] = {nullptr, nullptr};
+    for (int b = 0; b < (staged ? 2 : 1); b++) {
+        on_device[b].allocate(chunk * dim);
+        if (staged) {
+            pinned[b] = std::make_unique<PinnedBuffer<float>>(chunk * dim);
+            check(cudaEventCreateWithFlags(&sent[b], cudaEventDisableTiming), "cudaEventCreate");
+        }
     }
+    auto destroy_events = [&] {
+        for (cudaEvent_t e : sent)
+            if (e)
+                cudaEventDestroy(e);
+    };
+    try {
+        for (uint64_t r0 = 0, i = 0; r0 < n; r0 += chunk, i++) {
+            const uint64_t rows = std::min(chunk, n - r0);
+            const int b = staged ? (int)(i & 1) : 0;
+            const float *from = host + r0 * dim;
+            if (staged) {
+                /* the copy engine is done with this buffer's last chunk */
+                check(cudaEventSynchronize(sent[b]), "copying the build data to the device");
+                float *to = pinned[b]->get();
+                const uint64_t count = rows * dim;
+                on_host_threads(count, 1ull << 20, 8, [&](uint32_t t, uint32_t threads) {
+                    const uint64_t lo = count * t / threads, hi = count * (t + 1) / threads;
+                    std::memcpy(to + lo, from + lo, (hi - lo) * sizeof(float));
+                });
+                from = to;
+            }
+            check(cudaMemcpyAsync(on_device[b].get(), from, rows * dim * sizeof(float), cudaMemcpyHostToDevice,
+                                  stream),
+                  "copying the build data to the device");
+            if (staged)
+                check(cudaEventRecord(sent[b], stream), "cudaEventRecord");
+            to_half_kernel<<<grid_for(rows * out.dim16, 256), 256, 0, stream>>>(on_device[b].get(), rows, dim,
+                                                                                out.dim16, scale,
+                                                                                out.vectors.get() + r0 * out.dim16);
+            check_launch("to_half_kernel");
+        }
+        check(cudaStreamSynchronize(stream), "copying the build data to the device");
+    } catch (...) {
+        cudaStreamSynchronize(stream);
+        destroy_events();
+        throw;
+    }
+    destroy_events();
     norms_kernel<<<grid_for(n * 32, 256), 256, 0, stream>>>(out.vectors.get(), n, out.dim16, out.norms.get());
     check_launch("norms_kernel");
     check(cudaStreamSynchronize(stream), "converting the build data to fp16");
@@ -748,7 +798,9 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
         return;
     }
 
-    DeviceBuffer<uint32_t> ids((uint64_t)n * k);
+    /* the lists are built in the caller's knn buffer (ids flagged "new"
+     * until the end), so the device holds them once */
+    uint32_t *ids = knn;
     DeviceBuffer<float> dists((uint64_t)n * k);
     DeviceBuffer<unsigned long long> slots((uint64_t)n * kCandidateSlots);
     DeviceBuffer<uint32_t> samples((uint64_t)n * kSample * 4);
@@ -763,7 +815,7 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
     const uint32_t warps_per_block = 4;
     const unsigned list_blocks = (unsigned)div_up(n, warps_per_block);
     init_lists_kernel<<<list_blocks, 32 * warps_per_block, warps_per_block * kp * 8, stream>>>(
-        rows_of(data), n, metric, k, kp, coprime_stride(n - 1), params.seed, ids.get(), dists.get());
+        rows_of(data), n, metric, k, kp, coprime_stride(n - 1), params.seed, ids, dists.get());
     check_launch("init_lists_kernel");
     check(cudaMemsetAsync(slots.get(), 0xFF, slots.bytes(), stream), "cudaMemset");
 
@@ -775,7 +827,7 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
         check(cudaMemsetAsync(counts.get(), 0, counts.bytes(), stream), "cudaMemset");
         check(cudaMemsetAsync(updates.get(), 0, 8, stream), "cudaMemset");
         sample_kernel<<<(unsigned)div_up((uint64_t)n * 32, 256), 256, 0, stream>>>(
-            n, k, ids.get(), new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev, old_rev_cnt);
+            n, k, ids, new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev, old_rev_cnt);
         check_launch("sample_kernel");
         if (metric_has_dot_form(metric))
             local_join_kernel<true><<<n, kJoinThreads, 0, stream>>>(ja);
@@ -783,7 +835,7 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
             local_join_kernel<false><<<n, kJoinThreads, 0, stream>>>(ja);
         check_launch("local_join_kernel");
         merge_kernel<<<list_blocks, 32 * warps_per_block, warps_per_block * kpm * 8, stream>>>(
-            n, k, kpm, ids.get(), dists.get(), slots.get(), updates.get());
+            n, k, kpm, ids, dists.get(), slots.get(), updates.get());
         check_launch("merge_kernel");
         unsigned long long changed = 0;
         check(cudaMemcpyAsync(&changed, updates.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
@@ -794,7 +846,7 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
             break;
         check_cancel(params);
     }
-    strip_flags_kernel<<<grid_for((uint64_t)n * k, 256), 256, 0, stream>>>(ids.get(), (uint64_t)n * k, knn);
+    strip_flags_kernel<<<grid_for((uint64_t)n * k, 256), 256, 0, stream>>>(ids, (uint64_t)n * k);
     check_launch("strip_flags_kernel");
     check(cudaStreamSynchronize(stream), "NN-descent");
 }

@@ -404,7 +404,12 @@ std::vector<float> queries_near(const std::vector<float> &base, uint32_t dim, ui
 
 TEST(GpuLibrary, LoadsWithDlopenAndExportsOnlyItsApi)
 {
-    void *h = dlopen(CAGRA_GPU_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
+    /* the library this test is linked with, wherever it was copied (the
+     * device runs carry prebuilt binaries), else where CMake built it */
+    Dl_info linked{};
+    const char *path = dladdr((void *)&cagra_gpu_api_version, &linked) && linked.dli_fname ? linked.dli_fname
+                                                                                           : CAGRA_GPU_LIBRARY_PATH;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(h, nullptr) << dlerror();
     auto count = (cagra_gpu_status(*)(int *))dlsym(h, "cagra_gpu_device_count");
     auto api = (int (*)())dlsym(h, "cagra_gpu_api_version");
