@@ -398,6 +398,35 @@ std::vector<float> queries_near(const std::vector<float> &base, uint32_t dim, ui
     return q;
 }
 
+/* For each of `rows`, how many of its k listed neighbours (knn: n x k) are
+ * among its true k nearest by L2 (brute force over all n rows, host
+ * threads). */
+std::vector<double> knn_hits(const std::vector<float> &data, uint64_t n, uint32_t dim, const std::vector<uint32_t> &knn,
+                             uint32_t k, const std::vector<uint64_t> &rows)
+{
+    std::vector<double> hits(rows.size());
+    cagra::detail::parallel_for(
+        rows.size(), 1, std::max(1u, std::thread::hardware_concurrency()), nullptr,
+        [&](uint64_t b, uint64_t e, uint32_t) {
+            for (uint64_t r = b; r < e; r++) {
+                const uint64_t q = rows[r];
+                std::vector<std::pair<float, uint32_t>> d;
+                d.reserve(n - 1);
+                for (uint64_t i = 0; i < n; i++)
+                    if (i != q)
+                        d.emplace_back(cagra::distance(cagra::Metric::L2, &data[q * dim], &data[i * dim], dim),
+                                       (uint32_t)i);
+                std::partial_sort(d.begin(), d.begin() + k, d.end());
+                std::set<uint32_t> truth;
+                for (uint32_t j = 0; j < k; j++)
+                    truth.insert(d[j].second);
+                for (uint32_t j = 0; j < k; j++)
+                    hits[r] += truth.count(knn[q * k + j]);
+            }
+        });
+    return hits;
+}
+
 } // namespace
 
 /* ---- without a device ---------------------------------------------------- */
@@ -638,25 +667,7 @@ TEST(GpuBuild, UploadInChunksKeepsEveryRowAndRefusesNonFinite)
     for (uint64_t c0 = 0; c0 < n; c0 += chunk)
         for (uint32_t s = 0; s < sampled; s++)
             rows.push_back(c0 + rng() % std::min(chunk, n - c0));
-    std::vector<double> hits(rows.size());
-    cagra::detail::parallel_for(
-        rows.size(), 1, std::max(1u, std::thread::hardware_concurrency()), nullptr,
-        [&](uint64_t b, uint64_t e, uint32_t) {
-            for (uint64_t r = b; r < e; r++) {
-                const uint64_t q = rows[r];
-                std::vector<std::pair<float, uint32_t>> d;
-                for (uint64_t i = 0; i < n; i++)
-                    if (i != q)
-                        d.emplace_back(cagra::distance(cagra::Metric::L2, &data[q * dim], &data[i * dim], dim),
-                                       (uint32_t)i);
-                std::partial_sort(d.begin(), d.begin() + k, d.end());
-                std::set<uint32_t> truth;
-                for (uint32_t j = 0; j < k; j++)
-                    truth.insert(d[j].second);
-                for (uint32_t j = 0; j < k; j++)
-                    hits[r] += truth.count(knn[q * k + j]);
-            }
-        });
+    const std::vector<double> hits = knn_hits(data, n, dim, knn, k, rows);
     for (uint64_t c = 0; c * chunk < n; c++) {
         double recall = 0;
         for (uint32_t s = 0; s < sampled; s++)
@@ -701,26 +712,7 @@ TEST(GpuBuild, KnnListsPastEightMillionRows)
         rows.push_back(rng() % cap);
         rows.push_back(cap + rng() % (n - cap));
     }
-    std::vector<double> hits(rows.size());
-    cagra::detail::parallel_for(
-        rows.size(), 1, std::max(1u, std::thread::hardware_concurrency()), nullptr,
-        [&](uint64_t b, uint64_t e, uint32_t) {
-            for (uint64_t r = b; r < e; r++) {
-                const uint64_t q = rows[r];
-                std::vector<std::pair<float, uint32_t>> d;
-                d.reserve(n - 1);
-                for (uint64_t i = 0; i < n; i++)
-                    if (i != q)
-                        d.emplace_back(cagra::distance(cagra::Metric::L2, &data[q * dim], &data[i * dim], dim),
-                                       (uint32_t)i);
-                std::partial_sort(d.begin(), d.begin() + k, d.end());
-                std::set<uint32_t> truth;
-                for (uint32_t j = 0; j < k; j++)
-                    truth.insert(d[j].second);
-                for (uint32_t j = 0; j < k; j++)
-                    hits[r] += truth.count(knn[q * k + j]);
-            }
-        });
+    const std::vector<double> hits = knn_hits(data, n, dim, knn, k, rows);
     double before = 0, after = 0;
     for (size_t r = 0; r < rows.size(); r++)
         (rows[r] < cap ? before : after) += hits[r] / (per_side * k);
