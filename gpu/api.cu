@@ -415,11 +415,13 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
         HalfDataset half;
         make_half_dataset(data, n, dim, half, stream.s);
         timer.lap("upload and fp16 conversion");
-        DeviceBuffer<uint32_t> graph(n * degree);
+        /* allocated after NN-descent, whose join is the build's peak */
+        DeviceBuffer<uint32_t> graph;
         uint32_t entry = 0;
         /* the fixed entry nodes, when the probe needed them before the download */
         std::vector<uint32_t> entries;
         if (n == 1) {
+            graph.allocate(n * degree);
             check(cudaMemsetAsync(graph.get(), 0xFF, graph.bytes(), stream.s), "cudaMemset");
         } else {
             {
@@ -427,6 +429,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
                 build_knn(half, metric, k, *params, knn.get(), stream.s);
                 timer.lap("kNN graph");
                 check_cancel(*params);
+                graph.allocate(n * degree);
                 optimize_graph(knn.get(), n, k, degree, graph.get(), stream.s);
                 timer.lap("pruning, reverse edges, merge");
                 check_cancel(*params);
