@@ -671,19 +671,19 @@ void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset 
     DeviceBuffer<float> on_device[2];
     std::unique_ptr<PinnedBuffer<float>> pinned[2];
     cudaEvent_t sent[2] = {nullptr, nullptr};
-    for (int b = 0; b < (staged ? 2 : 1); b++) {
-        on_device[b].allocate(chunk * dim);
-        if (staged) {
-            pinned[b] = std::make_unique<PinnedBuffer<float>>(chunk * dim);
-            check(cudaEventCreateWithFlags(&sent[b], cudaEventDisableTiming), "cudaEventCreate");
-        }
-    }
     auto destroy_events = [&] {
         for (cudaEvent_t e : sent)
             if (e)
                 cudaEventDestroy(e);
     };
     try {
+        for (int b = 0; b < (staged ? 2 : 1); b++) {
+            on_device[b].allocate(chunk * dim);
+            if (staged) {
+                pinned[b] = std::make_unique<PinnedBuffer<float>>(chunk * dim);
+                check(cudaEventCreateWithFlags(&sent[b], cudaEventDisableTiming), "cudaEventCreate");
+            }
+        }
         for (uint64_t r0 = 0, i = 0; r0 < n; r0 += chunk, i++) {
             const uint64_t rows = std::min(chunk, n - r0);
             const int b = staged ? (int)(i & 1) : 0;
