@@ -398,6 +398,19 @@ std::vector<float> queries_near(const std::vector<float> &base, uint32_t dim, ui
     return q;
 }
 
+/* The first step of a GPU build alone: k L2 neighbours a row (NN-descent
+ * at the default settings) into knn. */
+cagra_gpu_status gpu_knn_lists(const std::vector<float> &data, uint64_t n, uint32_t dim, uint32_t k,
+                               std::vector<uint32_t> &knn)
+{
+    cagra_gpu_build_params bp;
+    cagra_gpu_default_build_params(&bp);
+    bp.intermediate_degree = k;
+    bp.graph_degree = k;
+    knn.assign(n * k, 0);
+    return cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data());
+}
+
 /* For each of `rows`, how many of its k listed neighbours (knn: n x k) are
  * among its true k nearest by L2 (brute force over all n rows, host
  * threads). */
@@ -656,13 +669,8 @@ TEST(GpuBuild, UploadInChunksKeepsEveryRowAndRefusesNonFinite)
             data[i * dim + c] = v;
         }
     }
-    cagra_gpu_build_params bp;
-    cagra_gpu_default_build_params(&bp);
-    bp.intermediate_degree = k;
-    bp.graph_degree = k;
-    std::vector<uint32_t> knn(n * k);
-    ASSERT_EQ(cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()), CAGRA_GPU_OK)
-        << cagra_gpu_last_error();
+    std::vector<uint32_t> knn;
+    ASSERT_EQ(gpu_knn_lists(data, n, dim, k, knn), CAGRA_GPU_OK) << cagra_gpu_last_error();
     std::vector<uint64_t> rows;
     for (uint64_t c0 = 0; c0 < n; c0 += chunk)
         for (uint32_t s = 0; s < sampled; s++)
@@ -678,7 +686,7 @@ TEST(GpuBuild, UploadInChunksKeepsEveryRowAndRefusesNonFinite)
     for (uint64_t at : {(n - 1) * dim + 7, (uint64_t)3}) {
         std::vector<float> bad(data);
         bad[at] = at == 3 ? INFINITY : NAN;
-        EXPECT_EQ(cagra_gpu_build_knn(0, bad.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()), CAGRA_GPU_INVALID_ARGUMENT);
+        EXPECT_EQ(gpu_knn_lists(bad, n, dim, k, knn), CAGRA_GPU_INVALID_ARGUMENT);
         EXPECT_NE(std::string(cagra_gpu_last_error()).find("NaN or infinity"), std::string::npos)
             << cagra_gpu_last_error();
     }
@@ -700,13 +708,8 @@ TEST(GpuBuild, KnnListsPastEightMillionRows)
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (float &x : data)
         x = u(rng);
-    cagra_gpu_build_params bp;
-    cagra_gpu_default_build_params(&bp);
-    bp.intermediate_degree = k;
-    bp.graph_degree = k;
-    std::vector<uint32_t> knn(n * k);
-    ASSERT_EQ(cagra_gpu_build_knn(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, knn.data()), CAGRA_GPU_OK)
-        << cagra_gpu_last_error();
+    std::vector<uint32_t> knn;
+    ASSERT_EQ(gpu_knn_lists(data, n, dim, k, knn), CAGRA_GPU_OK) << cagra_gpu_last_error();
     std::vector<uint64_t> rows;
     for (uint32_t i = 0; i < per_side; i++) {
         rows.push_back(rng() % cap);
