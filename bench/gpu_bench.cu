@@ -18,9 +18,9 @@
  * the library chooses from the batch size; 1: one block per query).
  * --entries E[,E...]: after the build, the fp16 index loaded with only the
  * first E of the build's entry nodes (0: the random entries alone),
- * recall@10 and queries/s at batch 10,000 for itopk 32, 48 and 64: what
- * measuring the fixed entries costs a query.  --only entries: the build and
- * that sweep, nothing else.
+ * recall@10, queries/s, and the distances and iterations of a query's
+ * walk at batch 10,000 for itopk 32, 40, 48 and 64: what the fixed entries
+ * cost and give.  --only entries: the build and that sweep, nothing else.
  * The build line gives the build's peak device memory: free memory sampled
  * every 200 us through the build, against the free memory before it.
  * --only latency: after the build, only the small-batch latency sweep
@@ -281,6 +281,7 @@ BruteForce brute_force(const float *dbase, uint64_t n, uint32_t dim, const std::
 struct Row {
     uint32_t itopk, batch;
     double recall, qps, latency_ms;
+    double distances, iterations; /* a query's, in the timed batches walked by one CTA a query (else 0) */
 };
 
 /* Runs the 1000 queries (tiled up to the batch size) in batches; recall
@@ -308,6 +309,8 @@ Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t
      * point measured once differed by 1.6x between two machines) */
     std::vector<double> lat;
     uint64_t sent = 0;
+    cagra_gpu_search_stats before, after;
+    GPU_OK(cagra_gpu_index_search_stats(ix, &before));
     auto t0 = Clock::now();
     do {
         for (uint32_t s = 0; s < total; s += batch) {
@@ -320,8 +323,12 @@ Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t
         sent += total;
     } while (seconds_since(t0) < 0.3);
     double secs = seconds_since(t0);
+    GPU_OK(cagra_gpu_index_search_stats(ix, &after));
     std::sort(lat.begin(), lat.end());
     Row r;
+    const double walked = (double)(after.queries - before.queries);
+    r.distances = walked ? (after.distances - before.distances) / walked : 0.0;
+    r.iterations = walked ? (after.iterations - before.iterations) / walked : 0.0;
     r.itopk = itopk;
     r.batch = batch;
     r.recall = recall_at(ids, k, gt, gt_dim, nq);
@@ -491,9 +498,9 @@ void entries_sweep(const std::vector<__half> &base16, uint64_t n, uint32_t dim, 
     cagra_gpu_default_search_params(&sp);
     char line[256];
     std::snprintf(line, sizeof line,
-                  "Fixed entry nodes measured by each query (fp16 vectors, batch 10,000, plus %u random entries; "
-                  "the build gave %zu):\n\n| entry nodes | recall@10, itopk 32 | q/s | itopk 48 | q/s | itopk 64 | "
-                  "q/s |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+                  "Fixed entry nodes (fp16 vectors, batch 10,000, plus %u random entries; the build gave %zu):\n\n"
+                  "| entry nodes | itopk | recall@10 | q/s | distances a query | iterations a query |\n"
+                  "|---:|---:|---:|---:|---:|---:|\n",
                   sp.random_entries, entries.size());
     emit(line);
     for (uint32_t e : counts) {
@@ -501,14 +508,12 @@ void entries_sweep(const std::vector<__half> &base16, uint64_t n, uint32_t dim, 
         cagra_gpu_index *ix = nullptr;
         GPU_OK(cagra_gpu_index_load(0, base16.data(), CAGRA_GPU_FLOAT16, n, dim, graph.data(), degree, metric,
                                     entries.data(), e, &ix));
-        std::string row = "| " + std::to_string(e) + " |";
-        for (uint32_t itopk : {32u, 48u, 64u}) {
+        for (uint32_t itopk : {32u, 40u, 48u, 64u}) {
             Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, itopk, 10000);
-            std::snprintf(line, sizeof line, " %.4f | %.0f |", r.recall, r.qps);
-            row += line;
+            std::snprintf(line, sizeof line, "| %u | %u | %.4f | %.0f | %.0f | %.1f |\n", e, itopk, r.recall, r.qps,
+                          r.distances, r.iterations);
+            emit(line);
         }
-        row += "\n";
-        emit(row.c_str());
         cagra_gpu_index_free(ix);
     }
     emit("\n");

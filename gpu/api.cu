@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "core/types.h"
+#include "entry_scores.cuh"
 #include "internal.cuh"
 #include "measure_nodes.cuh"
+#include "metric.cuh"
 
 #include "search.cuh"
 #include "search_resident.cuh"
@@ -165,7 +167,7 @@ uint32_t stride_for(uint32_t dim, cagra_gpu_dtype dtype)
 uint64_t index_bytes(uint64_t n, uint32_t dim, uint32_t degree, cagra_gpu_dtype dtype)
 {
     uint64_t elt = dtype == CAGRA_GPU_FLOAT16 ? 2 : 4;
-    return n * stride_for(dim, dtype) * elt + n * degree * 4 + kMaxEntryNodes * 4;
+    return n * stride_for(dim, dtype) * elt + n * degree * 4 + kMaxEntryNodes * 4 + entry_rows_bytes(kMaxEntryNodes, dim);
 }
 
 } // namespace
@@ -261,6 +263,9 @@ struct cagra_gpu_search_context {
     DeviceBuffer<uint64_t> handed_in;
     DeviceBuffer<uint32_t> arrivals;
     DeviceBuffer<uint32_t> bounds;
+    DeviceBuffer<float> entry_scores; /* nq x the fixed entries (entry_scores.cuh) */
+    DeviceBuffer<SearchStats> batch_stats; /* the last launched batch's, zeroed before it */
+    cagra_gpu_search_stats stats{};        /* every batch's so far */
 
     ~cagra_gpu_search_context()
     {
@@ -280,6 +285,7 @@ struct cagra_gpu_index {
     DeviceBuffer<unsigned char> vectors;
     DeviceBuffer<uint32_t> graph;
     DeviceBuffer<uint32_t> entries;
+    EntryRows entry_rows; /* the fixed entries' rows, for scoring them per batch */
     cagra_gpu_search_context search; /* for cagra_gpu_search */
 };
 
@@ -580,6 +586,8 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
             if (entry_count)
                 check(cudaMemcpyAsync(ix->entries.get(), entries, entry_count * 4, cudaMemcpyHostToDevice, s),
                       "copying the entry nodes to the device");
+            if (metric_has_dot_form(metric))
+                load_entry_rows(ix->entry_rows, vectors, dtype, dim, entries, entry_count, s);
             check(cudaStreamSynchronize(s), "loading the index");
         } catch (...) {
             delete ix;
@@ -679,6 +687,14 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
                uint32_t *ids_out, float *distances_out)
 {
     check(cudaSetDevice(ix->device), "cudaSetDevice");
+    /* one CTA a query, more fixed entries than its buffer keeps: rank them
+     * for the whole batch at once, so each walk measures only its best */
+    const bool score = a.ctas <= 1 && !a.entries_distinct && ix->entry_rows.count > pow2_at_least(itopk) &&
+                       (uint64_t)nq * ix->entry_rows.count * sizeof(float) <= kEntryScoreBytesLimit;
+    if (score) {
+        ensure(ctx->entry_scores, (uint64_t)nq * ix->entry_rows.count, "this search batch");
+        a.entry_scores = ctx->entry_scores.get();
+    }
     plan_search(a, width, ix->degree, itopk);
     int max_smem = 0;
     check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
@@ -734,6 +750,13 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     }
     a.ids_out = dids.get();
     a.dist_out = ddist.get();
+    if (a.ctas <= 1 && !a.entries_distinct) {
+        ensure(ctx->batch_stats, 1, "this search batch");
+        check(cudaMemsetAsync(ctx->batch_stats.get(), 0, sizeof(SearchStats), s), "cudaMemset");
+        a.stats = ctx->batch_stats.get();
+    }
+    if (score)
+        score_entries(ix->entry_rows, ix->metric, dq.get(), ix->stride, nq, ctx->entry_scores.get(), s);
     if (a.entries_distinct && measure_fits(nq, count)) {
         const MeasureArgs m{ix->vectors.get(), ix->dtype == CAGRA_GPU_FLOAT16, ix->dim, ix->stride, ix->metric,
                             nq, count, k};
@@ -745,11 +768,19 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
           "copying the results to the host");
     check(cudaMemcpyAsync(distances_out, ddist.get(), (uint64_t)nq * k * 4, cudaMemcpyDeviceToHost, s),
           "copying the results to the host");
+    SearchStats batch{};
+    if (a.stats)
+        check(cudaMemcpyAsync(&batch, a.stats, sizeof batch, cudaMemcpyDeviceToHost, s), "copying the search's counts");
     if (ctx->blocking_wait) {
         check(cudaEventRecord(ctx->done, s), "cudaEventRecord");
         check(cudaEventSynchronize(ctx->done), "the search");
     } else {
         check(cudaStreamSynchronize(s), "the search");
+    }
+    if (a.stats) {
+        ctx->stats.queries += nq;
+        ctx->stats.distances += batch.measured;
+        ctx->stats.iterations += batch.iterations;
     }
 }
 
@@ -885,9 +916,29 @@ int cagra_gpu_search_context_resident(const cagra_gpu_search_context *ctx)
     return ctx && ctx->resident_ms >= 0.0f ? 1 : 0;
 }
 
+cagra_gpu_status cagra_gpu_search_context_stats(const cagra_gpu_search_context *ctx, cagra_gpu_search_stats *stats)
+{
+    return guarded([&] {
+        if (!ctx || !stats)
+            invalid("context and stats must not be NULL");
+        *stats = ctx->stats;
+    });
+}
+
+cagra_gpu_status cagra_gpu_index_search_stats(const cagra_gpu_index *ix, cagra_gpu_search_stats *stats)
+{
+    if (!ix) {
+        last_error = "index must not be NULL";
+        return CAGRA_GPU_INVALID_ARGUMENT;
+    }
+    return cagra_gpu_search_context_stats(&ix->search, stats);
+}
+
 uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *ix)
 {
-    return ix ? ix->vectors.bytes() + ix->graph.bytes() + ix->entries.bytes() : 0;
+    return ix ? ix->vectors.bytes() + ix->graph.bytes() + ix->entries.bytes() + ix->entry_rows.rows.bytes() +
+                    ix->entry_rows.norms.bytes()
+              : 0;
 }
 
 void cagra_gpu_index_free(cagra_gpu_index *ix)

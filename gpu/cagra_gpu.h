@@ -34,7 +34,7 @@ extern "C" {
  * metric; 6: device time of a search, searches of a node list; 7:
  * ctas_per_query; 8: resident); compare cagra_gpu_api_version() with this after
  * dlopen(); 8: resident). */
-#define CAGRA_GPU_API_VERSION 8
+#define CAGRA_GPU_API_VERSION 9
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -214,6 +214,22 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *
  * by the resident kernel: from its first job's start to its last one's end
  * by the device's clock), or a negative value when there was none. */
 CAGRA_GPU_EXPORT float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *context);
+
+/* What the searches through `context` did since it was made, for
+ * profiles: the queries of launched batches walked by one thread block
+ * each, the distances those walks computed and the iterations they took.
+ * Other searches (the resident kernel, several blocks per query, node
+ * lists) are not counted. */
+typedef struct {
+    uint64_t queries;
+    uint64_t distances;
+    uint64_t iterations;
+} cagra_gpu_search_stats;
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_context_stats(const cagra_gpu_search_context *context,
+                                                                 cagra_gpu_search_stats *stats);
+/* The same for the index's own context (cagra_gpu_search). */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_search_stats(const cagra_gpu_index *index,
+                                                               cagra_gpu_search_stats *stats);
 
 /* 1 when the resident kernel served the last search through `context`
  * (params.resident), 0 when it was launched or there was none. */

@@ -63,14 +63,16 @@ void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
     a.width = width;
     a.itopk_cap = std::max<uint32_t>(32, pow2_at_least(itopk));
     a.step_cands = width * degree;
-    /* the candidate buffer takes one iteration's neighbours, or the entry
-     * nodes in chunks of at most 1024 */
+    /* the candidate buffer takes one iteration's neighbours, the entry
+     * nodes in chunks of at most 256, and with scored entries the itopk
+     * entries measured after them */
     const uint32_t entries = a.entry_count + a.random_entries;
-    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), std::min(1024u, pow2_at_least(entries))});
-    /* room for every entry node (but distinct ones, which skip it), and for
-     * itopk plus an iteration's candidates below half load after each
-     * forgetting */
-    const uint32_t hashed = a.entries_distinct ? 0 : entries;
+    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), std::min(256u, pow2_at_least(entries)),
+                           a.entry_scores ? a.itopk_cap : 0u});
+    /* room for every entry node measured (but distinct ones, which skip
+     * it), and for itopk plus an iteration's candidates below half load
+     * after each forgetting */
+    const uint32_t hashed = a.entries_distinct ? 0 : a.entry_scores ? a.itopk_cap + a.random_entries : entries;
     a.hash_slots =
         std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)), pow2_at_least(2 * (hashed + a.step_cands))});
     lay_out_shared_memory(a, width);

@@ -14,6 +14,11 @@ namespace cagra_gpu {
 constexpr uint32_t kCtaItopkMin = 32, kCtaItopkMax = 128;
 constexpr uint32_t kMaxHandedIn = 4096;
 
+/* What the CTAs of a batch did, summed (cagra_gpu_search_stats). */
+struct SearchStats {
+    unsigned long long measured, iterations;
+};
+
 struct SearchArgs {
     /* index */
     const void *vectors; /* n rows of `stride` elements (fp32 or fp16), zero padded */
@@ -21,12 +26,17 @@ struct SearchArgs {
     const uint32_t *entries;
     uint32_t n, dim, stride, degree, entry_count;
     bool entries_distinct; /* the entries are distinct node ids: measured without the visited hash */
+    /* nq x entry_count scores that rank the fixed entries for each query
+     * (entry_scores.cuh; single-CTA walks), or NULL: each walk measures
+     * every fixed entry */
+    const float *entry_scores;
     cagra_gpu_metric metric;
     /* batch */
     const float *queries; /* nq rows of `stride` floats, zero padded */
     const uint64_t *filter;
     uint32_t *ids_out;
     float *dist_out;
+    SearchStats *stats; /* NULL, or where single-CTA walks add what they did */
     uint32_t k, itopk, width, max_iterations, random_entries;
     uint64_t seed;
     /* CTAs per query: below 2, one CTA walks each query (search.cu); else

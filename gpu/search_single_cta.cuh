@@ -53,6 +53,39 @@ __device__ inline bool hash_insert(uint32_t *hash, uint32_t mask, uint32_t *coun
     }
 }
 
+/* The fixed entries of a scored batch (entry_scores.cuh): itopk takes the
+ * best itopk_cap by score, a candidate buffer at a time, and then those
+ * are measured exactly (and hashed) in place of their scores.  An entry
+ * left out may still be met in the walk: not hashed, it is measured then.
+ * Returns how many were measured. */
+template <class T, int TEAM>
+__device__ uint32_t seed_from_scores(const SearchArgs &a, const float *q, uint32_t qi, uint64_t *itopk, uint64_t *cand,
+                                     uint32_t *cand_count, uint32_t *hash, uint32_t hmask, uint32_t *hash_count)
+{
+    const float *scores = a.entry_scores + (uint64_t)qi * a.entry_count;
+    for (uint32_t base = 0; base < a.entry_count; base += a.cand_cap) {
+        const uint32_t count = min(a.cand_cap, a.entry_count - base);
+        for (uint32_t t = threadIdx.x; t < count; t += blockDim.x)
+            cand[t] = (uint64_t)ordered_key(scores[base + t]) << 32 | a.entries[base + t];
+        merge_candidates(itopk, a.itopk_cap, cand, count);
+    }
+    /* the ids itopk kept (each once: a caller's entries may repeat) */
+    for (uint32_t i = threadIdx.x; i < a.itopk_cap; i += blockDim.x) {
+        const uint32_t id = (uint32_t)itopk[i];
+        itopk[i] = kEmptyKey;
+        if (id != kInvalid && hash_insert(hash, hmask, hash_count, id))
+            cand[atomicAdd(cand_count, 1u)] = id;
+    }
+    __syncthreads();
+    const uint32_t count = *cand_count;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *cand_count = 0;
+    distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count, 0);
+    __syncthreads();
+    return count;
+}
+
 /* One CTA walks the graph for one query: `query` (stride floats, read
  * past L1: a resident kernel finds each new query in the same host
  * memory), entry seeds drawn for query number qi, the first k accepted
@@ -62,7 +95,7 @@ __device__ void search_one(const SearchArgs &a, const float *query, uint32_t qi,
                            float *dist_row)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ uint32_t s_cand_count, s_hash_count, s_parents, s_drop_below;
+    __shared__ uint32_t s_cand_count, s_hash_count, s_parents, s_drop_below, s_measured;
     float *q = reinterpret_cast<float *>(smem + a.query_off);
     uint64_t *itopk = reinterpret_cast<uint64_t *>(smem + a.itopk_off);
     uint64_t *cand = reinterpret_cast<uint64_t *>(smem + a.cand_off);
@@ -81,12 +114,21 @@ __device__ void search_one(const SearchArgs &a, const float *query, uint32_t qi,
         s_cand_count = 0;
         s_hash_count = 0;
         s_drop_below = 0; /* no candidate is dropped */
+        s_measured = 0;
     }
     __syncthreads();
 
     /* Entry nodes: the fixed ones, then random ones, a candidate buffer at a time. */
     const uint32_t entries = a.entry_count + a.random_entries;
-    for (uint32_t base = 0; base < entries; base += a.cand_cap) {
+    uint32_t first = 0;
+    if (a.entry_scores) {
+        const uint32_t measured = seed_from_scores<T, TEAM>(a, q, qi, itopk, cand, &s_cand_count, hash, hmask,
+                                                            &s_hash_count);
+        if (tid == 0)
+            s_measured += measured;
+        first = a.entry_count;
+    }
+    for (uint32_t base = first; base < entries; base += a.cand_cap) {
         for (uint32_t t = tid; t < a.cand_cap && base + t < entries; t += blockDim.x) {
             uint32_t idx = base + t;
             uint32_t id = entry_node(a, qi, idx);
@@ -96,14 +138,17 @@ __device__ void search_one(const SearchArgs &a, const float *query, uint32_t qi,
         __syncthreads();
         uint32_t count = s_cand_count;
         __syncthreads();
-        if (tid == 0)
+        if (tid == 0) {
             s_cand_count = 0;
+            s_measured += count;
+        }
         if (count)
             distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count, 0);
         __syncthreads();
     }
 
-    for (uint32_t iter = 0; iter < a.max_iterations; iter++) {
+    uint32_t iter = 0;
+    for (; iter < a.max_iterations; iter++) {
         /* Forget: refill the hash with what itopk holds. */
         if (s_hash_count + a.step_cands > a.hash_slots / 2) {
             __syncthreads();
@@ -152,8 +197,10 @@ __device__ void search_one(const SearchArgs &a, const float *query, uint32_t qi,
         __syncthreads();
         uint32_t count = s_cand_count;
         __syncthreads();
-        if (tid == 0)
+        if (tid == 0) {
             s_cand_count = 0;
+            s_measured += count;
+        }
         if (count)
             distances_and_merge<T, TEAM>(a, q, itopk, a.itopk_cap, cand, count, s_drop_below);
         __syncthreads();
@@ -162,6 +209,10 @@ __device__ void search_one(const SearchArgs &a, const float *query, uint32_t qi,
     /* The first k accepted entries, in order. */
     if (warp == 0)
         write_results(a, itopk, a.itopk_cap, k, ids_row, dist_row, lane);
+    if (a.stats && tid == 0) {
+        atomicAdd(&a.stats->measured, (unsigned long long)s_measured);
+        atomicAdd(&a.stats->iterations, (unsigned long long)iter);
+    }
 }
 
 /* Threads per CTA of a single-CTA walk: 256 for large buffers or steps. */

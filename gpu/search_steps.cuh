@@ -110,6 +110,39 @@ __device__ void warp_merge_small(uint64_t *itopk, const uint64_t *cand, uint32_t
         itopk[r * 32 + lane] = v[r];
 }
 
+/* Sorts the keys cand[0..count), written by any thread of the CTA, and
+ * merges them into itopk.  All threads call it. */
+__device__ inline void merge_candidates(uint64_t *itopk, uint32_t itopk_cap, uint64_t *cand, uint32_t count)
+{
+    if (count <= 32 && itopk_cap <= 128) {
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            if (itopk_cap == 32)
+                warp_merge_small<1>(itopk, cand, count, threadIdx.x);
+            else if (itopk_cap == 64)
+                warp_merge_small<2>(itopk, cand, count, threadIdx.x);
+            else
+                warp_merge_small<4>(itopk, cand, count, threadIdx.x);
+        }
+        __syncthreads();
+        return;
+    }
+    const uint32_t sort_n = pow2_at_least(count);
+    for (uint32_t c = count + threadIdx.x; c < sort_n; c += blockDim.x)
+        cand[c] = kEmptyKey;
+    __syncthreads();
+    const uint32_t m = min(sort_n, itopk_cap);
+    if (sort_n > 1)
+        block_sort(cand, sort_n);
+    for (uint32_t t = threadIdx.x; t < m; t += blockDim.x) {
+        uint32_t i = itopk_cap - m + t;
+        uint64_t x = itopk[i], y = cand[m - 1 - t];
+        itopk[i] = x < y ? x : y;
+    }
+    __syncthreads();
+    block_bitonic_merge(itopk, itopk_cap);
+}
+
 /* Computes distances for cand[0..count), pads up to the sort size, sorts,
  * and merges into itopk; a rejected candidate whose ordered distance is
  * below `drop_below` is dropped.  All threads call it. */
@@ -143,34 +176,9 @@ __device__ void distances_and_merge(const SearchArgs &a, const float *q, uint64_
             cand[c] = dk < drop_below && !filter_passes(a.filter, id) ? kEmptyKey : ((uint64_t)dk << 32) | id;
         }
     }
-    if (count <= 32 && itopk_cap <= 128) {
-        __syncthreads();
-        if (threadIdx.x < 32) {
-            if (itopk_cap == 32)
-                warp_merge_small<1>(itopk, cand, count, threadIdx.x);
-            else if (itopk_cap == 64)
-                warp_merge_small<2>(itopk, cand, count, threadIdx.x);
-            else
-                warp_merge_small<4>(itopk, cand, count, threadIdx.x);
-        }
-        __syncthreads();
-        return;
-    }
-    const uint32_t sort_n = pow2_at_least(count);
-    for (uint32_t c = count + threadIdx.x; c < sort_n; c += blockDim.x)
-        cand[c] = kEmptyKey;
-    __syncthreads();
-    const uint32_t m = min(sort_n, itopk_cap);
-    if (sort_n > 1)
-        block_sort(cand, sort_n);
-    for (uint32_t t = threadIdx.x; t < m; t += blockDim.x) {
-        uint32_t i = itopk_cap - m + t;
-        uint64_t x = itopk[i], y = cand[m - 1 - t];
-        itopk[i] = x < y ? x : y;
-    }
-    __syncthreads();
-    block_bitonic_merge(itopk, itopk_cap);
+    merge_candidates(itopk, itopk_cap, cand, count);
 }
+
 
 /* One warp removes the empty entries of a sorted buffer of `cap` keys (a
  * multiple of 32), keeping the order: each write lands at or before the

@@ -1038,6 +1038,55 @@ TEST(GpuSearch, MetricsAndHalfVectors)
     }
 }
 
+/* More fixed entries than the walk keeps: the batch ranks them by a
+ * tensor-core product and each walk measures only the itopk best.  With one
+ * iteration and no random entries a query measures at most itopk plus one
+ * parent's neighbours (every entry, unranked), its results are exact, and
+ * they are no worse than the exact search of the entries alone. */
+TEST(GpuSearch, ScoredEntriesMeasureOnlyTheBestAndStayExact)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 72, k = 10, nq = 400, itopk = 32, degree = 32;
+    const uint64_t n = 20000;
+    for (cagra::Metric m : {cagra::Metric::L2, cagra::Metric::Cosine, cagra::Metric::InnerProduct}) {
+        for (bool fp16 : {false, true}) {
+            SCOPED_TRACE(std::string(cagra::metric_name(m)) + (fp16 ? " fp16" : " fp32"));
+            auto data = clustered(n, dim, 31, m);
+            auto queries = queries_near(data, dim, nq, 32, m);
+            GpuGraph g = gpu_build(data, dim, m, degree);
+            /* entries of our own: the build gives inner product few */
+            std::vector<uint32_t> entries;
+            for (uint32_t i = 0; i < 300; i++)
+                entries.push_back((uint32_t)(i * n / 300));
+            Loaded l;
+            load(l, data, dim, m, g.graph, degree, entries, fp16);
+            cagra_gpu_search_params sp = search_params(itopk, 1);
+            sp.max_iterations = 1;
+            sp.random_entries = 0;
+            cagra_gpu_search_stats before, after;
+            ASSERT_EQ(cagra_gpu_index_search_stats(l.ix, &before), CAGRA_GPU_OK);
+            Results r = gpu_search(l.ix, queries, dim, k, sp);
+            ASSERT_EQ(cagra_gpu_index_search_stats(l.ix, &after), CAGRA_GPU_OK);
+            EXPECT_EQ(after.queries - before.queries, nq);
+            EXPECT_EQ(after.iterations - before.iterations, nq);
+            EXPECT_LE(after.distances - before.distances, (uint64_t)nq * (itopk + degree));
+            EXPECT_GE(after.distances - before.distances, (uint64_t)nq * itopk);
+            expect_results_exact(r, data, queries, dim, m, k, fp16);
+            expect_unique_rows(r, k);
+
+            Results among = gpu_search_nodes(l.ix, queries, dim, k, entries);
+            uint32_t worse = 0;
+            for (uint32_t q = 0; q < nq; q++) {
+                const float got = r.dists[q * k + k - 1], best = among.dists[q * k + k - 1];
+                worse += got > best + 1e-4f * std::max(1.0f, std::fabs(best));
+            }
+            EXPECT_LE(worse, nq / 100) << worse << " queries missed entries the exact search of them finds";
+        }
+    }
+    cagra_gpu_search_stats unused;
+    EXPECT_EQ(cagra_gpu_index_search_stats(nullptr, &unused), CAGRA_GPU_INVALID_ARGUMENT);
+}
+
 /* The GPU's L1 search of a graph built by the core (the graph an index
  * copy brings to the worker) against the core's own search of it: the
  * same entries and settings, so the recall must agree. */
