@@ -149,16 +149,6 @@ uint64_t build_bytes(uint64_t n, uint32_t dim, uint32_t k, uint32_t degree)
     return half + phase;
 }
 
-/* As many fixed entry nodes as the core takes: about 2 sqrt(n), a multiple
- * of 8, at most 512, so that well-separated clusters each own one. */
-uint64_t entry_node_count(uint64_t n)
-{
-    uint64_t e = 8;
-    while (e * e < 4 * n && e < 512)
-        e += 8;
-    return std::min(e, n);
-}
-
 uint32_t stride_for(uint32_t dim, cagra_gpu_dtype dtype)
 {
     return (uint32_t)round_up(dim, dtype == CAGRA_GPU_FLOAT16 ? 8 : 4);
@@ -451,7 +441,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
              * long-edge nodes and connect again (the core's step 8). */
             if (n >= kLongEdgeMinNodes) {
                 check_cancel(*params);
-                const uint32_t want = (uint32_t)entry_node_count(n);
+                const uint32_t want = (uint32_t)cagra::fixed_entry_count(n, kMaxEntryNodes);
                 entries = farthest_entry_nodes(half, metric, entry, params->seed, want, stream.s);
                 timer.lap("entry nodes");
                 check_cancel(*params);
@@ -496,7 +486,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
             if (entries.empty()) {
                 entries =
                     farthest_entry_nodes(half, metric, entry, params->seed,
-                                         (uint32_t)std::min<uint64_t>(entry_node_count(n), entry_capacity), stream.s);
+                                         (uint32_t)std::min<uint64_t>(cagra::fixed_entry_count(n, kMaxEntryNodes), entry_capacity), stream.s);
                 timer.lap("entry nodes");
             }
             /* farthest-point order: a prefix is what a smaller `want` picks */

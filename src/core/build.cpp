@@ -26,17 +26,10 @@ constexpr uint64_t kLongEdgeRatio = 8;
 constexpr uint32_t kLongEdgeLevels = 4;
 constexpr uint32_t kNavigationProbes = 1024;
 
-/* About 2 sqrt(n) fixed entries, at most kMaxEntryNodes: enough that each
- * cluster of a set of well-separated clusters owns one (the kNN graph has no
- * edge between such clusters, so a search can only start inside them), and
- * cheap next to a search (one distance each). */
-constexpr uint64_t kMaxEntryNodes = 384;
-static_assert(kMaxEntryNodes <= kMaxStoredEntries, "an index must be able to keep every entry a build picks");
-
-uint64_t entry_count(uint64_t n)
-{
-    return fixed_entry_count(n);
-}
+/* The CPU build's cap on fixed entries: each costs one distance per search
+ * that measures it (the entry index measures a few probe groups of them). */
+constexpr uint32_t kCpuEntryNodes = 384;
+static_assert(kCpuEntryNodes <= kMaxStoredEntries, "an index must be able to keep every entry a build picks");
 
 /* n <= degree: every row holds all other nodes, closest first, then
  * kInvalidNode padding. */
@@ -88,7 +81,7 @@ std::vector<uint32_t> choose_entry_nodes(const DatasetView &data, Metric metric,
     }
     std::vector<uint32_t> entries{first};
 
-    uint64_t count = entry_count(data.n);
+    uint64_t count = fixed_entry_count(data.n);
     if (count <= 1)
         return entries;
     detail::Rng rng(seed ^ 0xe7e7);
@@ -206,10 +199,7 @@ BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildPa
 
 uint32_t fixed_entry_count(uint64_t n)
 {
-    uint64_t e = 8;
-    while (e * e < 4 * n && e < kMaxEntryNodes)
-        e += 8;
-    return (uint32_t)std::min(e, n);
+    return fixed_entry_count(n, kCpuEntryNodes);
 }
 
 double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric metric,

@@ -44,8 +44,8 @@ struct BuiltGraph {
     double probe_miss_rate = 0;
 };
 
-/* How many fixed entries a graph of n nodes gets: about 2 sqrt(n), a
- * multiple of 8, at most 384 (a build picks them by farthest-point
+/* How many fixed entries the CPU build gives a graph of n nodes:
+ * fixed_entry_count(n, 384) (types.h; a build picks them by farthest-point
  * traversal; inserts into a graph that has fewer add themselves). */
 uint32_t fixed_entry_count(uint64_t n);
 
@@ -110,7 +110,7 @@ std::vector<double> leave_one_out_recall(const Graph &graph, const DatasetView &
 constexpr double kItopkTargetRecall = 0.95;
 constexpr uint32_t kItopkSamples = 128;
 constexpr uint64_t kItopkMinNodes = 2000;
-constexpr uint32_t kItopkChoices[] = {64, 96, 128, 192, 256, 384, 512};
+constexpr uint32_t kItopkChoices[] = {32, 48, 64, 96, 128, 192, 256, 384, 512};
 /* With it, the entry probes of CPU searches (docs/tuning.md): the fewest of
  * kProbeChoices whose leave-one-out recall, searching from the entry index
  * at the chosen itopk_size, is within kProbeRecallSlack of the last

@@ -26,9 +26,22 @@ constexpr uint32_t kMaxItopk = 1024;
 constexpr uint32_t kMaxSearchWidth = 64;
 constexpr uint32_t kMaxRandomEntries = 1024;
 
-/* Most fixed entry nodes an index keeps with its graph (a build picks fewer:
- * build.cpp). */
+/* Most fixed entry nodes an index keeps with its graph.  The GPU build picks
+ * up to this many (it scores every entry of a batch on tensor cores); the CPU
+ * build fewer (build.h). */
 constexpr uint32_t kMaxStoredEntries = 1024;
+
+/* Fixed entry nodes of a build of n rows: about 2 sqrt(n), a multiple of 8,
+ * at most at_most, so that each cluster of a set of well-separated clusters
+ * owns one (its kNN rows have no edge out of it, so a search reaches it only
+ * from an entry inside). */
+constexpr uint32_t fixed_entry_count(uint64_t n, uint32_t at_most)
+{
+    uint64_t e = 8;
+    while (e * e < 4 * n && e < at_most)
+        e += 8;
+    return (uint32_t)(e < n ? e : n);
+}
 
 /* Padding id in a graph row.  Appears only while the graph has no more than
  * graph_degree nodes (a row cannot then be filled without a duplicate or a
