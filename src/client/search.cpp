@@ -222,7 +222,13 @@ cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, con
 		return CAGRA_OFFLOAD_SKIPPED;
 	}
 
-	uint32		chunk = (uint32) Max((Size) 1, (CAGRA_CHUNK_BYTES - 64 - filter_bytes) / per_query);
+	/* Chunks that fit the backend's mailbox reuse its mapped pages: a fresh
+	 * segment of tens of MB cost the backend more in page faults (zeroing
+	 * and mapping) than everything else of cagra_search on 1,024
+	 * dimensions.  A large filter takes a chunk-sized segment of its own. */
+	Size		budget = filter_bytes <= CAGRA_MAILBOX_MAX_BYTES / 2 ? CAGRA_MAILBOX_MAX_BYTES : CAGRA_CHUNK_BYTES;
+	Size		fixed = cagra_search_payload_size(0, source->format.dim, req->k, filter_bytes / sizeof(uint64));
+	uint32		chunk = (uint32) Max((Size) 1, (budget - fixed) / per_query);
 
 	copy->n = key->n;
 	copy->reused = key->reused;
