@@ -31,6 +31,8 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --ceiling                             also pgbench a one-row lookup in a 1,000-row
                                         table: the host's ceiling for N clients
   --maintenance-work-mem 1GB            for CREATE INDEX
+  --column-storage main                 STORAGE of the vector column, set before loading
+                                        (default: the type's, external)
   --opclass l2|ip|cosine                operator class and operator (<->, <#>, <=>);
                                         the ground truth must be of that metric
   --storage float32,float16             cagra indexes to build and measure, one per
@@ -327,15 +329,20 @@ def children_cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
-def load(db, dirname, more_columns=()):
+def load(db, dirname, more_columns=(), column_storage=None):
     """DIR's base vectors into bench_items (id int PRIMARY KEY, v vector,
     then `more_columns`: (name, numpy int32 or int64 array) pairs, a value
-    per base vector), and its queries and ground truth (load_queries)."""
+    per base vector), and its queries and ground truth (load_queries).
+    column_storage (e.g. "main"): v's STORAGE, set before the rows go in
+    (the type's default, external, moves vectors above about 500
+    dimensions out of line into the TOAST table)."""
     base = read_vecs(os.path.join(dirname, "base.fvecs"), "f")
     dim = base.shape[1]
     db.psql("DROP TABLE IF EXISTS bench_items")
     db.psql("CREATE TABLE bench_items (id int PRIMARY KEY, v vector(%d)%s)"
             % (dim, "".join(", %s %s" % (name, SQL_INT[values.dtype.itemsize]) for name, values in more_columns)))
+    if column_storage:
+        db.psql("ALTER TABLE bench_items ALTER COLUMN v SET STORAGE %s" % column_storage)
     t = time.time()
     db.psql("\\copy bench_items (id, %s v) FROM STDIN (FORMAT binary)" % "".join(name + ", " for name, _ in more_columns),
             copy_binary([np.arange(len(base), dtype=np.int32)] + [values for _, values in more_columns], base))
@@ -439,6 +446,7 @@ def main():
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--batch-clients", type=int, default=0)
     ap.add_argument("--maintenance-work-mem", default="1GB")
+    ap.add_argument("--column-storage", choices=["external", "main", "plain", "extended"], default=None)
     ap.add_argument("--opclass", choices=["l2", "ip", "cosine"], default="l2")
     ap.add_argument("--storage", default="float32",
                     help="comma-separated storage reloption values, one cagra index each")
@@ -447,7 +455,7 @@ def main():
     db = Db(args.dsn)
     create_extensions(db)
     if not args.skip_load:
-        load(db, args.dir)
+        load(db, args.dir, column_storage=args.column_storage)
     nq = int(db.psql("SELECT count(*) FROM bench_queries"))
     print_server(db)
 
