@@ -32,22 +32,14 @@ esac
 PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=24GB -c max_connections=200 \
   -c max_parallel_maintenance_workers=15 -c max_worker_processes=32 ${PG_EXTRA:-}" source .device/pg-up.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
-# cagra.concurrent_batches is a server-start setting: ALTER SYSTEM and a
-# restart (not -c on the command line, which pg_ctl restart would keep and
-# which overrides ALTER SYSTEM)
-set_threads() {
-  psql -X -q -c "ALTER SYSTEM SET cagra.concurrent_batches = $1" || return 1
-  su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null || return 1
-  echo "== cagra.concurrent_batches $(psql -X -At -c 'SHOW cagra.concurrent_batches')"
-}
 threads_first=$(echo ${CONCURRENT_BATCHES:-} | cut -d' ' -f1)
-[ -n "$threads_first" ] && { set_threads "$threads_first" || exit 1; }
+[ -n "$threads_first" ] && { device_set_concurrent_batches "$threads_first" || exit 1; }
 python3 bench/filter_bench.py "$data" --clients "${CLIENTS:-64}" --seconds "${SECONDS_PER_RUN:-4}" \
   --maintenance-work-mem 16GB ${FILTER_BENCH_ARGS:-} 2>&1 | tee "$out/filter-$(basename "$data").txt"
 first=1
 for threads in ${CONCURRENT_BATCHES:-}; do
   [ $first = 1 ] && { first=0; continue; }
-  set_threads "$threads" || exit 1
+  device_set_concurrent_batches "$threads" || exit 1
   python3 bench/filter_bench.py "$data" --clients "${CLIENTS:-64}" --seconds "${SECONDS_PER_RUN:-4}" \
     --maintenance-work-mem 16GB ${FILTER_BENCH_ARGS:-} --skip-load --methods cagra 2>&1 |
     tee "$out/filter-$(basename "$data")-threads$threads.txt"

@@ -23,6 +23,10 @@
  * cost and give.  --only entries: the build and that sweep, nothing else.
  * The build line gives the build's peak device memory: free memory sampled
  * every 200 us through the build, against the free memory before it.
+ * --only graphs: the GPU build and the core's CPU build (--cpu-build
+ * THREADS, 16 when not given) of the same set, and the recall@10 of each
+ * graph searched on the GPU (fp32 vectors, batch 10,000) at itopk 16 to
+ * 128, side by side: how far the CPU-built graph is from the GPU-built one.
  * --only latency: after the build, only the small-batch latency sweep
  * (batches 1, 4, 16 and 64, one block per query at search_width 1 and 8
  * against 4 to 32 blocks per query at search_width 1 to 8 and the
@@ -30,7 +34,7 @@
  * queries/s, recall@10.
  *
  * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N]
- *                  [--entries E[,E...]] [--only latency|entries] [--out FILE]
+ *                  [--entries E[,E...]] [--only latency|entries|graphs] [--out FILE]
  */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -553,16 +557,67 @@ void exchange_graph(std::vector<uint32_t> &graph, std::vector<uint32_t> &entries
 
 } // namespace
 
+/* --only graphs: the core's CPU build of the same set beside the GPU-built
+ * graph, both searched on the GPU (fp32 vectors, batch 10,000). */
+void compare_graphs(const std::vector<float> &base, uint64_t n, uint32_t dim, cagra_gpu_metric metric,
+                    const std::vector<uint32_t> &gpu_graph, uint32_t degree, const std::vector<uint32_t> &gpu_entries,
+                    uint32_t gpu_entry_count, const std::vector<float> &queries, uint32_t nq,
+                    const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t threads,
+                    const std::function<void(const char *)> &emit)
+{
+    char line[512];
+    cagra::BuildParams cp;
+    cp.threads = threads;
+    auto t0 = Clock::now();
+    cagra::BuiltGraph cpu = cagra::build_graph(
+        cagra::DatasetView{base.data(), n, dim},
+        metric == CAGRA_GPU_L2 ? cagra::Metric::L2 : cagra::Metric::InnerProduct, cp);
+    std::snprintf(line, sizeof line, "| CPU build (core build_graph, %u threads, termination %g) | %.2f s |\n\n",
+                  threads, cp.nn_descent_termination, seconds_since(t0));
+    emit(line);
+    const uint32_t itopks[] = {16, 32, 48, 64, 128};
+    emit("| graph (searched on the GPU, fp32, batch 10,000) | entries | recall@10 at itopk 16 | 32 | 48 | 64 | 128 |\n"
+         "|---|---:|---:|---:|---:|---:|---:|\n");
+    std::vector<double> gpu_recall;
+    auto sweep = [&](const char *name, const std::vector<uint32_t> &g, uint32_t deg, const uint32_t *ent,
+                     uint32_t ec, std::vector<double> *keep) {
+        cagra_gpu_index *ix = nullptr;
+        GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, g.data(), deg, metric, ent, ec, &ix));
+        std::string row;
+        std::snprintf(line, sizeof line, "| %s | %u |", name, ec);
+        row += line;
+        for (size_t i = 0; i < sizeof itopks / sizeof itopks[0]; i++) {
+            Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, itopks[i], 10000);
+            std::snprintf(line, sizeof line, " %.4f |", r.recall);
+            row += line;
+            keep->push_back(r.recall);
+        }
+        row += "\n";
+        emit(row.c_str());
+        cagra_gpu_index_free(ix);
+    };
+    std::vector<double> cpu_recall;
+    sweep("GPU-built", gpu_graph, degree, gpu_entries.data(), gpu_entry_count, &gpu_recall);
+    sweep("CPU-built", cpu.graph.edges, cpu.graph.degree, cpu.entry_nodes.data(), (uint32_t)cpu.entry_nodes.size(),
+          &cpu_recall);
+    std::string row = "| CPU-built less GPU-built | |";
+    for (size_t i = 0; i < gpu_recall.size(); i++) {
+        std::snprintf(line, sizeof line, " %+.4f |", cpu_recall[i] - gpu_recall[i]);
+        row += line;
+    }
+    emit((row + "\n\n").c_str());
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
         die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N] "
-            "[--entries E[,E...]] [--only latency|entries] [--out FILE]");
+            "[--entries E[,E...]] [--only latency|entries|graphs] [--out FILE]");
     std::string dir = argv[1], out_path;
     uint32_t cpu_threads = 0;
     cagra_gpu_metric metric = CAGRA_GPU_L2;
     std::vector<float> terminations; /* empty: one build at the default */
-    bool latency_only = false, entries_only = false;
+    bool latency_only = false, entries_only = false, graphs_only = false;
     std::vector<uint32_t> entry_counts; /* --entries */
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--termination")) {
@@ -588,6 +643,8 @@ int main(int argc, char **argv)
             latency_only = true;
         else if (!std::strcmp(argv[i], "--only") && !std::strcmp(argv[i + 1], "entries"))
             entries_only = true;
+        else if (!std::strcmp(argv[i], "--only") && !std::strcmp(argv[i + 1], "graphs"))
+            graphs_only = true;
         else if (!std::strcmp(argv[i], "--entries")) {
             for (const char *p = argv[i + 1]; *p;) {
                 char *end = nullptr;
@@ -728,6 +785,11 @@ int main(int argc, char **argv)
     }
     if (entries_only)
         return 0;
+    if (graphs_only) {
+        compare_graphs(base, n, dim, metric, graph, bp.graph_degree, entries, entry_count, queries, nq, gt, gt_dim,
+                       cpu_threads ? cpu_threads : 16, emit);
+        return 0;
+    }
 
     if (latency_only) {
         cagra_gpu_index *ix = nullptr;

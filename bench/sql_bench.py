@@ -22,9 +22,10 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --degree 32 --intermediate 64         cagra reloptions
   --itopk 32,64,128                     cagra.itopk_size values to measure
   --clients 4 --seconds 10              pgbench settings for the concurrent run
-  --exact-queries 50                    queries for the exact-search figure
+  --exact-queries 50                    queries for the exact-search figure (0: none)
   --hnsw-ef 40,80                       hnsw.ef_search values (pgvector only)
-  --hnsw-m 16,32                        HNSW m values (ef_construction 64 for m 16, else 128)
+  --hnsw-m 16,32                        HNSW m values (ef_construction 64 for m 16, else 128;
+                                        empty: no pgvector index)
   --skip-load                           reuse the tables of an earlier run
   --devices auto,cpu                    cagra.device values to sweep (auto: the GPU
                                         worker when it runs; cpu: in the backend)
@@ -460,11 +461,13 @@ def main():
     print_server(db)
 
     # exact search
-    t = time.time()
-    db.psql("SET enable_indexscan = off; SELECT count(*) FROM (SELECT q.qid, x.id FROM "
-            "(SELECT * FROM bench_queries ORDER BY qid LIMIT %d) q CROSS JOIN LATERAL "
-            "(SELECT id FROM bench_items i ORDER BY i.v %s q.v LIMIT 10) x) s" % (args.exact_queries, args.op))
-    print("%-30s recall@10 1.000  %.3f ms/query" % ("exact (seq scan)", (time.time() - t) * 1000.0 / args.exact_queries))
+    if args.exact_queries > 0:
+        t = time.time()
+        db.psql("SET enable_indexscan = off; SELECT count(*) FROM (SELECT q.qid, x.id FROM "
+                "(SELECT * FROM bench_queries ORDER BY qid LIMIT %d) q CROSS JOIN LATERAL "
+                "(SELECT id FROM bench_items i ORDER BY i.v %s q.v LIMIT 10) x) s" % (args.exact_queries, args.op))
+        print("%-30s recall@10 1.000  %.3f ms/query"
+              % ("exact (seq scan)", (time.time() - t) * 1000.0 / args.exact_queries))
 
     # cagra, once per storage element type
     for storage in args.storage.split(","):
@@ -495,7 +498,7 @@ def main():
 
     # pgvector HNSW, when pgvector is the vector type's owner
     if has_pgvector(db):
-        for m in [int(x) for x in args.hnsw_m.split(",")]:
+        for m in [int(x) for x in args.hnsw_m.split(",") if x]:
             efc = 64 if m <= 16 else 128
             secs, phases = db.timed_build("SET maintenance_work_mem = '%s'; CREATE INDEX bench_items_hnsw ON bench_items "
                             "USING hnsw (v vector_%s_ops) WITH (m = %d, ef_construction = %d)"

@@ -441,7 +441,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
              * long-edge nodes and connect again (the core's step 8). */
             if (n >= kLongEdgeMinNodes) {
                 check_cancel(*params);
-                const uint32_t want = (uint32_t)cagra::fixed_entry_count(n, kMaxEntryNodes);
+                const uint32_t want = (uint32_t)cagra::fixed_entry_count(n);
                 entries = farthest_entry_nodes(half, metric, entry, params->seed, want, stream.s);
                 timer.lap("entry nodes");
                 check_cancel(*params);
@@ -449,7 +449,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
                     navigation_miss_rate(half, metric, graph.get(), degree, entries, params->seed, stream.s);
                 timer.lap("navigation probe");
                 bool added = false;
-                if (miss > kLongEdgeMissRate) {
+                if (miss > cagra::kLongEdgeMissRate) {
                     check_cancel(*params);
                     const std::vector<uint32_t> pool =
                         add_long_edges(half, metric, graph.get(), degree, *params, stream.s);
@@ -465,7 +465,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
                 }
                 if (verbose()) {
                     std::fprintf(stderr, "cagra_gpu: navigation probe: %.1f%% of %u missed; long edges %s\n",
-                                 100.0 * miss, kProbes, added ? "added" : "not added");
+                                 100.0 * miss, cagra::kNavigationProbes, added ? "added" : "not added");
                     if (added) {
                         /* diagnostics only: the same probe on the final graph */
                         const double after =
@@ -486,7 +486,7 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
             if (entries.empty()) {
                 entries =
                     farthest_entry_nodes(half, metric, entry, params->seed,
-                                         (uint32_t)std::min<uint64_t>(cagra::fixed_entry_count(n, kMaxEntryNodes), entry_capacity), stream.s);
+                                         (uint32_t)std::min<uint64_t>(cagra::fixed_entry_count(n), entry_capacity), stream.s);
                 timer.lap("entry nodes");
             }
             /* farthest-point order: a prefix is what a smaller `want` picks */

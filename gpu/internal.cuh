@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "core/build.h"
 
 namespace cagra_gpu {
 
@@ -72,12 +73,9 @@ std::vector<uint32_t> farthest_entry_nodes(const HalfDataset &data, cagra_gpu_me
                                            const std::vector<uint32_t> *pool = nullptr);
 
 /* Long edges (long_edges.cu; the core's build step 8).  From this many
- * nodes a build probes its graph: kProbes seeded nodes searched for their
- * own vectors with the default search settings; above kLongEdgeMissRate
- * misses it adds long edges. */
+ * nodes a build probes its graph (cagra::kNavigationProbes nodes, above
+ * cagra::kLongEdgeMissRate misses it adds long edges: core/build.h). */
 constexpr uint64_t kLongEdgeMinNodes = 2048;
-constexpr uint32_t kProbes = 1024;
-constexpr double kLongEdgeMissRate = 0.01;
 
 /* Fraction of the probes whose search does not return them first (the
  * device graph, the fixed entries plus the default random ones). */

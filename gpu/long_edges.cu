@@ -6,8 +6,9 @@
  * On hard sets (clusters smaller than the kNN lists, more clusters than
  * entry nodes) every kNN edge stays inside its cluster, so a search only
  * succeeds from an entry inside the query's cluster.  The probe searches
- * kProbes seeded nodes for their own vectors with the default search
- * settings; above kLongEdgeMissRate misses the build adds long edges:
+ * cagra::kNavigationProbes seeded nodes for their own vectors with the
+ * default search settings; above cagra::kLongEdgeMissRate misses the build
+ * adds long edges:
  *   samples  nested seeded samples of about n/8, n/64, ... nodes (a node is
  *            in level L when the top 3(L+1) bits of its hash are zero);
  *   levels   per sample: its rows gathered into a compact fp16 set, the
@@ -29,7 +30,6 @@
 #include "metric.cuh"
 #include "search.cuh"
 
-static_assert(cagra_gpu::kLongEdgeMissRate == cagra::kLongEdgeMissRate, "the core's long-edge threshold");
 
 namespace cagra_gpu {
 
@@ -196,7 +196,7 @@ uint64_t long_edge_phase_bytes(uint64_t n, uint32_t dim16, uint32_t intermediate
     if (n < kLongEdgeMinNodes)
         return 0;
     /* the probe: queries, results, entries */
-    const uint64_t probe = (uint64_t)kProbes * (dim16 * 4 + 16) + 512 * 4 + 4096;
+    const uint64_t probe = (uint64_t)cagra::kNavigationProbes * (dim16 * 4 + 16) + 512 * 4 + 4096;
     /* level 0 is a random sample of about n/8: n/6 + 64 is far above it */
     const uint64_t m = n / 6 + 64;
     const uint64_t k = std::min<uint64_t>(long_edge_k(intermediate, degree), m);
@@ -213,18 +213,19 @@ double navigation_miss_rate(const HalfDataset &data, cagra_gpu_metric metric, co
     const uint32_t n = (uint32_t)data.n;
     if (n <= degree)
         return 0.0;
-    std::vector<uint32_t> probe(kProbes);
-    for (uint32_t p = 0; p < kProbes; p++)
+    constexpr uint32_t probes = cagra::kNavigationProbes;
+    std::vector<uint32_t> probe(probes);
+    for (uint32_t p = 0; p < probes; p++)
         probe[p] = (uint32_t)(splitmix64(seed ^ 0x9e0beULL ^ splitmix64(p)) % n); /* the core's probe nodes */
-    DeviceBuffer<uint32_t> dprobe(kProbes), dentries(std::max<size_t>(entries.size(), 1)), ids(kProbes), misses(1);
-    DeviceBuffer<float> queries((uint64_t)kProbes * data.dim16), dists(kProbes);
-    check(cudaMemcpyAsync(dprobe.get(), probe.data(), kProbes * 4, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
+    DeviceBuffer<uint32_t> dprobe(probes), dentries(std::max<size_t>(entries.size(), 1)), ids(probes), misses(1);
+    DeviceBuffer<float> queries((uint64_t)probes * data.dim16), dists(probes);
+    check(cudaMemcpyAsync(dprobe.get(), probe.data(), probes * 4, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
     if (!entries.empty())
         check(cudaMemcpyAsync(dentries.get(), entries.data(), entries.size() * 4, cudaMemcpyHostToDevice, stream),
               "cudaMemcpy");
     check(cudaMemsetAsync(misses.get(), 0, 4, stream), "cudaMemset");
-    gather_probe_queries_kernel<<<(unsigned)div_up((uint64_t)kProbes * data.dim16, 256), 256, 0, stream>>>(
-        data.vectors.get(), data.dim16, dprobe.get(), kProbes, queries.get());
+    gather_probe_queries_kernel<<<(unsigned)div_up((uint64_t)probes * data.dim16, 256), 256, 0, stream>>>(
+        data.vectors.get(), data.dim16, dprobe.get(), probes, queries.get());
     check_launch("gather_probe_queries_kernel");
 
     /* the default GPU search of an index: fixed entries plus random ones,
@@ -249,15 +250,15 @@ double navigation_miss_rate(const HalfDataset &data, cagra_gpu_metric metric, co
     a.ids_out = ids.get();
     a.dist_out = dists.get();
     plan_search(a, sp.search_width, degree, sp.itopk_size);
-    run_search(a, true, kProbes, stream);
+    run_search(a, true, probes, stream);
 
-    count_misses_kernel<<<(unsigned)div_up(kProbes, 256), 256, 0, stream>>>(
-        dprobe.get(), ids.get(), dists.get(), data.norms.get(), kProbes, metric, misses.get());
+    count_misses_kernel<<<(unsigned)div_up(probes, 256), 256, 0, stream>>>(
+        dprobe.get(), ids.get(), dists.get(), data.norms.get(), probes, metric, misses.get());
     check_launch("count_misses_kernel");
     uint32_t missed = 0;
     check(cudaMemcpyAsync(&missed, misses.get(), 4, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
     check(cudaStreamSynchronize(stream), "the navigation probe");
-    return (double)missed / kProbes;
+    return (double)missed / probes;
 }
 
 std::vector<uint32_t> add_long_edges(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,

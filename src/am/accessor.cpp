@@ -13,20 +13,22 @@ extern "C" {
 #include "storage/bufmgr.h"
 }
 
-/* ---- the entry-vector cache ----
+/* ---- the entry cache ----
  *
- * Every search starts by measuring the distance to all fixed entry nodes
- * (hundreds), one page access each.  Node vectors never change (slots are
- * not reused; REINDEX gives a new relfilenode), so each backend keeps the
- * entry vectors of the indexes it searched, contiguous in memory.  Flags can
- * change (vacuum): they are read from the page when the node is a result.
+ * Every search starts from the fixed entry nodes (up to 1,024): through the
+ * entry index it measures its pivots and the members of a few groups, one
+ * page access each.  Node vectors never change (slots are not reused;
+ * REINDEX gives a new relfilenode), so each backend keeps, for the indexes
+ * it searched, the entry index and, where they fit kEntryCacheBytes, the
+ * entry vectors, contiguous in memory.  Flags can change (vacuum): they are
+ * read from the page when the node is a result.
  */
 struct CagraEntryVectors
 {
 	CagraRelFileId node;
 	uint32_t	count = 0;
 	uint32_t	dims = 0;
-	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id */
+	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id; empty: not cached */
 	std::vector<float> vectors;							/* count x dims */
 	cagra::EntryIndex entry_index;	/* pivots and groups: a search measures a few entries */
 
@@ -40,7 +42,8 @@ struct CagraEntryVectors
 	}
 };
 
-/* At most this many bytes of entry vectors per index, and indexes kept. */
+/* At most this many bytes of entry vectors per index (1,024 entries up to
+ * 2,048 dimensions), and indexes kept. */
 static const size_t kEntryCacheBytes = 8 * 1024 * 1024;
 static const size_t kEntryCacheIndexes = 4;
 static std::vector<std::shared_ptr<const CagraEntryVectors>> cagra_entry_cache;
@@ -48,7 +51,7 @@ static std::vector<std::shared_ptr<const CagraEntryVectors>> cagra_entry_cache;
 static std::shared_ptr<const CagraEntryVectors>
 cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMetaData &meta)
 {
-	if (meta.entry_count == 0 || (size_t) meta.entry_count * meta.dims * sizeof(float) > kEntryCacheBytes)
+	if (meta.entry_count == 0)
 		return nullptr;
 	for (const auto &e : cagra_entry_cache)
 		if (CAGRA_REL_FILE_ID_EQUALS(e->node, CAGRA_REL_FILE_ID(index)) && e->count == meta.entry_count &&
@@ -60,13 +63,16 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 	e->node = CAGRA_REL_FILE_ID(index);
 	e->count = meta.entry_count;
 	e->dims = meta.dims;
-	e->vectors.resize((size_t) meta.entry_count * meta.dims);
-	for (uint32_t r = 0; r < meta.entry_count; r++)
+	if ((size_t) meta.entry_count * meta.dims * sizeof(float) <= kEntryCacheBytes)
 	{
-		acc.read_vector(meta.entries[r], e->vectors.data() + (size_t) r * meta.dims, nullptr);
-		e->rows.push_back({meta.entries[r], r});
+		e->vectors.resize((size_t) meta.entry_count * meta.dims);
+		for (uint32_t r = 0; r < meta.entry_count; r++)
+		{
+			acc.read_vector(meta.entries[r], e->vectors.data() + (size_t) r * meta.dims, nullptr);
+			e->rows.push_back({meta.entries[r], r});
+		}
+		std::sort(e->rows.begin(), e->rows.end());
 	}
-	std::sort(e->rows.begin(), e->rows.end());
 	e->entry_index = cagra::derive_entry_index(acc, std::vector<uint32_t>(meta.entries, meta.entries + meta.entry_count));
 	if (cagra_entry_cache.size() >= kEntryCacheIndexes)
 		cagra_entry_cache.erase(cagra_entry_cache.begin());

@@ -24,12 +24,15 @@ constexpr uint64_t kEntrySample = 4096;
  * kLongEdgeLevels levels; probes of the navigation test. */
 constexpr uint64_t kLongEdgeRatio = 8;
 constexpr uint32_t kLongEdgeLevels = 4;
-constexpr uint32_t kNavigationProbes = 1024;
-
-/* The CPU build's cap on fixed entries: each costs one distance per search
- * that measures it (the entry index measures a few probe groups of them). */
-constexpr uint32_t kCpuEntryNodes = 384;
-static_assert(kCpuEntryNodes <= kMaxStoredEntries, "an index must be able to keep every entry a build picks");
+/* A level's 3k candidate lists are exact below this many nodes: NN-descent
+ * with k = 192 (24 samples a node, about 17,000 distances a node over its
+ * iterations, scattered, each list update a search of a long row) is slower
+ * there than the m distances a node of a blocked matrix product
+ * (brute_force_knn), whose cost grows with m.  200,000 x 256 in 1,024
+ * clusters, 2 threads: the first level (25,000 nodes) took 4.4 s by
+ * NN-descent, 2.6 s exactly, at the same recall; at 37,500 nodes of 1,024
+ * dimensions (16 threads) exact was no faster. */
+constexpr uint64_t kExactLevelBelow = 32768;
 
 /* n <= degree: every row holds all other nodes, closest first, then
  * kInvalidNode padding. */
@@ -125,7 +128,7 @@ BuiltGraph build_graph_in_order(const DatasetView &data, Metric metric, const Bu
             uint32_t k = (uint32_t)std::min<uint64_t>(params.intermediate_degree, data.n - 1);
             if (progress)
                 progress->phase.store((uint32_t)BuildPhase::KnnGraph);
-            knn = brute_force_knn(data, metric, k, params.threads);
+            knn = brute_force_knn(data, metric, k, params.threads, progress);
         } else {
             knn = nn_descent(data, metric, params, progress);
         }
@@ -196,11 +199,6 @@ BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildPa
 }
 
 } // namespace
-
-uint32_t fixed_entry_count(uint64_t n)
-{
-    return fixed_entry_count(n, kCpuEntryNodes);
-}
 
 double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric metric,
                             const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed, uint32_t threads)
@@ -520,8 +518,9 @@ std::vector<uint32_t> add_long_edges(Graph &g, const DatasetView &data, Metric m
         lp.graph_degree = std::min(slots, lp.intermediate_degree);
         /* With `progress`, for the cancel checks: the phase reads KnnGraph,
          * then Pruning again, while a level is built. */
-        KnnGraph knn = m < kBruteForceBelow ? brute_force_knn(sub, metric, lp.intermediate_degree, params.threads)
-                                            : nn_descent(sub, metric, lp, progress);
+        KnnGraph knn = m < kExactLevelBelow
+                           ? brute_force_knn(sub, metric, lp.intermediate_degree, params.threads, progress)
+                           : nn_descent(sub, metric, lp, progress);
         detail::throw_if_cancelled(progress);
         graphs.push_back(optimize_graph(knn, lp.graph_degree, params.threads, progress));
         ids.push_back(std::move(level));

@@ -44,11 +44,6 @@ struct BuiltGraph {
     double probe_miss_rate = 0;
 };
 
-/* How many fixed entries the CPU build gives a graph of n nodes:
- * fixed_entry_count(n, 384) (types.h; a build picks them by farthest-point
- * traversal; inserts into a graph that has fewer add themselves). */
-uint32_t fixed_entry_count(uint64_t n);
-
 /* Throws Error(InvalidParameter / InvalidData) with a message a user can act on. */
 void validate_build_params(const BuildParams &params);
 void validate_dataset(const DatasetView &data);
@@ -80,8 +75,16 @@ uint64_t connect_graph(Graph &graph, const DatasetView &data, Metric metric, con
 double navigation_miss_rate(const Graph &graph, const DatasetView &data, Metric metric,
                             const std::vector<uint32_t> &entry_nodes, uint32_t probes, uint64_t seed, uint32_t threads);
 
-/* Above this miss rate build_graph adds long edges. */
-constexpr double kLongEdgeMissRate = 0.01;
+/* The navigation probe of a build (CPU and GPU): kNavigationProbes seeded
+ * nodes searched for their own vectors with the default search; above
+ * kLongEdgeMissRate misses the build adds long edges.  With 1,024 probes the
+ * rate's noise (about 0.3% near 1%) decided data near the old threshold of
+ * 1% either way (a 60,000-row curve: 0.68% or 1.37% by its entries, 0.92%
+ * over 8,192 probes, and no long edges left 1 query in 60 without its
+ * answer); over 8,192 probes c100k misses 0.29% and text384 0.17%, which
+ * navigate without them. */
+constexpr uint32_t kNavigationProbes = 8192;
+constexpr double kLongEdgeMissRate = 0.005;
 
 /*
  * Leave-one-out recall: recall@10 of a default GPU search (width 1, as the
@@ -138,7 +141,9 @@ ItopkChoice choose_itopk(const Graph &graph, const DatasetView &data, Metric met
 std::vector<uint32_t> add_long_edges(Graph &graph, const DatasetView &data, Metric metric, const BuildParams &params,
                                      BuildProgress *progress = nullptr);
 
-/* Exact kNN by brute force (tests and ground truth). */
-KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads);
+/* Exact kNN by brute force (small builds, the long edges' smaller levels,
+ * tests); stops between blocks of rows when `progress` asks to cancel. */
+KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads,
+                         const BuildProgress *progress = nullptr);
 
 } // namespace cagra

@@ -11,7 +11,9 @@
 #include "distance.h"
 #include "half.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CAGRA_X86_DISPATCH 1
@@ -104,6 +106,33 @@ float ip_half_portable(const float *a, const uint16_t *b, uint32_t dim)
     for (uint32_t i = 0; i < dim; i++)
         sum += a[i] * half_to_float(b[i]);
     return sum;
+}
+
+/* Dot products of na rows of a with nb rows of b (row-major, dim wide)
+ * into out (na x nb, row-major); `bt` is scratch of dim x kDotGroup floats
+ * for the wide kernels, which take b kDotGroup rows at a time, transposed
+ * there, so that one broadcast element of a and one load of bt feed a
+ * vector of products (a blocked matrix product: each b row is read from
+ * cache by every row of a). */
+constexpr uint32_t kDotGroup = 32;
+using DotBlock = void (*)(const float *a, uint32_t na, const float *b, uint32_t nb, uint32_t dim, float *out,
+                          float *bt);
+
+void dots_portable(const float *a, uint32_t na, const float *b, uint32_t nb, uint32_t dim, float *out, float *)
+{
+    for (uint32_t r = 0; r < na; r++)
+        for (uint32_t c = 0; c < nb; c++)
+            out[(uint64_t)r * nb + c] = ip_portable(a + (uint64_t)r * dim, b + (uint64_t)c * dim, dim);
+}
+
+/* b rows c0 .. c0 + w - 1 into bt (dim x kDotGroup), zero past w. */
+void transpose_group(const float *b, uint32_t c0, uint32_t w, uint32_t dim, float *bt)
+{
+    for (uint32_t c = 0; c < kDotGroup; c++) {
+        const float *row = b + (uint64_t)(c0 + c) * dim;
+        for (uint32_t d = 0; d < dim; d++)
+            bt[(uint64_t)d * kDotGroup + c] = c < w ? row[d] : 0.0f;
+    }
 }
 
 #ifdef CAGRA_X86_DISPATCH
@@ -379,6 +408,92 @@ __attribute__((target("avx512f"))) float ip_half_avx512(const float *a, const ui
 using ToHalves = void (*)(const float *, uint16_t *, uint32_t);
 using FromHalves = void (*)(const uint16_t *, float *, uint32_t);
 
+/* The wide dot blocks: four rows of a against a group of 32 b rows, eight
+ * accumulators (two of 16 lanes, or four of 8, per row) so the fused
+ * multiply-adds of one step do not wait for each other. */
+__attribute__((target("avx512f"))) void dots_avx512(const float *a, uint32_t na, const float *b, uint32_t nb,
+                                                    uint32_t dim, float *out, float *bt)
+{
+    for (uint32_t c0 = 0; c0 < nb; c0 += kDotGroup) {
+        const uint32_t w = std::min(kDotGroup, nb - c0);
+        transpose_group(b, c0, w, dim, bt);
+        const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFFu : (1u << w) - 1);
+        const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFFu : w > 16 ? (1u << (w - 16)) - 1 : 0u);
+        uint32_t r = 0;
+        for (; r + 4 <= na; r += 4) {
+            const float *a0 = a + (uint64_t)r * dim;
+            __m512 s[8];
+            for (auto &x : s)
+                x = _mm512_setzero_ps();
+            for (uint32_t d = 0; d < dim; d++) {
+                const __m512 v0 = _mm512_loadu_ps(bt + (uint64_t)d * kDotGroup);
+                const __m512 v1 = _mm512_loadu_ps(bt + (uint64_t)d * kDotGroup + 16);
+                for (uint32_t i = 0; i < 4; i++) {
+                    const __m512 x = _mm512_set1_ps(a0[(uint64_t)i * dim + d]);
+                    s[2 * i] = _mm512_fmadd_ps(x, v0, s[2 * i]);
+                    s[2 * i + 1] = _mm512_fmadd_ps(x, v1, s[2 * i + 1]);
+                }
+            }
+            for (uint32_t i = 0; i < 4; i++) {
+                float *o = out + (uint64_t)(r + i) * nb + c0;
+                _mm512_mask_storeu_ps(o, m0, s[2 * i]);
+                _mm512_mask_storeu_ps(o + 16, m1, s[2 * i + 1]);
+            }
+        }
+        for (; r < na; r++) {
+            const float *a0 = a + (uint64_t)r * dim;
+            __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+            for (uint32_t d = 0; d < dim; d++) {
+                const __m512 x = _mm512_set1_ps(a0[d]);
+                s0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(bt + (uint64_t)d * kDotGroup), s0);
+                s1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(bt + (uint64_t)d * kDotGroup + 16), s1);
+            }
+            float *o = out + (uint64_t)r * nb + c0;
+            _mm512_mask_storeu_ps(o, m0, s0);
+            _mm512_mask_storeu_ps(o + 16, m1, s1);
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) void dots_avx2(const float *a, uint32_t na, const float *b, uint32_t nb,
+                                                   uint32_t dim, float *out, float *bt)
+{
+    float tile[4 * 16];
+    for (uint32_t c0 = 0; c0 < nb; c0 += kDotGroup) {
+        const uint32_t w = std::min(kDotGroup, nb - c0);
+        transpose_group(b, c0, w, dim, bt);
+        /* sixteen ymm registers: four rows against half the group at a time */
+        for (uint32_t h = 0; h < w; h += 16) {
+            const uint32_t cols = std::min(16u, w - h);
+            for (uint32_t r = 0; r < na; r += 4) {
+                const uint32_t rows = std::min(4u, na - r);
+                const float *ar[4];
+                for (uint32_t i = 0; i < 4; i++)
+                    ar[i] = a + (uint64_t)(r + std::min(i, rows - 1)) * dim; /* a short block repeats its last row */
+                __m256 s[8];
+                for (auto &x : s)
+                    x = _mm256_setzero_ps();
+                for (uint32_t d = 0; d < dim; d++) {
+                    const float *v = bt + (uint64_t)d * kDotGroup + h;
+                    const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+                    for (uint32_t i = 0; i < 4; i++) {
+                        const __m256 x = _mm256_set1_ps(ar[i][d]);
+                        s[2 * i] = _mm256_fmadd_ps(x, v0, s[2 * i]);
+                        s[2 * i + 1] = _mm256_fmadd_ps(x, v1, s[2 * i + 1]);
+                    }
+                }
+                for (uint32_t i = 0; i < rows; i++) {
+                    _mm256_storeu_ps(tile + 16 * i, s[2 * i]);
+                    _mm256_storeu_ps(tile + 16 * i + 8, s[2 * i + 1]);
+                    std::copy(tile + 16 * i, tile + 16 * i + cols, out + (uint64_t)(r + i) * nb + c0 + h);
+                }
+            }
+        }
+    }
+}
+
+
+
 struct Kernels {
     PairKernel l2;
     PairKernel ip;
@@ -388,6 +503,7 @@ struct Kernels {
     HalfPairKernel l1_half;
     ToHalves to_halves;
     FromHalves from_halves;
+    DotBlock dots;
     const char *name;
 };
 
@@ -397,17 +513,17 @@ Kernels choose_kernels()
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
         return {l2_avx512,      ip_avx512,      l1_avx2,        l2_half_avx512,   ip_half_avx512,
-                l1_half_avx2,   to_halves_f16c, from_halves_f16c, "avx512"};
+                l1_half_avx2,   to_halves_f16c, from_halves_f16c, dots_avx512,    "avx512"};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         if (__builtin_cpu_supports("f16c"))
             return {l2_avx2,      ip_avx2,        l1_avx2,          l2_half_avx2, ip_half_avx2,
-                    l1_half_avx2, to_halves_f16c, from_halves_f16c, "avx2"};
+                    l1_half_avx2, to_halves_f16c, from_halves_f16c, dots_avx2,    "avx2"};
         return {l2_avx2,          ip_avx2,            l1_avx2,              l2_half_portable, ip_half_portable,
-                l1_half_portable, to_halves_portable, from_halves_portable, "avx2"};
+                l1_half_portable, to_halves_portable, from_halves_portable, dots_avx2,        "avx2"};
     }
 #endif
     return {l2_portable,      ip_portable,        l1_portable,          l2_half_portable, ip_half_portable,
-            l1_half_portable, to_halves_portable, from_halves_portable, "portable"};
+            l1_half_portable, to_halves_portable, from_halves_portable, dots_portable,    "portable"};
 }
 
 const Kernels &kernels()
@@ -441,6 +557,35 @@ float distance(Metric metric, const float *a, const float *b, uint32_t dim)
         return kernels().l1(a, b, dim);
     }
     return 0.0f;
+}
+
+void distance_block(Metric metric, const float *a, uint32_t na, const float *b, uint32_t nb, uint32_t dim,
+                    float *out)
+{
+    if (metric == Metric::L1) {
+        for (uint32_t r = 0; r < na; r++)
+            for (uint32_t c = 0; c < nb; c++)
+                out[(uint64_t)r * nb + c] = kernels().l1(a + (uint64_t)r * dim, b + (uint64_t)c * dim, dim);
+        return;
+    }
+    thread_local std::vector<float> bt, norms;
+    bt.resize((uint64_t)dim * kDotGroup);
+    kernels().dots(a, na, b, nb, dim, out, bt.data());
+    for (uint64_t i = 0; i < (uint64_t)na * nb; i++)
+        out[i] = metric == Metric::InnerProduct ? -out[i] : metric == Metric::Cosine ? 1.0f - out[i] : out[i];
+    if (metric != Metric::L2)
+        return;
+    /* |a|^2 + |b|^2 - 2 a.b, never below zero (rounding) */
+    norms.resize((uint64_t)na + nb);
+    for (uint32_t r = 0; r < na; r++)
+        norms[r] = kernels().ip(a + (uint64_t)r * dim, a + (uint64_t)r * dim, dim);
+    for (uint32_t c = 0; c < nb; c++)
+        norms[na + c] = kernels().ip(b + (uint64_t)c * dim, b + (uint64_t)c * dim, dim);
+    for (uint32_t r = 0; r < na; r++)
+        for (uint32_t c = 0; c < nb; c++) {
+            float &o = out[(uint64_t)r * nb + c];
+            o = std::max(0.0f, norms[r] + norms[na + c] - 2.0f * o);
+        }
 }
 
 float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t dim)

@@ -17,6 +17,13 @@ float inner_product(const float *a, const float *b, uint32_t dim);
 /* Distance of the metric between two vectors prepared by prepare_vector(). */
 float distance(Metric metric, const float *a, const float *b, uint32_t dim);
 
+/* distance() of each of na rows a with each of nb rows b (row-major, dim
+ * wide, prepared) into out (na x nb, row-major), for all-pairs work such as
+ * exact kNN lists: L2, inner product and cosine by a blocked matrix product
+ * of dot products (L2 as |a|^2 + |b|^2 - 2 a.b, so within float rounding of
+ * distance(), not equal to it bit for bit); L1 pair by pair. */
+void distance_block(Metric metric, const float *a, uint32_t na, const float *b, uint32_t nb, uint32_t dim,
+                    float *out);
 /* The same from a float32 vector to one stored in float16 (half.h). */
 float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t dim);
 

@@ -2,7 +2,7 @@
  * entry_index.h — a two-level index over the fixed entry nodes, so a search
  * measures a few of them instead of all.
  *
- * The entry list (up to 384 nodes, farthest-point order) is split into
+ * The entry list (up to 1,024 nodes, farthest-point order) is split into
  * groups: about 2 sqrt(E) pivots picked by farthest-point traversal among
  * the entries, from the first (the build's central node), which is then no
  * pivot itself: at high intrinsic dimension it is the nearest pivot of

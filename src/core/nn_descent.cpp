@@ -358,29 +358,67 @@ void detail::rp_tree_leaves(const DatasetView &data, uint32_t leaf, uint64_t see
     }
 }
 
-KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads)
+KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads,
+                         const BuildProgress *progress)
 {
     validate_dataset(data);
     if (k == 0 || k > data.n - 1)
         throw Error(ErrorCode::InvalidParameter,
                     "k must be between 1 and n - 1 (" + std::to_string(data.n - 1) + "), got " + std::to_string(k));
-    const MetricKernel dist = metric_kernel(metric);
+    const uint64_t n = data.n;
+    const uint32_t dim = data.dim;
     KnnGraph out;
     out.k = k;
-    out.ids.resize(data.n * k);
-    out.distances.resize(data.n * k);
-    detail::parallel_for(data.n, 16, std::max(threads, 1u), nullptr, [&](uint64_t begin, uint64_t end, uint32_t) {
-        std::vector<std::pair<float, uint32_t>> all;
-        all.reserve(data.n);
-        for (uint64_t u = begin; u < end; u++) {
-            all.clear();
-            for (uint64_t v = 0; v < data.n; v++)
-                if (v != u)
-                    all.push_back({detail::sortable(dist(data.row(u), data.row(v), data.dim)), (uint32_t)v});
-            std::partial_sort(all.begin(), all.begin() + k, all.end());
-            for (uint32_t j = 0; j < k; j++) {
-                out.ids[u * k + j] = all[j].second;
-                out.distances[u * k + j] = all[j].first;
+    out.ids.resize(n * k);
+    out.distances.resize(n * k);
+    /* Blocks of kRows rows against tiles of about 256 KB of columns, by
+     * distance_block (a blocked matrix product).  A row keeps only the
+     * candidates that beat its k-th nearest so far, trimmed back to k when
+     * 4k have gathered: after the first tiles almost none do. */
+    constexpr uint64_t kRows = 64;
+    const uint64_t tile = std::max<uint64_t>(32, (256 * 1024) / ((uint64_t)dim * sizeof(float)));
+    const uint64_t blocks = (n + kRows - 1) / kRows;
+    detail::parallel_for(blocks, 1, std::max(threads, 1u), progress, [&](uint64_t b0, uint64_t b1, uint32_t) {
+        std::vector<std::vector<uint64_t>> cand(kRows);
+        std::vector<float> bound(kRows), dists(kRows * tile);
+        auto trim = [&](std::vector<uint64_t> &c) {
+            std::nth_element(c.begin(), c.begin() + (k - 1), c.end());
+            c.resize(k);
+            return CandidateLists::key_distance(*std::max_element(c.begin(), c.end()));
+        };
+        for (uint64_t blk = b0; blk < b1; blk++) {
+            const uint64_t r0 = blk * kRows, rows = std::min(n, r0 + kRows) - r0;
+            for (uint64_t i = 0; i < rows; i++) {
+                cand[i].clear();
+                bound[i] = std::numeric_limits<float>::infinity();
+            }
+            for (uint64_t c0 = 0; c0 < n; c0 += tile) {
+                const uint64_t cols = std::min(n, c0 + tile) - c0;
+                distance_block(metric, data.row(r0), (uint32_t)rows, data.row(c0), (uint32_t)cols, dim, dists.data());
+                for (uint64_t i = 0; i < rows; i++) {
+                    std::vector<uint64_t> &c = cand[i];
+                    const float *di = &dists[i * cols];
+                    for (uint64_t j = 0; j < cols; j++) {
+                        const float d = detail::sortable(di[j]);
+                        /* ties with the k-th stay: the lowest ids win below */
+                        if (d > bound[i] || c0 + j == r0 + i)
+                            continue;
+                        c.push_back(CandidateLists::sort_key(d, (uint32_t)(c0 + j)));
+                        if (c.size() == k)
+                            bound[i] = CandidateLists::key_distance(*std::max_element(c.begin(), c.end()));
+                        else if (c.size() >= 4 * (uint64_t)k)
+                            bound[i] = trim(c);
+                    }
+                }
+            }
+            for (uint64_t i = 0; i < rows; i++) {
+                std::vector<uint64_t> &c = cand[i];
+                std::nth_element(c.begin(), c.begin() + (k - 1), c.end());
+                std::sort(c.begin(), c.begin() + k);
+                for (uint32_t j = 0; j < k; j++) {
+                    out.ids[(r0 + i) * k + j] = (uint32_t)c[j];
+                    out.distances[(r0 + i) * k + j] = CandidateLists::key_distance(c[j]);
+                }
             }
         }
     });

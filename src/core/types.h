@@ -26,19 +26,19 @@ constexpr uint32_t kMaxItopk = 1024;
 constexpr uint32_t kMaxSearchWidth = 64;
 constexpr uint32_t kMaxRandomEntries = 1024;
 
-/* Most fixed entry nodes an index keeps with its graph.  The GPU build picks
- * up to this many (it scores every entry of a batch on tensor cores); the CPU
- * build fewer (build.h). */
+/* Most fixed entry nodes an index keeps with its graph. */
 constexpr uint32_t kMaxStoredEntries = 1024;
 
-/* Fixed entry nodes of a build of n rows: about 2 sqrt(n), a multiple of 8,
- * at most at_most, so that each cluster of a set of well-separated clusters
- * owns one (its kNN rows have no edge out of it, so a search reaches it only
- * from an entry inside). */
-constexpr uint32_t fixed_entry_count(uint64_t n, uint32_t at_most)
+/* Fixed entry nodes of a build of n rows, on the CPU and the GPU alike:
+ * about 2 sqrt(n), a multiple of 8, at most kMaxStoredEntries, so that each
+ * cluster of a set of well-separated clusters owns one (its kNN rows have no
+ * edge out of it, so a search reaches it only from an entry inside).  The
+ * GPU scores a batch's entries on tensor cores; the CPU measures a few
+ * groups of them through the entry index. */
+constexpr uint32_t fixed_entry_count(uint64_t n)
 {
     uint64_t e = 8;
-    while (e * e < 4 * n && e < at_most)
+    while (e * e < 4 * n && e < kMaxStoredEntries)
         e += 8;
     return (uint32_t)(e < n ? e : n);
 }

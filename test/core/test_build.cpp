@@ -182,6 +182,42 @@ TEST(Build, NnDescentRecallAgainstBruteForce)
     RecordProperty("knn_recall", std::to_string(recall));
 }
 
+TEST(Build, BruteForceKnnIsExact)
+{
+    /* Against a sort of every distance, over more rows than one block (64)
+     * and one column tile, with 3 threads. */
+    const uint32_t dim = 20, n = 1500, k = 40;
+    auto data = clustered(n, dim, 3);
+    DatasetView view{data.data(), n, dim};
+    KnnGraph got = brute_force_knn(view, Metric::L2, k, 3);
+    ASSERT_EQ(got.k, k);
+    uint64_t same = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        std::vector<std::pair<double, uint32_t>> all;
+        for (uint32_t j = 0; j < n; j++)
+            if (j != i) {
+                double s = 0;
+                for (uint32_t t = 0; t < dim; t++) {
+                    const double x = (double)data[(size_t)i * dim + t] - data[(size_t)j * dim + t];
+                    s += x * x;
+                }
+                all.push_back({s, j});
+            }
+        std::sort(all.begin(), all.end());
+        std::set<uint32_t> truth;
+        for (uint32_t j = 0; j < k; j++)
+            truth.insert(all[j].second);
+        for (uint32_t j = 0; j < k; j++) {
+            same += truth.count(got.ids[(size_t)i * k + j]);
+            EXPECT_NEAR(got.distances[(size_t)i * k + j], all[j].first, 1e-3 * (1.0 + all[j].first)) << "row " << i;
+            if (j > 0)
+                ASSERT_LE(got.distances[(size_t)i * k + j - 1], got.distances[(size_t)i * k + j]) << "row " << i;
+        }
+    }
+    /* float rounding may swap the last of near ties, nothing more */
+    EXPECT_GE((double)same / ((double)n * k), 0.999);
+}
+
 TEST(Build, DeterministicWithOneThread)
 {
     const uint32_t dim = 16;

@@ -66,6 +66,44 @@ TEST(Distance, KernelsMatchReferenceAtManyDimensions)
     }
 }
 
+TEST(Distance, BlockMatchesPairByPair)
+{
+    /* Shapes that leave partial row blocks (of 4) and column groups (of 32),
+     * and dimensions with tails. */
+    std::mt19937 rng(11);
+    for (uint32_t d : {1u, 7u, 16u, 33u, 100u, 256u, 769u})
+        for (auto [na, nb] : {std::pair<uint32_t, uint32_t>{1, 1}, {3, 5}, {5, 37}, {8, 32}, {70, 65}}) {
+            std::vector<float> a, b;
+            for (uint32_t i = 0; i < na; i++) {
+                auto v = random_vec(d, rng);
+                a.insert(a.end(), v.begin(), v.end());
+            }
+            for (uint32_t i = 0; i < nb; i++) {
+                auto v = random_vec(d, rng);
+                b.insert(b.end(), v.begin(), v.end());
+            }
+            for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::L1, Metric::Cosine}) {
+                std::vector<float> pa = a, pb = b;
+                if (m == Metric::Cosine) {
+                    for (uint32_t i = 0; i < na; i++)
+                        prepare_vector(m, &pa[(size_t)i * d], &pa[(size_t)i * d], d);
+                    for (uint32_t i = 0; i < nb; i++)
+                        prepare_vector(m, &pb[(size_t)i * d], &pb[(size_t)i * d], d);
+                }
+                std::vector<float> out((size_t)na * nb, -1.0f);
+                distance_block(m, pa.data(), na, pb.data(), nb, d, out.data());
+                for (uint32_t i = 0; i < na; i++)
+                    for (uint32_t j = 0; j < nb; j++) {
+                        const float want = distance(m, &pa[(size_t)i * d], &pb[(size_t)j * d], d);
+                        /* L2 from norms and a dot product: rounding of the
+                         * squared norms (each up to 4 d) */
+                        EXPECT_NEAR(out[(size_t)i * nb + j], want, 2e-6f * 8.0f * d + 1e-5f)
+                            << "metric " << (int)m << " dim " << d << " at " << i << ", " << j;
+                    }
+            }
+        }
+}
+
 TEST(Distance, ExactOnSmallIntegers)
 {
     float a[5] = {1, 2, 3, 4, 5}, b[5] = {5, 4, 3, 2, 1};
