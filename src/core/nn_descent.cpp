@@ -367,58 +367,94 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
                     "k must be between 1 and n - 1 (" + std::to_string(data.n - 1) + "), got " + std::to_string(k));
     const uint64_t n = data.n;
     const uint32_t dim = data.dim;
+    /*
+     * Each pair once: a task takes a block of kRows rows against the rows
+     * from its own block on, in tiles of about 256 KB, by distance_block (a
+     * blocked matrix product), and offers each distance to both rows.  A
+     * row keeps only the candidates that beat its k-th nearest so far (its
+     * bound), trimmed back to k when 2k have gathered; a block's rows are
+     * updated under that block's lock, since later tasks reach them too.
+     */
+    constexpr uint64_t kRows = 64;
+    const uint64_t tile = std::max<uint64_t>(kRows, (256 * 1024) / ((uint64_t)dim * sizeof(float)) / kRows * kRows);
+    const uint64_t blocks = (n + kRows - 1) / kRows;
+    const uint64_t cap = 2 * (uint64_t)k;
+    std::vector<uint64_t> cand(n * cap);
+    std::vector<uint32_t> count(n, 0);
+    std::unique_ptr<std::atomic<float>[]> bound(new std::atomic<float>[n]);
+    for (uint64_t r = 0; r < n; r++)
+        bound[r].store(std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
+    std::unique_ptr<SpinLock[]> locks(new SpinLock[blocks]);
+
+    /* Candidate v at distance d (not above r's bound: ties with the k-th
+     * stay, the lowest ids win below) into row r, its block's lock held. */
+    auto offer = [&](uint64_t r, uint32_t v, float d) {
+        uint64_t *c = &cand[r * cap];
+        c[count[r]++] = CandidateLists::sort_key(d, v);
+        if (count[r] == k || count[r] == cap) {
+            std::nth_element(c, c + (k - 1), c + count[r]);
+            count[r] = k;
+            bound[r].store(CandidateLists::key_distance(c[k - 1]), std::memory_order_relaxed);
+        }
+    };
+    detail::parallel_for(blocks, 1, std::max(threads, 1u), progress, [&](uint64_t b0, uint64_t b1, uint32_t) {
+        std::vector<float> dists(kRows * tile);
+        for (uint64_t blk = b0; blk < b1; blk++) {
+            const uint64_t r0 = blk * kRows, rows = std::min(n, r0 + kRows) - r0;
+            for (uint64_t c0 = r0; c0 < n; c0 += tile) {
+                const uint64_t cols = std::min(n, c0 + tile) - c0;
+                distance_block(metric, data.row(r0), (uint32_t)rows, data.row(c0), (uint32_t)cols, dim, dists.data());
+                for (uint64_t x = 0; x < rows * cols; x++)
+                    dists[x] = detail::sortable(dists[x]); /* NaN as +infinity: every row fills */
+                /* to the block's own rows: every column of the tile (most
+                 * distances fail the bound: the loops stay tight) */
+                locks[blk].lock();
+                for (uint64_t i = 0; i < rows; i++) {
+                    const uint64_t r = r0 + i;
+                    const float *di = &dists[i * cols];
+                    float b = bound[r].load(std::memory_order_relaxed);
+                    for (uint64_t j = 0; j < cols; j++)
+                        if (di[j] <= b && c0 + j != r) {
+                            offer(r, (uint32_t)(c0 + j), di[j]);
+                            b = bound[r].load(std::memory_order_relaxed);
+                        }
+                }
+                locks[blk].unlock();
+                /* to the columns' rows, block by block, beyond this block
+                 * (its own pairs came both ways above) */
+                for (uint64_t j0 = std::max(c0, r0 + rows); j0 < c0 + cols; j0 += kRows) {
+                    const uint64_t jb = j0 / kRows, width = std::min(c0 + cols, j0 + kRows) - j0;
+                    float b[kRows];
+                    locks[jb].lock();
+                    for (uint64_t j = 0; j < width; j++)
+                        b[j] = bound[j0 + j].load(std::memory_order_relaxed);
+                    for (uint64_t i = 0; i < rows; i++) {
+                        const float *di = &dists[i * cols + (j0 - c0)];
+                        for (uint64_t j = 0; j < width; j++)
+                            if (di[j] <= b[j]) {
+                                offer(j0 + j, (uint32_t)(r0 + i), di[j]);
+                                b[j] = bound[j0 + j].load(std::memory_order_relaxed);
+                            }
+                    }
+                    locks[jb].unlock();
+                }
+            }
+        }
+    });
+    detail::throw_if_cancelled(progress);
+
     KnnGraph out;
     out.k = k;
     out.ids.resize(n * k);
     out.distances.resize(n * k);
-    /* Blocks of kRows rows against tiles of about 256 KB of columns, by
-     * distance_block (a blocked matrix product).  A row keeps only the
-     * candidates that beat its k-th nearest so far, trimmed back to k when
-     * 4k have gathered: after the first tiles almost none do. */
-    constexpr uint64_t kRows = 64;
-    const uint64_t tile = std::max<uint64_t>(32, (256 * 1024) / ((uint64_t)dim * sizeof(float)));
-    const uint64_t blocks = (n + kRows - 1) / kRows;
-    detail::parallel_for(blocks, 1, std::max(threads, 1u), progress, [&](uint64_t b0, uint64_t b1, uint32_t) {
-        std::vector<std::vector<uint64_t>> cand(kRows);
-        std::vector<float> bound(kRows), dists(kRows * tile);
-        auto trim = [&](std::vector<uint64_t> &c) {
-            std::nth_element(c.begin(), c.begin() + (k - 1), c.end());
-            c.resize(k);
-            return CandidateLists::key_distance(*std::max_element(c.begin(), c.end()));
-        };
-        for (uint64_t blk = b0; blk < b1; blk++) {
-            const uint64_t r0 = blk * kRows, rows = std::min(n, r0 + kRows) - r0;
-            for (uint64_t i = 0; i < rows; i++) {
-                cand[i].clear();
-                bound[i] = std::numeric_limits<float>::infinity();
-            }
-            for (uint64_t c0 = 0; c0 < n; c0 += tile) {
-                const uint64_t cols = std::min(n, c0 + tile) - c0;
-                distance_block(metric, data.row(r0), (uint32_t)rows, data.row(c0), (uint32_t)cols, dim, dists.data());
-                for (uint64_t i = 0; i < rows; i++) {
-                    std::vector<uint64_t> &c = cand[i];
-                    const float *di = &dists[i * cols];
-                    for (uint64_t j = 0; j < cols; j++) {
-                        const float d = detail::sortable(di[j]);
-                        /* ties with the k-th stay: the lowest ids win below */
-                        if (d > bound[i] || c0 + j == r0 + i)
-                            continue;
-                        c.push_back(CandidateLists::sort_key(d, (uint32_t)(c0 + j)));
-                        if (c.size() == k)
-                            bound[i] = CandidateLists::key_distance(*std::max_element(c.begin(), c.end()));
-                        else if (c.size() >= 4 * (uint64_t)k)
-                            bound[i] = trim(c);
-                    }
-                }
-            }
-            for (uint64_t i = 0; i < rows; i++) {
-                std::vector<uint64_t> &c = cand[i];
-                std::nth_element(c.begin(), c.begin() + (k - 1), c.end());
-                std::sort(c.begin(), c.begin() + k);
-                for (uint32_t j = 0; j < k; j++) {
-                    out.ids[(r0 + i) * k + j] = (uint32_t)c[j];
-                    out.distances[(r0 + i) * k + j] = CandidateLists::key_distance(c[j]);
-                }
+    detail::parallel_for(n, 1024, std::max(threads, 1u), progress, [&](uint64_t begin, uint64_t end, uint32_t) {
+        for (uint64_t r = begin; r < end; r++) {
+            uint64_t *c = &cand[r * cap];
+            std::nth_element(c, c + (k - 1), c + count[r]);
+            std::sort(c, c + k);
+            for (uint32_t j = 0; j < k; j++) {
+                out.ids[r * k + j] = (uint32_t)c[j];
+                out.distances[r * k + j] = CandidateLists::key_distance(c[j]);
             }
         }
     });
