@@ -386,6 +386,14 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
         bound[r].store(std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
     std::unique_ptr<SpinLock[]> locks(new SpinLock[blocks]);
 
+    /* Whether any of d[0 .. len) is at most b: one vectorised pass, as
+     * most rows of a tile have no candidate. */
+    auto any_at_most = [](const float *d, uint64_t len, float b) {
+        bool any = false;
+        for (uint64_t j = 0; j < len; j++)
+            any |= d[j] <= b;
+        return any;
+    };
     /* Candidate v at distance d (not above r's bound: ties with the k-th
      * stay, the lowest ids win below) into row r, its block's lock held. */
     auto offer = [&](uint64_t r, uint32_t v, float d) {
@@ -413,6 +421,8 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
                     const uint64_t r = r0 + i;
                     const float *di = &dists[i * cols];
                     float b = bound[r].load(std::memory_order_relaxed);
+                    if (!any_at_most(di, cols, b))
+                        continue;
                     for (uint64_t j = 0; j < cols; j++)
                         if (di[j] <= b && c0 + j != r) {
                             offer(r, (uint32_t)(c0 + j), di[j]);
@@ -430,6 +440,11 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
                         b[j] = bound[j0 + j].load(std::memory_order_relaxed);
                     for (uint64_t i = 0; i < rows; i++) {
                         const float *di = &dists[i * cols + (j0 - c0)];
+                        bool any = false;
+                        for (uint64_t j = 0; j < width; j++)
+                            any |= di[j] <= b[j];
+                        if (!any)
+                            continue;
                         for (uint64_t j = 0; j < width; j++)
                             if (di[j] <= b[j]) {
                                 offer(j0 + j, (uint32_t)(r0 + i), di[j]);
