@@ -129,9 +129,14 @@ void dots_portable(const float *a, uint32_t na, const float *b, uint32_t nb, uin
 void transpose_group(const float *b, uint32_t c0, uint32_t w, uint32_t dim, float *bt)
 {
     for (uint32_t c = 0; c < kDotGroup; c++) {
+        if (c >= w) {
+            for (uint32_t d = 0; d < dim; d++)
+                bt[(uint64_t)d * kDotGroup + c] = 0.0f;
+            continue;
+        }
         const float *row = b + (uint64_t)(c0 + c) * dim;
         for (uint32_t d = 0; d < dim; d++)
-            bt[(uint64_t)d * kDotGroup + c] = c < w ? row[d] : 0.0f;
+            bt[(uint64_t)d * kDotGroup + c] = row[d];
     }
 }
 
@@ -492,8 +497,6 @@ __attribute__((target("avx2,fma"))) void dots_avx2(const float *a, uint32_t na, 
     }
 }
 
-
-
 struct Kernels {
     PairKernel l2;
     PairKernel ip;
@@ -571,10 +574,17 @@ void distance_block(Metric metric, const float *a, uint32_t na, const float *b, 
     thread_local std::vector<float> bt, norms;
     bt.resize((uint64_t)dim * kDotGroup);
     kernels().dots(a, na, b, nb, dim, out, bt.data());
-    for (uint64_t i = 0; i < (uint64_t)na * nb; i++)
-        out[i] = metric == Metric::InnerProduct ? -out[i] : metric == Metric::Cosine ? 1.0f - out[i] : out[i];
-    if (metric != Metric::L2)
+    const uint64_t cells = (uint64_t)na * nb;
+    if (metric == Metric::InnerProduct) {
+        for (uint64_t i = 0; i < cells; i++)
+            out[i] = -out[i];
         return;
+    }
+    if (metric == Metric::Cosine) {
+        for (uint64_t i = 0; i < cells; i++)
+            out[i] = 1.0f - out[i];
+        return;
+    }
     /* |a|^2 + |b|^2 - 2 a.b, never below zero (rounding) */
     norms.resize((uint64_t)na + nb);
     for (uint32_t r = 0; r < na; r++)
