@@ -29,6 +29,9 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --skip-load                           reuse the tables of an earlier run
   --devices auto,cpu                    cagra.device values to sweep (auto: the GPU
                                         worker when it runs; cpu: in the backend)
+  --sweep cagra.skip_unread_distances=on,off
+                                        one more cagra setting to sweep at every device
+                                        and itopk_size (default: none)
   --ceiling                             also pgbench a one-row lookup in a 1,000-row
                                         table: the host's ceiling for N clients
   --maintenance-work-mem 1GB            for CREATE INDEX
@@ -443,6 +446,7 @@ def main():
     ap.add_argument("--hnsw-m", default="16")
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--devices", default="auto")
+    ap.add_argument("--sweep", default="")
     ap.add_argument("--ceiling", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--batch-clients", type=int, default=0)
@@ -481,10 +485,16 @@ def main():
               % (args.degree, args.intermediate, storage, secs, size))
         print("built on: %s" % db.psql("SELECT build_device FROM cagra_index_info('bench_items_cagra')"))
         print("phases: %s" % ", ".join("%s %.2f s" % p for p in phases))
+        sweep_name, _, sweep_values = args.sweep.partition("=")
         for device in args.devices.split(","):
             for itopk in [int(x) for x in args.itopk.split(",")]:
-                run_method(db, "cagra %s %s itopk_size %d" % (storage, device, itopk),
-                           [("cagra.device", device), ("cagra.itopk_size", itopk)], args, nq)
+                for value in (sweep_values.split(",") if sweep_name else [None]):
+                    extra = [(sweep_name, value)] if value is not None else []
+                    label = "cagra %s %s itopk_size %d" % (storage, device, itopk)
+                    if value is not None:
+                        label += " %s=%s" % (sweep_name.replace("cagra.", ""), value)
+                    run_method(db, label, [("cagra.device", device), ("cagra.itopk_size", itopk)] + extra,
+                               args, nq)
         if args.batch:
             batch_search(db, args.batch, nq)
             if args.batch_clients:

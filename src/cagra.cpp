@@ -21,6 +21,7 @@ _PG_init(void)
 	cagra_init_reloptions();
 	cagra_define_search_gucs();
 	cagra_init_filtered_scan();
+	cagra_init_unread_distance();
 	cagra_worker_register();
 	MarkGUCPrefixReserved("cagra");
 }

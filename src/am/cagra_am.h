@@ -14,6 +14,7 @@ extern "C" {
 #include "access/generic_xlog.h"
 #include "access/reloptions.h"
 #include "nodes/pathnodes.h"
+#include "nodes/plannodes.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
 #include "storage/itemptr.h"
@@ -338,6 +339,7 @@ extern int	cagra_max_iterations;
 extern int	cagra_entry_probes;
 extern int	cagra_max_scan_tuples;
 extern bool cagra_enable_filtered_scan;
+extern bool cagra_skip_unread_distances;
 
 void		cagra_init_reloptions(void);
 void		cagra_define_search_gucs(void);
@@ -458,6 +460,10 @@ bool		cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation i
 									 CagraFilteredScanCost *cost);
 /* The planner hook and the custom scan methods (_PG_init). */
 void		cagra_init_filtered_scan(void);
+/* A filtered scan's ORDER BY expression; NULL for another custom scan. */
+Expr	   *cagra_filtered_scan_order_by(const CustomScan *cs);
+/* The planner hook of unread_distance.cpp (_PG_init). */
+void		cagra_init_unread_distance(void);
 bytea	   *cagra_options(Datum reloptions, bool validate);
 bool		cagra_validate(Oid opclassoid);
 char	   *cagra_buildphasename(int64 phasenum);

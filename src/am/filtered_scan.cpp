@@ -776,6 +776,12 @@ cagra_fs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	}
 }
 
+Expr *
+cagra_filtered_scan_order_by(const CustomScan *cs)
+{
+	return cs->methods == &cagra_fs_scan_methods ? (Expr *) linitial(cs->custom_exprs) : NULL;
+}
+
 void
 cagra_init_filtered_scan(void)
 {

@@ -73,6 +73,10 @@ cagra_define_search_gucs(void)
 							 "Lets the planner use a cagra filtered scan for ORDER BY queries whose WHERE clause has an index.",
 							 NULL, &cagra_enable_filtered_scan, cagra_enable_filtered_scan,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("cagra.skip_unread_distances",
+							 "Leaves a cagra scan's ORDER BY distance uncomputed where nothing above the scan reads it.",
+							 NULL, &cagra_skip_unread_distances, cagra_skip_unread_distances,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 }
 
 static relopt_enum_elt_def cagra_device_values[] = {
