@@ -234,7 +234,8 @@ using namespace cagra_gpu;
 
 struct cagra_gpu_search_context {
     int device = 0;
-    /* wait on a blocking event rather than spin in cudaStreamSynchronize */
+    /* wait briefly, then on a blocking event, rather than spin in
+     * cudaStreamSynchronize for the whole search */
     bool blocking_wait = false;
     Stream stream;
     cudaEvent_t started = nullptr, done = nullptr; /* around the last launched search, for its device time */
@@ -763,7 +764,13 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
         check(cudaMemcpyAsync(&batch, a.stats, sizeof batch, cudaMemcpyDeviceToHost, s), "copying the search's counts");
     if (ctx->blocking_wait) {
         check(cudaEventRecord(ctx->done, s), "cudaEventRecord");
-        check(cudaEventSynchronize(ctx->done), "the search");
+        const auto since = std::chrono::steady_clock::now();
+        cudaError_t state;
+        for (auto waited = std::chrono::steady_clock::duration::zero();
+             (state = cudaEventQuery(ctx->done)) == cudaErrorNotReady && waited < kBriefWait;
+             waited = std::chrono::steady_clock::now() - since)
+            wait_step(waited);
+        check(state == cudaErrorNotReady ? cudaEventSynchronize(ctx->done) : state, "the search");
     } else {
         check(cudaStreamSynchronize(s), "the search");
     }

@@ -276,16 +276,11 @@ void wait_done(Resident &x, uint32_t i, std::chrono::steady_clock::time_point si
         if (__atomic_load_n(&x.slot[i].state, __ATOMIC_ACQUIRE) == kSlotDone)
             return;
         const auto waited = std::chrono::steady_clock::now() - since;
-        if (waited < microseconds(200)) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        } else if (waited < microseconds(1000)) {
-            sched_yield();
-        } else {
+        if (waited < kBriefWait)
+            wait_step(waited);
+        else
             std::this_thread::sleep_for(microseconds(20));
-        }
-        if ((spins & 1023) == 1023 || waited >= microseconds(1000)) {
+        if ((spins & 1023) == 1023 || waited >= kBriefWait) {
             const cudaError_t err = cudaStreamQuery(x.stream);
             if (err != cudaErrorNotReady)
                 fail(CAGRA_GPU_DEVICE_ERROR, std::string("the resident search kernel ended: ") +

@@ -125,6 +125,17 @@ void dots_portable(const float *a, uint32_t na, const float *b, uint32_t nb, uin
             out[(uint64_t)r * nb + c] = ip_portable(a + (uint64_t)r * dim, b + (uint64_t)c * dim, dim);
 }
 
+using NotAbove = uint32_t (*)(const float *d, uint32_t len, const float *bounds, bool per_column, uint32_t *out);
+
+uint32_t not_above_portable(const float *d, uint32_t len, const float *bounds, bool per_column, uint32_t *out)
+{
+    uint32_t count = 0;
+    for (uint32_t j = 0; j < len; j++)
+        if (!(d[j] > bounds[per_column ? j : 0]))
+            out[count++] = j;
+    return count;
+}
+
 /* b rows c0 .. c0 + w - 1 into bt (dim x kDotGroup), zero past w. */
 void transpose_group(const float *b, uint32_t c0, uint32_t w, uint32_t dim, float *bt)
 {
@@ -408,6 +419,50 @@ __attribute__((target("avx512f"))) float ip_half_avx512(const float *a, const ui
 }
 #pragma GCC diagnostic pop
 
+/* Most rows of a kNN tile have no candidate: a mask per vector, and the
+ * positions only where it is not empty. */
+__attribute__((target("avx512f"))) uint32_t not_above_avx512(const float *d, uint32_t len, const float *bounds,
+                                                             bool per_column, uint32_t *out)
+{
+    uint32_t count = 0;
+    if (len == 0)
+        return 0;
+    const __m512 one_bound = _mm512_set1_ps(per_column ? 0.0f : bounds[0]);
+    const __m512i step = _mm512_set1_epi32(16);
+    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (uint32_t j = 0; j < len; j += 16, idx = _mm512_add_epi32(idx, step)) {
+        const __mmask16 live = (__mmask16)(len - j >= 16 ? 0xFFFFu : (1u << (len - j)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(live, d + j);
+        const __m512 b = per_column ? _mm512_maskz_loadu_ps(live, bounds + j) : one_bound;
+        const __mmask16 m = _mm512_mask_cmp_ps_mask(live, v, b, _CMP_NGT_UQ);
+        if (m) {
+            /* compress in a register: the memory form is slow on some CPUs */
+            _mm512_storeu_si512(out + count, _mm512_maskz_compress_epi32(m, idx));
+            count += (uint32_t)__builtin_popcount(m);
+        }
+    }
+    return count;
+}
+
+__attribute__((target("avx2"))) uint32_t not_above_avx2(const float *d, uint32_t len, const float *bounds,
+                                                        bool per_column, uint32_t *out)
+{
+    uint32_t count = 0, j = 0;
+    if (len == 0)
+        return 0;
+    const __m256 one_bound = _mm256_set1_ps(per_column ? 0.0f : bounds[0]);
+    for (; j + 8 <= len; j += 8) {
+        const __m256 b = per_column ? _mm256_loadu_ps(bounds + j) : one_bound;
+        uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(d + j), b, _CMP_NGT_UQ));
+        for (; m; m &= m - 1)
+            out[count++] = j + (uint32_t)__builtin_ctz(m);
+    }
+    for (; j < len; j++)
+        if (!(d[j] > bounds[per_column ? j : 0]))
+            out[count++] = j;
+    return count;
+}
+
 #endif /* CAGRA_X86_DISPATCH */
 
 using ToHalves = void (*)(const float *, uint16_t *, uint32_t);
@@ -507,6 +562,7 @@ struct Kernels {
     ToHalves to_halves;
     FromHalves from_halves;
     DotBlock dots;
+    NotAbove not_above;
     const char *name;
 };
 
@@ -516,17 +572,17 @@ Kernels choose_kernels()
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
         return {l2_avx512,      ip_avx512,      l1_avx2,        l2_half_avx512,   ip_half_avx512,
-                l1_half_avx2,   to_halves_f16c, from_halves_f16c, dots_avx512,    "avx512"};
+                l1_half_avx2,   to_halves_f16c, from_halves_f16c, dots_avx512,    not_above_avx512, "avx512"};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         if (__builtin_cpu_supports("f16c"))
             return {l2_avx2,      ip_avx2,        l1_avx2,          l2_half_avx2, ip_half_avx2,
-                    l1_half_avx2, to_halves_f16c, from_halves_f16c, dots_avx2,    "avx2"};
+                    l1_half_avx2, to_halves_f16c, from_halves_f16c, dots_avx2,    not_above_avx2, "avx2"};
         return {l2_avx2,          ip_avx2,            l1_avx2,              l2_half_portable, ip_half_portable,
-                l1_half_portable, to_halves_portable, from_halves_portable, dots_avx2,        "avx2"};
+                l1_half_portable, to_halves_portable, from_halves_portable, dots_avx2,        not_above_avx2, "avx2"};
     }
 #endif
     return {l2_portable,      ip_portable,        l1_portable,          l2_half_portable, ip_half_portable,
-            l1_half_portable, to_halves_portable, from_halves_portable, dots_portable,    "portable"};
+            l1_half_portable, to_halves_portable, from_halves_portable, dots_portable,    not_above_portable, "portable"};
 }
 
 const Kernels &kernels()
@@ -560,6 +616,11 @@ float distance(Metric metric, const float *a, const float *b, uint32_t dim)
         return kernels().l1(a, b, dim);
     }
     return 0.0f;
+}
+
+uint32_t positions_not_above(const float *d, uint32_t len, const float *bounds, bool per_column, uint32_t *out)
+{
+    return kernels().not_above(d, len, bounds, per_column, out);
 }
 
 void distance_block(Metric metric, const float *a, uint32_t na, const float *b, uint32_t nb, uint32_t dim,

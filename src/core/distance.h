@@ -24,6 +24,11 @@ float distance(Metric metric, const float *a, const float *b, uint32_t dim);
  * distance(), not equal to it bit for bit); L1 pair by pair. */
 void distance_block(Metric metric, const float *a, uint32_t na, const float *b, uint32_t nb, uint32_t dim,
                     float *out);
+/* The positions j < len, in order, where d[j] is not above its bound
+ * (bounds[j] when per_column, else bounds[0] for every j; NaN is never
+ * above), into out, which must have room for len + 16; returns how many.
+ * The filter of distance_block's rows against kNN lists' bounds. */
+uint32_t positions_not_above(const float *d, uint32_t len, const float *bounds, bool per_column, uint32_t *out);
 /* The same from a float32 vector to one stored in float16 (half.h). */
 float distance_half(Metric metric, const float *a, const uint16_t *b, uint32_t dim);
 

@@ -369,14 +369,16 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
     const uint32_t dim = data.dim;
     /*
      * Each pair once: a task takes a block of kRows rows against the rows
-     * from its own block on, in tiles of about 256 KB, by distance_block (a
-     * blocked matrix product), and offers each distance to both rows.  A
+     * from its own block on, in tiles of as many columns, by distance_block
+     * (a blocked matrix product, whose transposition of each group of
+     * columns the block's 256 rows share; the tile's 256 KB of distances
+     * stay in the cache), and offers each distance to both rows.  A
      * row keeps only the candidates that beat its k-th nearest so far (its
      * bound), trimmed back to k when 2k have gathered; a block's rows are
      * updated under that block's lock, since later tasks reach them too.
      */
-    constexpr uint64_t kRows = 64;
-    const uint64_t tile = std::max<uint64_t>(kRows, (256 * 1024) / ((uint64_t)dim * sizeof(float)) / kRows * kRows);
+    constexpr uint64_t kRows = 256;
+    constexpr uint64_t tile = kRows;
     const uint64_t blocks = (n + kRows - 1) / kRows;
     const uint64_t cap = 2 * (uint64_t)k;
     std::vector<uint64_t> cand(n * cap);
@@ -386,19 +388,14 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
         bound[r].store(std::numeric_limits<float>::infinity(), std::memory_order_relaxed);
     std::unique_ptr<SpinLock[]> locks(new SpinLock[blocks]);
 
-    /* Whether any of d[0 .. len) is at most b: one vectorised pass, as
-     * most rows of a tile have no candidate. */
-    auto any_at_most = [](const float *d, uint64_t len, float b) {
-        bool any = false;
-        for (uint64_t j = 0; j < len; j++)
-            any |= d[j] <= b;
-        return any;
-    };
-    /* Candidate v at distance d (not above r's bound: ties with the k-th
-     * stay, the lowest ids win below) into row r, its block's lock held. */
+    /* Candidate v at distance d into row r, its block's lock held, unless
+     * above the row's bound (ties with the k-th stay, the lowest ids win
+     * below; NaN counts as +infinity, so every row fills). */
     auto offer = [&](uint64_t r, uint32_t v, float d) {
+        if (d > bound[r].load(std::memory_order_relaxed))
+            return;
         uint64_t *c = &cand[r * cap];
-        c[count[r]++] = CandidateLists::sort_key(d, v);
+        c[count[r]++] = CandidateLists::sort_key(detail::sortable(d), v);
         if (count[r] == k || count[r] == cap) {
             std::nth_element(c, c + (k - 1), c + count[r]);
             count[r] = k;
@@ -407,27 +404,23 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
     };
     detail::parallel_for(blocks, 1, std::max(threads, 1u), progress, [&](uint64_t b0, uint64_t b1, uint32_t) {
         std::vector<float> dists(kRows * tile);
+        std::vector<uint32_t> hits(tile + 16);
         for (uint64_t blk = b0; blk < b1; blk++) {
             const uint64_t r0 = blk * kRows, rows = std::min(n, r0 + kRows) - r0;
             for (uint64_t c0 = r0; c0 < n; c0 += tile) {
                 const uint64_t cols = std::min(n, c0 + tile) - c0;
                 distance_block(metric, data.row(r0), (uint32_t)rows, data.row(c0), (uint32_t)cols, dim, dists.data());
-                for (uint64_t x = 0; x < rows * cols; x++)
-                    dists[x] = detail::sortable(dists[x]); /* NaN as +infinity: every row fills */
                 /* to the block's own rows: every column of the tile (most
-                 * distances fail the bound: the loops stay tight) */
+                 * distances fail the bound: one vectorised pass a row) */
                 locks[blk].lock();
                 for (uint64_t i = 0; i < rows; i++) {
                     const uint64_t r = r0 + i;
                     const float *di = &dists[i * cols];
-                    float b = bound[r].load(std::memory_order_relaxed);
-                    if (!any_at_most(di, cols, b))
-                        continue;
-                    for (uint64_t j = 0; j < cols; j++)
-                        if (di[j] <= b && c0 + j != r) {
-                            offer(r, (uint32_t)(c0 + j), di[j]);
-                            b = bound[r].load(std::memory_order_relaxed);
-                        }
+                    const float b = bound[r].load(std::memory_order_relaxed);
+                    const uint32_t found = positions_not_above(di, (uint32_t)cols, &b, false, hits.data());
+                    for (uint32_t h = 0; h < found; h++)
+                        if (c0 + hits[h] != r)
+                            offer(r, (uint32_t)(c0 + hits[h]), di[hits[h]]);
                 }
                 locks[blk].unlock();
                 /* to the columns' rows, block by block, beyond this block
@@ -440,16 +433,12 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
                         b[j] = bound[j0 + j].load(std::memory_order_relaxed);
                     for (uint64_t i = 0; i < rows; i++) {
                         const float *di = &dists[i * cols + (j0 - c0)];
-                        bool any = false;
-                        for (uint64_t j = 0; j < width; j++)
-                            any |= di[j] <= b[j];
-                        if (!any)
-                            continue;
-                        for (uint64_t j = 0; j < width; j++)
-                            if (di[j] <= b[j]) {
-                                offer(j0 + j, (uint32_t)(r0 + i), di[j]);
-                                b[j] = bound[j0 + j].load(std::memory_order_relaxed);
-                            }
+                        const uint32_t found = positions_not_above(di, (uint32_t)width, b, true, hits.data());
+                        for (uint32_t h = 0; h < found; h++) {
+                            const uint64_t j = hits[h];
+                            offer(j0 + j, (uint32_t)(r0 + i), di[j]);
+                            b[j] = bound[j0 + j].load(std::memory_order_relaxed);
+                        }
                     }
                     locks[jb].unlock();
                 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include <limits>
 #include <random>
 
 #include "distance.h"
@@ -102,6 +103,33 @@ TEST(Distance, BlockMatchesPairByPair)
                     }
             }
         }
+}
+
+TEST(Distance, PositionsNotAboveMatchScalarFilter)
+{
+    /* lengths with vector tails, one bound and one a column, NaN (never
+     * above), infinities and ties with the bound */
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    for (uint32_t len : {0u, 1u, 7u, 8u, 15u, 16u, 17u, 63u, 256u}) {
+        std::vector<float> d(len), bounds(len);
+        for (uint32_t j = 0; j < len; j++) {
+            d[j] = j % 11 == 3 ? nan : j % 13 == 5 ? inf : u(rng);
+            bounds[j] = j % 7 == 2 ? d[j] : j % 17 == 9 ? inf : u(rng);
+        }
+        for (bool per_column : {false, true}) {
+            if (!per_column && len > 0)
+                bounds[0] = 0.5f;
+            std::vector<uint32_t> got(len + 16), want;
+            for (uint32_t j = 0; j < len; j++)
+                if (!(d[j] > bounds[per_column ? j : 0]))
+                    want.push_back(j);
+            const uint32_t n = positions_not_above(d.data(), len, bounds.data(), per_column, got.data());
+            got.resize(n);
+            EXPECT_EQ(got, want) << "len " << len << " per_column " << per_column;
+        }
+    }
 }
 
 TEST(Distance, ExactOnSmallIntegers)
