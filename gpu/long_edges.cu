@@ -30,7 +30,6 @@
 #include "metric.cuh"
 #include "search.cuh"
 
-
 namespace cagra_gpu {
 
 namespace {

@@ -424,9 +424,9 @@ __attribute__((target("avx512f"))) float ip_half_avx512(const float *a, const ui
 __attribute__((target("avx512f"))) uint32_t not_above_avx512(const float *d, uint32_t len, const float *bounds,
                                                              bool per_column, uint32_t *out)
 {
-    uint32_t count = 0;
     if (len == 0)
         return 0;
+    uint32_t count = 0;
     const __m512 one_bound = _mm512_set1_ps(per_column ? 0.0f : bounds[0]);
     const __m512i step = _mm512_set1_epi32(16);
     __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -447,9 +447,9 @@ __attribute__((target("avx512f"))) uint32_t not_above_avx512(const float *d, uin
 __attribute__((target("avx2"))) uint32_t not_above_avx2(const float *d, uint32_t len, const float *bounds,
                                                         bool per_column, uint32_t *out)
 {
-    uint32_t count = 0, j = 0;
     if (len == 0)
         return 0;
+    uint32_t count = 0, j = 0;
     const __m256 one_bound = _mm256_set1_ps(per_column ? 0.0f : bounds[0]);
     for (; j + 8 <= len; j += 8) {
         const __m256 b = per_column ? _mm256_loadu_ps(bounds + j) : one_bound;
