@@ -11,6 +11,10 @@
 #   env: BIN=.device/bin  prebuilt libcagra_gpu.so and cagra_gpu_tests (same CUDA)
 #        HARD_N=300000    rows of the hard set (0: c1m only)
 #        CLIENTS=1,64,256 SECONDS_PER_RUN=5 TESTS=GpuSearch.*
+#        ITOPK="32"       cagra.itopk_size values of the c1m profile, one sweep each
+#        RESIDENT=on,off  cagra.resident_search values of each sweep
+#        NEXT_HARD_N=N    also make the hard N x 1,024 set (before the profiles, beside
+#                         c1m), for a later command on the same warm machine
 set -uo pipefail
 out=${1:-${OUT:-device-resident-out}}
 mkdir -p "$out"
@@ -29,6 +33,8 @@ nvidia-smi --query-gpu=name,memory.used,clocks.sm,clocks.max.sm,driver_version -
   if [ "$hard_n" -gt 0 ]; then device_dataset hard "$hard_n"; fi
 ) >"$out/data.log" 2>&1 &
 gen=$!
+next_gen=$gen
+[ -n "${NEXT_HARD_N:-}" ] && { device_dataset hard "$NEXT_HARD_N" >"$out/next-data.log" 2>&1 & next_gen=$!; }
 
 if [ -n "${TESTS-GpuSearch.*}" ]; then
   step "GPU tests (${TESTS-GpuSearch.*})"
@@ -43,14 +49,19 @@ PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=16GB -c max_conn
   -c max_worker_processes=32 -c max_parallel_maintenance_workers=15" source .device/pg-up.sh || exit 1
 step "waiting for the data sets"
 wait $gen || { tail -5 "$out/data.log"; exit 1; }
+wait $next_gen
 
-step "worker profile, c1m"
-python3 bench/worker_profile.py /tmp/c1m --windows 100 --clients "$clients" --seconds "$seconds" --itopk 32 \
-  --resident on,off 2>&1 | tee "$out/profile-c1m.txt"
+load=""
+for itopk in ${ITOPK:-32}; do
+  step "worker profile, c1m, itopk $itopk"
+  python3 bench/worker_profile.py /tmp/c1m $load --windows 100 --clients "$clients" --seconds "$seconds" \
+    --itopk "$itopk" --resident "${RESIDENT:-on,off}" 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
+  load=--skip-load
+done
 if [ "$hard_n" -gt 0 ]; then
   step "worker profile, hard $hard_n x 1024"
   python3 bench/worker_profile.py "/tmp/hard$hard_n" --windows 100 --clients "$clients" --seconds "$seconds" \
-    --itopk 64 --resident on,off 2>&1 | tee "$out/profile-hard.txt"
+    --itopk 64 --resident "${RESIDENT:-on,off}" 2>&1 | tee "$out/profile-hard.txt"
 fi
 psql -Atc "SELECT * FROM cagra_status" >"$out/status.txt" 2>&1
 step "done"
