@@ -369,12 +369,6 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 
 		uint32		at = 0;
 
-		/* the heap TIDs of the answers are random reads of a table of n
-		 * entries: start them all before the loop below waits on each */
-		if (r == CAGRA_REPLY_OK)
-			for (size_t j = 0; j < (size_t) nq * k; j++)
-				if (ids[j] < copy->tids.size())
-					__builtin_prefetch(&copy->tids[ids[j]]);
 		for (int i = 0; i < n; i++)
 		{
 			CagraRequestSlot *s = &sh->slots[job->picked[i]];
