@@ -542,6 +542,7 @@ cagra_fs_round(CagraFilteredScanState *s, uint32 kk)
 	c->tids = NULL;
 	c->copy_tids = NULL;
 	c->by_worker = false;
+	c->scratch_set = 0;
 	cagra_search_candidates(s->index, &s->meta, s->query, &present, s->allowed, c);
 	/* the worker's TIDs are in scratch memory, valid until the next search */
 	if (c->copy_tids)

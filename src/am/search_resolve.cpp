@@ -25,30 +25,39 @@ extern "C" {
 
 #define CAGRA_SCRATCH_KEEP ((Size) 64 * 1024 * 1024)
 
-static void *cagra_scratch_buf[CAGRA_SCRATCH_KINDS];
-static Size cagra_scratch_len[CAGRA_SCRATCH_KINDS];
+static void *cagra_scratch_buf[CAGRA_SCRATCH_SETS][CAGRA_SCRATCH_KINDS];
+static Size cagra_scratch_len[CAGRA_SCRATCH_SETS][CAGRA_SCRATCH_KINDS];
 static Size cagra_scratch_total;
+
+void *
+cagra_scratch_of(int set, CagraScratchKind kind, Size size)
+{
+	void	  **buf = &cagra_scratch_buf[set][kind];
+	Size	   *len = &cagra_scratch_len[set][kind];
+
+	size = Max(size, (Size) 64);
+	if (size <= *len)
+		return *buf;
+
+	Size		grown = size + size / 4;	/* room for a slightly larger batch */
+
+	if (cagra_scratch_total - *len + grown > CAGRA_SCRATCH_KEEP)
+		return palloc_extended(size, MCXT_ALLOC_HUGE);
+	if (*buf)
+		pfree(*buf);
+	cagra_scratch_total -= *len;
+	*buf = NULL;
+	*len = 0;
+	*buf = MemoryContextAllocHuge(TopMemoryContext, grown);
+	*len = grown;
+	cagra_scratch_total += grown;
+	return *buf;
+}
 
 void *
 cagra_scratch(CagraScratchKind kind, Size size)
 {
-	size = Max(size, (Size) 64);
-	if (size <= cagra_scratch_len[kind])
-		return cagra_scratch_buf[kind];
-
-	Size		grown = size + size / 4;	/* room for a slightly larger batch */
-
-	if (cagra_scratch_total - cagra_scratch_len[kind] + grown > CAGRA_SCRATCH_KEEP)
-		return palloc_extended(size, MCXT_ALLOC_HUGE);
-	if (cagra_scratch_buf[kind])
-		pfree(cagra_scratch_buf[kind]);
-	cagra_scratch_total -= cagra_scratch_len[kind];
-	cagra_scratch_buf[kind] = NULL;
-	cagra_scratch_len[kind] = 0;
-	cagra_scratch_buf[kind] = MemoryContextAllocHuge(TopMemoryContext, grown);
-	cagra_scratch_len[kind] = grown;
-	cagra_scratch_total += grown;
-	return cagra_scratch_buf[kind];
+	return cagra_scratch_of(0, kind, size);
 }
 
 /* ---- ordering work by page ---- */

@@ -47,6 +47,7 @@ typedef struct CagraCandidates
 	ItemPointerData *tids;		/* nq x kk */
 	uint64	   *copy_tids;		/* nq x kk heap TIDs from the worker's copy, or NULL */
 	bool		by_worker;		/* the worker found them (else the backend) */
+	int			scratch_set;	/* which set of scratch arrays holds them */
 } CagraCandidates;
 
 /* ---- scratch arrays ----
@@ -73,8 +74,12 @@ typedef enum CagraScratchKind
 	CAGRA_SCRATCH_KINDS
 } CagraScratchKind;
 
-/* An uninitialised array of `size` bytes, valid until the call returns. */
+/* An uninitialised array of `size` bytes, valid until the call returns.
+ * Two sets: cagra_search keeps one part of its queries in each while the
+ * worker searches the next (set 0 is everyone else's). */
+#define CAGRA_SCRATCH_SETS 2
 void	   *cagra_scratch(CagraScratchKind kind, Size size);
+void	   *cagra_scratch_of(int set, CagraScratchKind kind, Size size);
 
 /*
  * Settle the candidates of c until each present query has k VISIBLE slots

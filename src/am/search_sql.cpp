@@ -8,8 +8,10 @@
  *
  * The queries are taken in parts whose scratch memory fits work_mem (one
  * query at least), so a call's memory does not grow with the array; each
- * part is one batch.  The caller needs SELECT on the columns the index
- * reads, and row-level security must not apply to it: the function returns
+ * part is one batch.  Through the worker, each part after the first is
+ * queued before the part before it is settled, so that the worker searches
+ * while the backend settles (CagraSearchPart).  The caller needs SELECT on
+ * the columns the index reads, and row-level security must not apply to it: the function returns
  * rows without the policies' filter (docs/reference.md).
  *
  * With a fourth argument, `allowed` (tid[]), only rows it names are
@@ -153,12 +155,26 @@ cagra_search_query_bytes(const CagraMetaData *meta, uint32 kk)
 					 sizeof(uint32) + 2 * 12 + 4 * sizeof(uint32));
 }
 
-/* Queries per part: as many as fit work_mem, one at least. */
+/*
+ * Parts a call through the worker is cut into, at least: while the worker
+ * searches one part the backend settles the one before, so all but the
+ * first part's search is hidden behind the backend's own work.  Parts of
+ * fewer queries than the minimum are not worth a request of their own:
+ * smaller calls stay in one part.
+ */
+#define CAGRA_PIPELINE_PARTS 4
+#define CAGRA_PIPELINE_PART_MIN 1024
+
+/* Queries per part: as many as fit work_mem (two parts, when they are
+ * pipelined), one at least. */
 static int
-cagra_search_part_size(const CagraMetaData *meta, uint32 kk, int nitems)
+cagra_search_part_size(const CagraMetaData *meta, uint32 kk, int nitems, bool through_worker)
 {
 	Size		fit = ((Size) work_mem * 1024) / cagra_search_query_bytes(meta, kk);
 
+	if (through_worker && nitems >= 2 * CAGRA_PIPELINE_PART_MIN)
+		fit = Min(fit / 2, Max((Size) CAGRA_PIPELINE_PART_MIN,
+							   ((Size) nitems + CAGRA_PIPELINE_PARTS - 1) / CAGRA_PIPELINE_PARTS));
 	/* candidates are numbered in 32 bits */
 	fit = Min(fit, (Size) PG_UINT32_MAX / kk);
 	return (int) Max((Size) 1, Min(fit, (Size) nitems));
@@ -190,11 +206,11 @@ cagra_query_array_init(CagraQueryArray *qa, AnyArrayType *arr)
 /* The next nq queries of the array, prepared (nq x dims); NULL elements
  * leave *present false. */
 static float *
-cagra_collect_queries(Relation index, const CagraMetaData *meta, CagraQueryArray *qa, int nq,
+cagra_collect_queries(Relation index, const CagraMetaData *meta, CagraQueryArray *qa, int nq, int set,
 					  bool **present_out)
 {
-	float	   *queries = (float *) cagra_scratch(CAGRA_SCRATCH_QUERIES,
-												   (Size) nq * meta->dims * sizeof(float));
+	float	   *queries = (float *) cagra_scratch_of(set, CAGRA_SCRATCH_QUERIES,
+													  (Size) nq * meta->dims * sizeof(float));
 	bool	   *present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
 
 	for (int q = 0; q < nq; q++)
@@ -427,37 +443,71 @@ cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *quer
 	pfree(bestd);
 }
 
+/* The worker's request for the candidates of c. */
+static CagraSearchRequest
+cagra_candidates_request(const CagraMetaData *meta, const CagraCandidates *c)
+{
+	CagraSearchRequest req;
+
+	req.k = c->kk;
+	req.params = cagra_search_params(meta);
+	req.params.itopk_size = c->kk;	/* the worker's limit, CAGRA_WORKER_MAX_K */
+	return req;
+}
+
+/* Take the worker's answer into c: the nodes its copy lacks are measured
+ * here and merged in, else its heap TIDs are kept. */
+static void
+cagra_take_worker_candidates(Relation index, const CagraMetaData *meta, const float *queries, const bool *present,
+							 const CagraAllowedTids *rows, const CagraCopyExtent *copy, uint64 *copy_tids,
+							 CagraCandidates *c)
+{
+	c->by_worker = true;
+	/* the merge moves candidates: their copy TIDs would not follow */
+	if (cagra_copy_is_partial(meta, copy))
+		cagra_merge_tail(index, meta, copy, c->nq, queries, present, rows, c->kk, c->ids, c->dists);
+	else
+		c->copy_tids = copy_tids;
+}
+
+static uint64 *
+cagra_copy_tids_room(const CagraCandidates *c)
+{
+	return (uint64 *) cagra_scratch_of(c->scratch_set, CAGRA_SCRATCH_COPY_TIDS,
+									   sizeof(uint64) * (Size) c->nq * c->kk);
+}
+
+static void cagra_search_candidates_in(Relation index, const CagraMetaData *meta, const float *queries,
+									   const bool *present, CagraAllowed *allowed, CagraCandidates *c,
+									   bool ask_worker);
+
 void
 cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
 						const bool *present, CagraAllowed *allowed, CagraCandidates *c)
 {
+	cagra_search_candidates_in(index, meta, queries, present, allowed, c, true);
+}
+
+static void
+cagra_search_candidates_in(Relation index, const CagraMetaData *meta, const float *queries,
+						   const bool *present, CagraAllowed *allowed, CagraCandidates *c, bool ask_worker)
+{
 	cagra::SearchParams params = cagra_search_params(meta);
 
 	params.itopk_size = Max(params.itopk_size, c->kk);
-	if (c->kk <= CAGRA_WORKER_MAX_K && cagra_worker_wanted("search"))
+	if (ask_worker && c->kk <= CAGRA_WORKER_MAX_K && cagra_worker_wanted("search"))
 	{
-		CagraSearchRequest req;
+		CagraSearchRequest req = cagra_candidates_request(meta, c);
 		char		why[256];
 		CagraCopyExtent copy;
-
-		req.k = c->kk;
-		req.params = params;
-		req.params.itopk_size = c->kk;	/* the worker's limit, CAGRA_WORKER_MAX_K */
-
-		uint64	   *copy_tids = (uint64 *) cagra_scratch(CAGRA_SCRATCH_COPY_TIDS,
-															sizeof(uint64) * (Size) c->nq * c->kk);
+		uint64	   *copy_tids = cagra_copy_tids_room(c);
 		const CagraAllowedTids *rows = allowed ? &allowed->rows : NULL;
 		CagraOffload r = cagra_search_through_worker(index, meta, &req, (uint32) c->nq, queries, rows, c->ids,
 													 c->dists, copy_tids, &copy, why, sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
 		{
-			c->by_worker = true;
-			/* the merge moves candidates: their copy TIDs would not follow */
-			if (cagra_copy_is_partial(meta, &copy))
-				cagra_merge_tail(index, meta, &copy, c->nq, queries, present, rows, c->kk, c->ids, c->dists);
-			else
-				c->copy_tids = copy_tids;
+			cagra_take_worker_candidates(index, meta, queries, present, rows, &copy, copy_tids, c);
 			return;
 		}
 		cagra_worker_search_fallback(r, why);
@@ -576,6 +626,103 @@ cagra_emit_results(ReturnSetInfo *rsinfo, CagraRowFormer *former, const CagraMet
 	}
 }
 
+/*
+ * One part of a call's queries on its way: collected into its own set of
+ * scratch arrays, searched (on the worker, perhaps while the part before
+ * it is settled), settled against the snapshot and emitted.
+ */
+typedef struct CagraSearchPart
+{
+	MemoryContext cxt;
+	int			first;			/* number of its first query, from 0 */
+	float	   *queries;
+	bool	   *present;
+	CagraCandidates c;
+	CagraSearchPending request; /* request.wait.queued: the worker has it */
+} CagraSearchPart;
+
+static void
+cagra_part_collect(CagraSearchPart *p, int set, Relation index, const CagraMetaData *meta, CagraQueryArray *qa,
+				   int first, int nq, uint32 kk)
+{
+	MemoryContext old = MemoryContextSwitchTo(p->cxt);
+	CagraCandidates *c = &p->c;
+	Size		total = (Size) nq * kk;
+
+	p->first = first;
+	p->request.wait.queued = false;
+	p->queries = cagra_collect_queries(index, meta, qa, nq, set, &p->present);
+	c->nq = nq;
+	c->kk = kk;
+	c->scratch_set = set;
+	c->ids = (uint32 *) cagra_scratch_of(set, CAGRA_SCRATCH_IDS, total * sizeof(uint32));
+	c->dists = (float *) cagra_scratch_of(set, CAGRA_SCRATCH_DISTS, total * sizeof(float));
+	c->state = (uint8 *) cagra_scratch_of(set, CAGRA_SCRATCH_STATE, total);
+	c->tids = (ItemPointerData *) cagra_scratch_of(set, CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
+	c->copy_tids = NULL;
+	c->by_worker = false;
+	memset(c->state, CAGRA_CAND_UNKNOWN, total);
+	for (Size i = 0; i < total; i++)
+		c->ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
+	MemoryContextSwitchTo(old);
+}
+
+/* Queue the part's search on the worker and return at once (when it cannot
+ * be queued so, cagra_part_search searches the usual way). */
+static void
+cagra_part_start(CagraSearchPart *p, Relation index, const CagraMetaData *meta)
+{
+	CagraSearchRequest req = cagra_candidates_request(meta, &p->c);
+
+	(void) cagra_search_start_through_worker(index, meta, &req, (uint32) p->c.nq, p->queries, &p->request);
+}
+
+/* The part's candidates: the answer to its queued request, or the usual
+ * search (also when the worker did not serve the queued one). */
+static void
+cagra_part_search(CagraSearchPart *p, Relation index, const CagraMetaData *meta, CagraAllowed *allowed)
+{
+	MemoryContext old = MemoryContextSwitchTo(p->cxt);
+
+	if (p->request.wait.queued)
+	{
+		char		why[256];
+		CagraCopyExtent copy;
+		uint64	   *copy_tids = cagra_copy_tids_room(&p->c);
+		CagraOffload r = cagra_worker_search_finish(&p->request, p->c.ids, p->c.dists, copy_tids, &copy, why,
+													sizeof(why));
+
+		if (r == CAGRA_OFFLOAD_OK)
+			cagra_take_worker_candidates(index, meta, p->queries, p->present, NULL, &copy, copy_tids, &p->c);
+		else
+		{
+			/* not searched (no copy yet, loading): the usual way, which
+			 * uploads the copy; failed: on the CPU, as any failure */
+			if (r == CAGRA_OFFLOAD_FAILED)
+				cagra_worker_search_fallback(r, why);
+			cagra_search_candidates_in(index, meta, p->queries, p->present, allowed, &p->c,
+									   r == CAGRA_OFFLOAD_SKIPPED);
+		}
+	}
+	else
+		cagra_search_candidates(index, meta, p->queries, p->present, allowed, &p->c);
+	MemoryContextSwitchTo(old);
+}
+
+/* Settle the part's candidates and emit its rows (copied into the
+ * tuplestore, which lives outside the part's context). */
+static void
+cagra_part_settle(CagraSearchPart *p, ReturnSetInfo *rsinfo, CagraRowFormer *former, Relation index,
+				  const CagraMetaData *meta, Relation heap, Snapshot snapshot, uint32 k)
+{
+	MemoryContext old = MemoryContextSwitchTo(p->cxt);
+
+	cagra_resolve(index, meta, heap, snapshot, p->present, k, &p->c);
+	cagra_emit_results(rsinfo, former, meta, p->present, p->first, k, &p->c);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(p->cxt);
+}
+
 Datum
 cagra_search(PG_FUNCTION_ARGS)
 {
@@ -618,46 +765,50 @@ cagra_search(PG_FUNCTION_ARGS)
 	{
 		/* more candidates than k: some may be invisible to this snapshot */
 		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max(cagra_search_params(&meta).itopk_size, (uint32) k));
-		int			part = cagra_search_part_size(&meta, kk, nitems);
+		/* a filtered search sends its allowed rows with each request: one
+		 * request at a time */
+		bool		pipelined = !allowed && cagra_worker_wanted("search");
+		int			part = cagra_search_part_size(&meta, kk, nitems, pipelined);
 		CagraQueryArray qa;
-		MemoryContext partcxt = AllocSetContextCreate(CurrentMemoryContext, "cagra_search part",
-													  ALLOCSET_DEFAULT_SIZES);
-		MemoryContext old;
 		CagraRowFormer former;
+		CagraSearchPart *parts = (CagraSearchPart *) palloc0(sizeof(CagraSearchPart) * CAGRA_SCRATCH_SETS);
 
+		for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
+			parts[i].cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra_search part", ALLOCSET_DEFAULT_SIZES);
 		cagra_query_array_init(&qa, arr);
 		cagra_row_former_init(&former, rsinfo->setDesc);
-		for (int first = 0; first < nitems; first += part)
+		PG_TRY();
 		{
-			CagraCandidates c;
-			bool	   *present;
-			float	   *queries;
-			Size		total;
+			CagraSearchPart *prev = NULL;
 
-			old = MemoryContextSwitchTo(partcxt);
-			c.nq = Min(part, nitems - first);
-			c.kk = kk;
-			queries = cagra_collect_queries(index, &meta, &qa, c.nq, &present);
-			total = (Size) c.nq * c.kk;
-			c.ids = (uint32 *) cagra_scratch(CAGRA_SCRATCH_IDS, total * sizeof(uint32));
-			c.dists = (float *) cagra_scratch(CAGRA_SCRATCH_DISTS, total * sizeof(float));
-			c.state = (uint8 *) cagra_scratch(CAGRA_SCRATCH_STATE, total);
-			c.tids = (ItemPointerData *) cagra_scratch(CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
-			c.copy_tids = NULL;
-			c.by_worker = false;
-			memset(c.state, CAGRA_CAND_UNKNOWN, total);
-			for (Size i = 0; i < total; i++)
-				c.ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
+			/* part n: collected, queued (from the second on: the first goes
+			 * the usual way, which uploads a copy the worker lacks), the
+			 * part before it settled meanwhile, then its answer taken */
+			for (int first = 0, n = 0; first < nitems; first += part, n++)
+			{
+				CagraSearchPart *cur = &parts[n % CAGRA_SCRATCH_SETS];
 
-			cagra_search_candidates(index, &meta, queries, present, allowed, &c);
-			cagra_resolve(index, &meta, heap, snapshot, present, (uint32) k, &c);
-			/* the rows are copied into the tuplestore, which lives outside partcxt */
-			cagra_emit_results(rsinfo, &former, &meta, present, first, (uint32) k, &c);
-			MemoryContextSwitchTo(old);
-			MemoryContextReset(partcxt);
-			CHECK_FOR_INTERRUPTS();
+				cagra_part_collect(cur, n % CAGRA_SCRATCH_SETS, index, &meta, &qa, first, Min(part, nitems - first),
+								   kk);
+				if (pipelined && prev)
+					cagra_part_start(cur, index, &meta);
+				if (prev)
+					cagra_part_settle(prev, rsinfo, &former, index, &meta, heap, snapshot, (uint32) k);
+				cagra_part_search(cur, index, &meta, allowed);
+				prev = cur;
+				CHECK_FOR_INTERRUPTS();
+			}
+			if (prev)
+				cagra_part_settle(prev, rsinfo, &former, index, &meta, heap, snapshot, (uint32) k);
 		}
-		MemoryContextDelete(partcxt);
+		PG_FINALLY();
+		{
+			for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
+				cagra_worker_search_abandon(&parts[i].request);
+		}
+		PG_END_TRY();
+		for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
+			MemoryContextDelete(parts[i].cxt);
 		ExecDropSingleTupleTableSlot(former.slot);
 	}
 	table_close(heap, AccessShareLock);

@@ -18,6 +18,12 @@ CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *me
 										 const CagraAllowedTids *allowed, uint32 *ids, float *dists,
 										 uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen);
 
+/* The same queued without waiting for the answer (client.h,
+ * cagra_worker_search_start): no upload, no filter; false when not queued. */
+bool		cagra_search_start_through_worker(Relation index, const CagraMetaData *meta,
+											  const CagraSearchRequest *req, uint32 nq, const float *queries,
+											  CagraSearchPending *pending);
+
 /*
  * What the worker's copy lacks (cagra_copy_is_partial): nodes [copy->n,
  * meta->n), appended after it was made, and the slots of inserts

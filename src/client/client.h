@@ -14,6 +14,7 @@
 #pragma once
 
 #include "boundary/boundary.h"
+#include "client/ipc.h"
 #include "protocol/protocol.h"
 
 extern "C" {
@@ -109,6 +110,34 @@ CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource
 								 const CagraSearchRequest *req, uint32 nq, const float *queries,
 								 const CagraAllowedTids *allowed, uint32 *ids, float *dists, uint64 *tids,
 								 CagraCopyExtent *copy, char *why, size_t whylen);
+
+/*
+ * One search request queued without waiting for it, so that the backend
+ * works (settles an earlier batch's rows) while the worker searches:
+ * cagra_worker_search_start queues nq prepared queries as cagra_worker_search
+ * would, when they fit the backend's mailbox in one request and no filter
+ * goes with them (false, nothing queued, otherwise);
+ * cagra_worker_search_finish waits for the answer: OK with ids, dists, tids
+ * and *copy as cagra_worker_search gives them, SKIPPED when the worker did
+ * not search (no copy of this generation, another session loading it, no
+ * slot, no worker: the caller searches the usual way, which uploads the
+ * copy or searches on the CPU), FAILED with `why` when it failed (time-out,
+ * worker gone, error).  Until it is finished the request must be given back
+ * with cagra_worker_search_abandon on any error.
+ */
+typedef struct CagraSearchPending
+{
+	CagraCall	call;
+	CagraPendingCall wait;
+	uint32		nq;
+	uint32		k;
+} CagraSearchPending;
+
+bool		cagra_worker_search_start(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req,
+									  uint32 nq, const float *queries, CagraSearchPending *pending);
+CagraOffload cagra_worker_search_finish(CagraSearchPending *pending, uint32 *ids, float *dists, uint64 *tids,
+										CagraCopyExtent *copy, char *why, size_t whylen);
+void		cagra_worker_search_abandon(CagraSearchPending *pending);
 
 /* ---- builds ---- */
 

@@ -255,33 +255,50 @@ cagra_check_slot(CagraCall *call, int idx, uint64 generation, CagraCallOutcome *
 	return over;
 }
 
-CagraCallOutcome
-cagra_call_run(CagraCall *call, int timeout_ms)
+bool
+cagra_call_start(CagraCall *call, int timeout_ms, CagraPendingCall *pending, CagraCallOutcome *why)
 {
-	uint64		generation = 0;
-	CagraCallOutcome outcome = CAGRA_CALL_NOT_RUNNING;
-	int			idx = cagra_queue_request(call, &generation, &outcome);
-
-	if (idx < 0)
-		return outcome;
-
-	TimestampTz deadline = timeout_ms >= 0 ?
+	pending->queued = false;
+	pending->slot = cagra_queue_request(call, &pending->generation, why);
+	if (pending->slot < 0)
+		return false;
+	pending->queued = true;
+	pending->timeout_ms = timeout_ms;
+	pending->deadline = timeout_ms >= 0 ?
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms) : 0;
+	return true;
+}
+
+void
+cagra_call_abandon(CagraCall *call, CagraPendingCall *pending)
+{
+	if (!pending->queued)
+		return;
+	pending->queued = false;
+	cagra_abandon_slot(call, pending->slot, pending->generation);
+}
+
+CagraCallOutcome
+cagra_call_finish(CagraCall *call, CagraPendingCall *pending)
+{
+	CagraCallOutcome outcome = CAGRA_CALL_NOT_RUNNING;
 	volatile bool finished = false;
 
+	if (!pending->queued)
+		return outcome;
 	PG_TRY();
 	{
-		while (!cagra_check_slot(call, idx, generation, &outcome))
+		while (!cagra_check_slot(call, pending->slot, pending->generation, &outcome))
 		{
 			long		wait_ms = 100;	/* also polls, should a wakeup be lost */
 
-			if (timeout_ms >= 0)
+			if (pending->timeout_ms >= 0)
 			{
-				long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+				long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), pending->deadline);
 
 				if (left <= 0)
 				{
-					cagra_abandon_slot(call, idx, generation);
+					cagra_abandon_slot(call, pending->slot, pending->generation);
 					outcome = CAGRA_CALL_TIMEOUT;
 					break;
 				}
@@ -296,11 +313,23 @@ cagra_call_run(CagraCall *call, int timeout_ms)
 	}
 	PG_FINALLY();
 	{
+		pending->queued = false;
 		if (!finished)
-			cagra_abandon_slot(call, idx, generation);
+			cagra_abandon_slot(call, pending->slot, pending->generation);
 	}
 	PG_END_TRY();
 	return outcome;
+}
+
+CagraCallOutcome
+cagra_call_run(CagraCall *call, int timeout_ms)
+{
+	CagraPendingCall pending;
+	CagraCallOutcome outcome;
+
+	if (!cagra_call_start(call, timeout_ms, &pending, &outcome))
+		return outcome;
+	return cagra_call_finish(call, &pending);
 }
 
 const char *

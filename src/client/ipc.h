@@ -46,6 +46,26 @@ bool		cagra_call_init(CagraCall *call, CagraRequestKind kind, Size size);
  * wait with an ERROR after the slot was given back. */
 CagraCallOutcome cagra_call_run(CagraCall *call, int timeout_ms);
 
+/*
+ * The same in two steps, so that the backend works while the worker does:
+ * cagra_call_start queues the request (false, with the outcome in *why,
+ * when it could not), cagra_call_finish waits for its answer as
+ * cagra_call_run does.  Between the two the caller must give the request
+ * back with cagra_call_abandon should it leave by an error.
+ */
+typedef struct CagraPendingCall
+{
+	bool		queued;
+	int			slot;
+	uint64		generation;
+	int			timeout_ms;
+	TimestampTz deadline;
+} CagraPendingCall;
+
+bool		cagra_call_start(CagraCall *call, int timeout_ms, CagraPendingCall *pending, CagraCallOutcome *why);
+CagraCallOutcome cagra_call_finish(CagraCall *call, CagraPendingCall *pending);
+void		cagra_call_abandon(CagraCall *call, CagraPendingCall *pending);
+
 /* Detach the payload segment. */
 void		cagra_call_done(CagraCall *call);
 

@@ -207,6 +207,78 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 	return CAGRA_OFFLOAD_FAILED;	/* not reached */
 }
 
+bool
+cagra_worker_search_start(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req, uint32 nq,
+						  const float *queries, CagraSearchPending *pending)
+{
+	Size		size = cagra_search_payload_size(nq, dim, req->k, 0);
+	CagraCallOutcome why;
+
+	pending->wait.queued = false;
+	if (size > CAGRA_MAILBOX_MAX_BYTES || !cagra_call_init(&pending->call, CAGRA_REQ_SEARCH, size))
+		return false;
+
+	CagraSearchPayload *p = (CagraSearchPayload *) pending->call.payload;
+
+	p->nq = nq;
+	p->dim = dim;
+	p->k = req->k;
+	p->filter_tids = 0;
+	memcpy(cagra_search_queries(p), queries, (Size) nq * dim * sizeof(float));
+	pending->call.key = *key;
+	pending->call.search = *req;
+	pending->call.search.filtered = false;
+	pending->call.nq = nq;
+	pending->nq = nq;
+	pending->k = req->k;
+	if (!cagra_call_start(&pending->call, cagra_worker_timeout_ms, &pending->wait, &why))
+	{
+		cagra_call_done(&pending->call);
+		return false;
+	}
+	return true;
+}
+
+void
+cagra_worker_search_abandon(CagraSearchPending *pending)
+{
+	if (!pending->wait.queued)
+		return;
+	cagra_call_abandon(&pending->call, &pending->wait);
+	cagra_call_done(&pending->call);
+}
+
+CagraOffload
+cagra_worker_search_finish(CagraSearchPending *pending, uint32 *ids, float *dists, uint64 *tids,
+						   CagraCopyExtent *copy, char *why, size_t whylen)
+{
+	CagraCallOutcome o = cagra_call_finish(&pending->call, &pending->wait);
+	CagraSearchPayload *p = (CagraSearchPayload *) pending->call.payload;
+	CagraOffload r;
+
+	if (o == CAGRA_CALL_ANSWERED && pending->call.reply == CAGRA_REPLY_OK)
+	{
+		memcpy(ids, cagra_search_ids(p), (Size) pending->nq * pending->k * sizeof(uint32));
+		memcpy(dists, cagra_search_distances(p), (Size) pending->nq * pending->k * sizeof(float));
+		if (tids)
+			memcpy(tids, cagra_search_tids(p), (Size) pending->nq * pending->k * sizeof(uint64));
+		*copy = pending->call.copy;
+		r = CAGRA_OFFLOAD_OK;
+	}
+	else if (o == CAGRA_CALL_NOT_RUNNING || o == CAGRA_CALL_NO_SLOT ||
+			 (o == CAGRA_CALL_ANSWERED && (pending->call.reply == CAGRA_REPLY_NEED_INDEX ||
+										   pending->call.reply == CAGRA_REPLY_LOADING)))
+		r = CAGRA_OFFLOAD_SKIPPED;
+	else
+	{
+		strlcpy(why, o != CAGRA_CALL_ANSWERED ? cagra_call_outcome_text(o)
+				: pending->call.message[0] ? pending->call.message : "the worker refused the search", whylen);
+		r = CAGRA_OFFLOAD_FAILED;
+	}
+	cagra_call_done(&pending->call);
+	return r;
+}
+
 CagraOffload
 cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
 					uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids, float *dists,

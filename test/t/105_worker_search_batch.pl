@@ -3,7 +3,8 @@
 # not see: rows appended after the copy was made are merged in from the
 # index pages (no new upload), rows deleted or updated since are not
 # returned, HOT-updated rows come back with their current ctid, and a large
-# batch gives the same rows as the search in the backend.
+# batch, searched in parts while earlier parts are settled, gives the same
+# rows as the search in the backend.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -61,6 +62,24 @@ my $found = $node->safe_psql('postgres', q{
 is($found, '10030,10600,12970', 'rows appended after the copy are found');
 is(status('uploads'), $uploads, 'without loading a new copy');
 is(rows('auto'), rows('cpu'), 'worker and backend agree with the appended rows');
+
+# a call of 3,003 queries (every row) goes in parts of 1,024: each part after the first
+# is queued on the worker while the backend settles the one before, and
+# the worker's copy lacks the appended rows, so each part's answer gets
+# them merged in
+my $pipelined = q{
+	SET work_mem = '64MB';
+	SET cagra.device = %s;
+	SELECT md5(string_agg(s.query || ':' || s.ctid || ':' || s.distance, ',' ORDER BY s.n))
+	  FROM cagra_search('items_v', (SELECT array_agg(v ORDER BY id) FROM items), 5)
+	       WITH ORDINALITY AS s(query, ctid, distance, n)};
+my ($q1, $b1) = split /\|/, status('queries, batches');
+my $parts = $node->safe_psql('postgres', sprintf($pipelined, 'auto'));
+my ($q2, $b2) = split /\|/, status('queries, batches');
+is($q2 - $q1, 3003, 'the 3,003 queries went through the worker');
+is($b2 - $b1, 3, 'in three requests');
+is($parts, $node->safe_psql('postgres', sprintf($pipelined, 'cpu')),
+	'the parts give the rows and distances of the backend search');
 
 # deleted rows (not vacuumed: the copy still has them) and HOT updates
 $node->safe_psql('postgres', q{

@@ -1,8 +1,10 @@
 # test/t/108_worker_cancel_storm.pl — the worker's request slots under
 # load and cancels (its CPU engine): sessions whose cagra_search calls are
 # cancelled by a 2 ms statement_timeout, at any step of their round trip
-# (queued, taken, answered, uploading the copy), run beside clients whose
-# index scans must all succeed.  Slots move by compare-and-swap
+# (queued, taken, answered, uploading the copy), and calls of 3,000 queries
+# in parts cancelled after 15 ms (also while a part waits on the worker as
+# the one before is settled), run beside clients whose index scans must all
+# succeed.  Slots move by compare-and-swap
 # (protocol.h); a slot freed twice, answered after it was reused or lost
 # would show as a failed or wrong search, a worker that stops answering, or
 # slots that never come back.  Then sessions cancelled while they upload
@@ -41,9 +43,21 @@ my $cancelled = q{
 	END $$;
 };
 
+# 3,000 queries: three parts, the second and third queued on the worker
+# while the backend settles the part before, so cancels also land while a
+# request is pending there
+my $pipelined = q{
+	DO $$ BEGIN
+	  SET LOCAL work_mem = '64MB';
+	  SET LOCAL statement_timeout = '15ms';
+	  PERFORM count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM items WHERE id <= 3000), 10);
+	EXCEPTION WHEN query_canceled THEN NULL;
+	END $$;
+};
+
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my @runs;
-for my $run ([ 'scan', $scan, 4, '' ], [ 'cancelled', $cancelled, 6, '-C' ])
+for my $run ([ 'scan', $scan, 4, '' ], [ 'cancelled', $cancelled, 6, '-C' ], [ 'pipelined', $pipelined, 3, '-C' ])
 {
 	my ($name, $script, $clients, $reconnect) = @$run;
 	my $file = "$dir/$name.sql";
@@ -64,6 +78,7 @@ for my $r (@runs)
 }
 cmp_ok($processed{scan}, '>', 0, "index scans ran ($processed{scan})");
 cmp_ok($processed{cancelled}, '>', 0, "cancelled calls ran ($processed{cancelled})");
+cmp_ok($processed{pipelined}, '>', 0, "cancelled pipelined calls ran ($processed{pipelined})");
 
 is($node->safe_psql('postgres', 'SELECT state, generation FROM cagra_status'), "running|$generation",
 	'the worker still runs, in the same generation');
