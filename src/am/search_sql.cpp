@@ -165,14 +165,23 @@ cagra_search_query_bytes(const CagraMetaData *meta, uint32 kk)
 #define CAGRA_PIPELINE_PARTS 4
 #define CAGRA_PIPELINE_PART_MIN 1024
 
+/* Whether a call's parts are pipelined through the worker. */
+static bool
+cagra_search_pipelined(int nitems, const CagraAllowed *allowed)
+{
+	/* a filtered search sends its allowed rows with each request: one
+	 * request at a time */
+	return nitems >= 2 * CAGRA_PIPELINE_PART_MIN && !allowed && cagra_worker_wanted("search");
+}
+
 /* Queries per part: as many as fit work_mem (two parts, when they are
- * pipelined), one at least. */
+ * pipelined: both are in memory at once), one at least. */
 static int
-cagra_search_part_size(const CagraMetaData *meta, uint32 kk, int nitems, bool through_worker)
+cagra_search_part_size(const CagraMetaData *meta, uint32 kk, int nitems, bool pipelined)
 {
 	Size		fit = ((Size) work_mem * 1024) / cagra_search_query_bytes(meta, kk);
 
-	if (through_worker && nitems >= 2 * CAGRA_PIPELINE_PART_MIN)
+	if (pipelined)
 		fit = Min(fit / 2, Max((Size) CAGRA_PIPELINE_PART_MIN,
 							   ((Size) nitems + CAGRA_PIPELINE_PARTS - 1) / CAGRA_PIPELINE_PARTS));
 	/* candidates are numbered in 32 bits */
@@ -765,9 +774,7 @@ cagra_search(PG_FUNCTION_ARGS)
 	{
 		/* more candidates than k: some may be invisible to this snapshot */
 		uint32		kk = Min((uint32) CAGRA_WORKER_MAX_K, Max(cagra_search_params(&meta).itopk_size, (uint32) k));
-		/* a filtered search sends its allowed rows with each request: one
-		 * request at a time */
-		bool		pipelined = !allowed && cagra_worker_wanted("search");
+		bool		pipelined = cagra_search_pipelined(nitems, allowed);
 		int			part = cagra_search_part_size(&meta, kk, nitems, pipelined);
 		CagraQueryArray qa;
 		CagraRowFormer former;
