@@ -13,6 +13,7 @@
 #        CLIENTS=1,64,256 SECONDS_PER_RUN=5 TESTS=GpuSearch.*
 #        ITOPK="32"       cagra.itopk_size values of the c1m profile, one sweep each
 #        RESIDENT=on,off  cagra.resident_search values of each sweep
+#        BATCH=10000      also time cagra_search calls of BATCH queries on each set
 #        NEXT_HARD_N=N    also make the hard N x 1,024 set (before the profiles, beside
 #                         c1m), for a later command on the same warm machine
 set -uo pipefail
@@ -51,17 +52,18 @@ step "waiting for the data sets"
 wait $gen || { tail -5 "$out/data.log"; exit 1; }
 wait $next_gen
 
+batch=${BATCH:+--batch $BATCH}
 load=""
 for itopk in ${ITOPK:-32}; do
   step "worker profile, c1m, itopk $itopk"
   python3 bench/worker_profile.py /tmp/c1m $load --windows 100 --clients "$clients" --seconds "$seconds" \
-    --itopk "$itopk" --resident "${RESIDENT:-on,off}" 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
+    --itopk "$itopk" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
   load=--skip-load
 done
 if [ "$hard_n" -gt 0 ]; then
   step "worker profile, hard $hard_n x 1024"
   python3 bench/worker_profile.py "/tmp/hard$hard_n" --windows 100 --clients "$clients" --seconds "$seconds" \
-    --itopk 64 --resident "${RESIDENT:-on,off}" 2>&1 | tee "$out/profile-hard.txt"
+    --itopk 64 --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-hard.txt"
 fi
 psql -Atc "SELECT * FROM cagra_status" >"$out/status.txt" 2>&1
 step "done"

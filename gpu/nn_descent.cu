@@ -3,8 +3,9 @@
  *
  * NN-descent with fixed-size lists: each node keeps k (id, distance) pairs
  * sorted by distance, ids flagged "new" until sampled once.  One iteration:
- *   sample   up to kSample new and kSample old neighbours per node, and the
- *            reverse lists (who sampled me), all kept on the device;
+ *   sample   up to kSample new and kSample old neighbours per node (a bit
+ *            mask over the node's own list: the ids stay where they are)
+ *            and the reverse lists (who sampled me), all on the device;
  *   join     per node, one CTA gathers new = fwd-new + rev-new and
  *            old = fwd-old + rev-old (each up to 2 * kSample) in fp16 and
  *            computes the new x new and new x old distances in one pass over
@@ -169,9 +170,16 @@ __global__ void init_lists_kernel(HalfRows rows, uint32_t n, cagra_gpu_metric me
     }
 }
 
-/* Per node: the first kSample new and old entries, and the reverse lists. */
-__global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *new_fwd, uint32_t *new_cnt,
-                              uint32_t *old_fwd, uint32_t *old_cnt, uint32_t *new_rev, uint32_t *new_rev_cnt,
+/* 32-bit words of one node's sample mask (a bit per list position). */
+__host__ __device__ inline uint32_t mask_words(uint32_t k)
+{
+    return (k + 31) / 32;
+}
+
+/* Per node: the first kSample new and old entries, marked in the node's
+ * masks (zero on entry), and the reverse lists. */
+__global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *new_mask, uint32_t *new_cnt,
+                              uint32_t *old_mask, uint32_t *old_cnt, uint32_t *new_rev, uint32_t *new_rev_cnt,
                               uint32_t *old_rev, uint32_t *old_rev_cnt)
 {
     uint32_t lane = threadIdx.x & 31;
@@ -189,24 +197,24 @@ __global__ void sample_kernel(uint32_t n, uint32_t k, uint32_t *ids, uint32_t *n
         uint32_t mnew = __ballot_sync(0xFFFFFFFFu, is_new);
         uint32_t mold = __ballot_sync(0xFFFFFFFFu, is_old);
         uint32_t plain = id & ~kNewFlag;
-        if (is_new) {
-            uint32_t pos = taken_new + __popc(mnew & lt);
-            if (pos < kSample) {
-                new_fwd[(uint64_t)u * kSample + pos] = plain;
-                ids[(uint64_t)u * k + j] = plain; /* sampled: old from now on */
-                uint32_t slot = atomicAdd(&new_rev_cnt[plain], 1u);
-                if (slot < kSample)
-                    new_rev[(uint64_t)plain * kSample + slot] = u;
-            }
+        const bool take_new = is_new && taken_new + __popc(mnew & lt) < kSample;
+        const bool take_old = is_old && taken_old + __popc(mold & lt) < kSample;
+        const uint32_t took_new = __ballot_sync(0xFFFFFFFFu, take_new);
+        const uint32_t took_old = __ballot_sync(0xFFFFFFFFu, take_old);
+        if (lane == 0) {
+            new_mask[(uint64_t)u * mask_words(k) + base / 32] = took_new;
+            old_mask[(uint64_t)u * mask_words(k) + base / 32] = took_old;
         }
-        if (is_old) {
-            uint32_t pos = taken_old + __popc(mold & lt);
-            if (pos < kSample) {
-                old_fwd[(uint64_t)u * kSample + pos] = plain;
-                uint32_t slot = atomicAdd(&old_rev_cnt[plain], 1u);
-                if (slot < kSample)
-                    old_rev[(uint64_t)plain * kSample + slot] = u;
-            }
+        if (take_new) {
+            ids[(uint64_t)u * k + j] = plain; /* sampled: old from now on */
+            uint32_t slot = atomicAdd(&new_rev_cnt[plain], 1u);
+            if (slot < kSample)
+                new_rev[(uint64_t)plain * kSample + slot] = u;
+        }
+        if (take_old) {
+            uint32_t slot = atomicAdd(&old_rev_cnt[plain], 1u);
+            if (slot < kSample)
+                old_rev[(uint64_t)plain * kSample + slot] = u;
         }
         taken_new = min(kSample, taken_new + __popc(mnew));
         taken_old = min(kSample, taken_old + __popc(mold));
@@ -222,7 +230,8 @@ struct JoinArgs {
     uint32_t n, k;
     cagra_gpu_metric metric;
     const float *dists;
-    const uint32_t *new_fwd, *new_cnt, *old_fwd, *old_cnt;
+    const uint32_t *ids;
+    const uint32_t *new_mask, *new_cnt, *old_mask, *old_cnt;
     const uint32_t *new_rev, *new_rev_cnt, *old_rev, *old_rev_cnt;
     unsigned long long *slots;
 };
@@ -243,12 +252,22 @@ __device__ inline uint32_t member_id(const JoinArgs &a, uint32_t u, uint32_t i)
     /* members 0..63: forward new then reverse new; 64..127: the same for old */
     bool old = i >= kJoinNew;
     uint32_t j = old ? i - kJoinNew : i;
-    const uint32_t *fwd = old ? a.old_fwd : a.new_fwd;
+    const uint32_t *mask = (old ? a.old_mask : a.new_mask) + (uint64_t)u * mask_words(a.k);
     const uint32_t *rev = old ? a.old_rev : a.new_rev;
     uint32_t nf = old ? a.old_cnt[u] : a.new_cnt[u];
     uint32_t nr = min(old ? a.old_rev_cnt[u] : a.new_rev_cnt[u], kSample);
-    if (j < nf)
-        return fwd[(uint64_t)u * kSample + j];
+    if (j < nf) {
+        /* the position of the mask's j-th set bit; the lists change only
+         * in the merge, after the join */
+        uint32_t w = 0, bits = mask[0];
+        for (uint32_t c = __popc(bits); j >= c; c = __popc(bits)) {
+            j -= c;
+            bits = mask[++w];
+        }
+        for (; j > 0; j--)
+            bits &= bits - 1;
+        return a.ids[(uint64_t)u * a.k + w * 32 + (__ffs(bits) - 1)] & ~kNewFlag;
+    }
     if (j - nf < nr)
         return rev[(uint64_t)u * kSample + (j - nf)];
     return kInvalid;
@@ -602,8 +621,8 @@ int grid_for(uint64_t threads, int block)
 uint64_t knn_phase_bytes(uint64_t n, uint32_t k)
 {
     /* distances of the lists (their ids are in the caller's buffer),
-     * candidate slots, four sample lists, four counters */
-    return n * k * 4 + n * kCandidateSlots * 8 + n * kSample * 4 * 4 + n * 4 * 4 + 4096;
+     * candidate slots, two reverse lists, four counters and two masks */
+    return n * k * 4 + n * kCandidateSlots * 8 + n * kSample * 2 * 4 + n * (4 + 2 * mask_words(k)) * 4 + 4096;
 }
 
 /* Runs part(t, threads) on up to `most` threads, one slice of about
@@ -803,13 +822,14 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
     uint32_t *ids = knn;
     DeviceBuffer<float> dists((uint64_t)n * k);
     DeviceBuffer<unsigned long long> slots((uint64_t)n * kCandidateSlots);
-    DeviceBuffer<uint32_t> samples((uint64_t)n * kSample * 4);
-    DeviceBuffer<uint32_t> counts((uint64_t)n * 4);
+    DeviceBuffer<uint32_t> reverse((uint64_t)n * kSample * 2);
+    /* four counters and the two masks, zeroed together each iteration */
+    DeviceBuffer<uint32_t> counts((uint64_t)n * (4 + 2 * mask_words(k)));
     DeviceBuffer<unsigned long long> updates(1);
-    uint32_t *new_fwd = samples.get(), *old_fwd = new_fwd + (uint64_t)n * kSample;
-    uint32_t *new_rev = old_fwd + (uint64_t)n * kSample, *old_rev = new_rev + (uint64_t)n * kSample;
+    uint32_t *new_rev = reverse.get(), *old_rev = new_rev + (uint64_t)n * kSample;
     uint32_t *new_cnt = counts.get(), *old_cnt = new_cnt + n;
     uint32_t *new_rev_cnt = old_cnt + n, *old_rev_cnt = new_rev_cnt + n;
+    uint32_t *new_mask = old_rev_cnt + n, *old_mask = new_mask + (uint64_t)n * mask_words(k);
 
     const uint32_t kp = pow2_at_least(k);
     const uint32_t warps_per_block = 4;
@@ -819,15 +839,15 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
     check_launch("init_lists_kernel");
     check(cudaMemsetAsync(slots.get(), 0xFF, slots.bytes(), stream), "cudaMemset");
 
-    JoinArgs ja{rows_of(data), n,       k,       metric,      dists.get(), new_fwd,     new_cnt,
-                old_fwd,       old_cnt, new_rev, new_rev_cnt, old_rev,     old_rev_cnt, slots.get()};
+    JoinArgs ja{rows_of(data), n,       k,       metric,  dists.get(), ids,     new_mask,    new_cnt,
+                old_mask,      old_cnt, new_rev, new_rev_cnt, old_rev,     old_rev_cnt, slots.get()};
     const uint32_t kpm = pow2_at_least(k + kCandidateSlots);
     const double stop = (double)params.nn_descent_termination * n * k;
     for (uint32_t it = 0; it < params.nn_descent_max_iterations; it++) {
         check(cudaMemsetAsync(counts.get(), 0, counts.bytes(), stream), "cudaMemset");
         check(cudaMemsetAsync(updates.get(), 0, 8, stream), "cudaMemset");
         sample_kernel<<<(unsigned)div_up((uint64_t)n * 32, 256), 256, 0, stream>>>(
-            n, k, ids, new_fwd, new_cnt, old_fwd, old_cnt, new_rev, new_rev_cnt, old_rev, old_rev_cnt);
+            n, k, ids, new_mask, new_cnt, old_mask, old_cnt, new_rev, new_rev_cnt, old_rev, old_rev_cnt);
         check_launch("sample_kernel");
         if (metric_has_dot_form(metric))
             local_join_kernel<true><<<n, kJoinThreads, 0, stream>>>(ja);
