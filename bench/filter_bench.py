@@ -52,6 +52,8 @@ usage: filter_bench.py DIR [options]     (psql and pgbench from PATH)
   --hnsw-m 16                             HNSW m (ef_construction 64 for m 16, else 128)
   --cagra-itopk ''                        cagra.itopk_size values besides the default
   --cagra-width ''                        cagra.search_width values besides the default (0, automatic)
+  --cagra-with ''                         storage parameters of a second cagra index measured after
+                                          the first (e.g. 'storage = float16')
   --methods exact,cagra,hnsw              which to measure
   --maintenance-work-mem 1GB              for CREATE INDEX
   --skip-load                             reuse the table of an earlier run
@@ -128,7 +130,7 @@ class Bench:
 
     def measure(self, method, setting, settings):
         """recall, short answers and q/s of `settings` at each selectivity."""
-        timed = method == "cagra" and worker_running(self.db)
+        timed = method.startswith("cagra") and worker_running(self.db)
         for pct, value, matching in self.values:
             statement = STATEMENT.format(value=value)
             plan = plan_summary(self.db, statement, settings)
@@ -198,6 +200,7 @@ def main():
     ap.add_argument("--hnsw-m", type=int, default=16)
     ap.add_argument("--cagra-itopk", default="")
     ap.add_argument("--cagra-width", default="")
+    ap.add_argument("--cagra-with", default="")
     ap.add_argument("--methods", default="exact,cagra,hnsw")
     ap.add_argument("--maintenance-work-mem", default="1GB")
     ap.add_argument("--skip-load", action="store_true")
@@ -247,6 +250,14 @@ def main():
             print(db.psql("SELECT format('worker: %s, queries %s, batches %s, mean batch %s, fallbacks %s', "
                           "state, queries, batches, round(mean_batch_size::numeric, 2), fallbacks) FROM cagra_status"))
         db.psql("DROP INDEX bench_items_cagra")
+        if args.cagra_with:
+            # a second index with storage parameters, at its default settings
+            timed_index(db, args, "CREATE INDEX bench_items_cagra ON bench_items USING cagra (v vector_l2_ops) "
+                        "WITH (%s)" % args.cagra_with, "bench_items_cagra")
+            bench.measure("cagra WITH (%s)" % args.cagra_with, "defaults", [])
+            bench.measure("cagra WITH (%s)" % args.cagra_with, "cagra.enable_filtered_scan off",
+                          [("cagra.enable_filtered_scan", "off")])
+            db.psql("DROP INDEX bench_items_cagra")
     if "hnsw" in methods and sql_bench.has_pgvector(db):
         efc = 64 if args.hnsw_m <= 16 else 128
         timed_index(db, args, "CREATE INDEX bench_items_hnsw ON bench_items USING hnsw (v vector_l2_ops) "
