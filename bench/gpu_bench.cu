@@ -32,9 +32,12 @@
  * against 4 to 32 blocks per query at search_width 1 to 8 and the
  * library's choice): ms per launch on the host and on the device,
  * queries/s, recall@10.
+ * --only load: after the build, only batches of 10 from 1, 4 and 8 threads
+ * at once (k 10 at itopk 32, and k = itopk = 128 as a filtered scan's round
+ * asks) with the library's choice of blocks per query against 1 to 16.
  *
  * usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N]
- *                  [--entries E[,E...]] [--only latency|entries|graphs] [--out FILE]
+ *                  [--entries E[,E...]] [--only latency|entries|graphs|load] [--out FILE]
  */
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -342,16 +345,16 @@ Row sweep_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t
 }
 
 /* `threads` threads, each with its own search context, each sending the
- * queries (tiled to `per_thread` queries) in batches of `batch`. */
+ * queries (tiled to `per_thread` queries) in batches of `batch`, asking k
+ * results a query with `ctas` blocks per query; recall@10 of the first ten. */
 Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq, uint32_t dim,
                      const std::vector<int32_t> &gt, uint32_t gt_dim, uint32_t itopk, uint32_t batch, uint32_t threads,
-                     uint32_t per_thread)
+                     uint32_t per_thread, uint32_t k = 10, uint32_t ctas = g_ctas)
 {
     cagra_gpu_search_params sp;
     cagra_gpu_default_search_params(&sp);
     sp.itopk_size = itopk;
-    sp.ctas_per_query = g_ctas;
-    const uint32_t k = 10;
+    sp.ctas_per_query = ctas;
     std::vector<float> q((uint64_t)per_thread * dim);
     for (uint32_t i = 0; i < per_thread; i++)
         std::memcpy(&q[(uint64_t)i * dim], &queries[(uint64_t)(i % nq) * dim], 4ull * dim);
@@ -382,7 +385,11 @@ Row concurrent_point(cagra_gpu_index *ix, const std::vector<float> &queries, uin
     Row r;
     r.itopk = itopk;
     r.batch = batch;
-    r.recall = recall_at(ids[0], k, gt, gt_dim, std::min(nq, per_thread));
+    const uint32_t judged = std::min(nq, per_thread);
+    std::vector<uint32_t> first10((uint64_t)judged * 10);
+    for (uint32_t q = 0; q < judged; q++)
+        std::copy_n(&ids[0][(uint64_t)q * k], 10, &first10[(uint64_t)q * 10]);
+    r.recall = recall_at(first10, 10, gt, gt_dim, judged);
     r.qps = (double)threads * per_thread / secs;
     r.latency_ms = 0;
     return r;
@@ -455,6 +462,35 @@ void latency_sweep(cagra_gpu_index *ix, const std::vector<float> &queries, uint3
             }
     emit("\n");
     cagra_gpu_search_context_free(ctx);
+}
+
+/* Small batches from several threads at once, as the worker's concurrent
+ * batches send them: blocks per query chosen by the library against fixed
+ * counts, for the plain first round (k 10, itopk 32) and a filtered scan's
+ * post-filtered round (k = itopk = 128).  Does the library's choice, made
+ * per batch, still pay when other batches share the device? */
+void load_sweep(cagra_gpu_index *ix, const std::vector<float> &queries, uint32_t nq, uint32_t dim,
+                const std::vector<int32_t> &gt, uint32_t gt_dim, const std::function<void(const char *)> &emit)
+{
+    emit("| itopk | k | batch | threads | blocks per query | recall@10 | queries/s |\n"
+         "|---:|---:|---:|---:|---:|---:|---:|\n");
+    struct Round {
+        uint32_t itopk, k;
+    };
+    char line[256];
+    for (const Round &rd : {Round{32, 10}, Round{128, 128}})
+        for (uint32_t threads : {1u, 4u, 8u})
+            for (uint32_t ctas : {0u, 1u, 2u, 4u, 8u, 16u}) {
+                const uint32_t batch = 10;
+                const Row r = concurrent_point(ix, queries, nq, dim, gt, gt_dim, rd.itopk, batch, threads,
+                                               batch * 200, rd.k, ctas);
+                char c[16];
+                std::snprintf(c, sizeof c, ctas ? "%u" : "auto", ctas);
+                std::snprintf(line, sizeof line, "| %u | %u | %u | %u | %s | %.4f | %.0f |\n", rd.itopk, rd.k, batch,
+                              threads, c, r.recall, r.qps);
+                emit(line);
+            }
+    emit("\n");
 }
 
 /* The most device memory in use, over what was in use when it started,
@@ -612,12 +648,12 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         die("usage: gpu_bench DIR [--cpu-build THREADS] [--metric l2|ip] [--termination T[,T...]] [--ctas N] "
-            "[--entries E[,E...]] [--only latency|entries|graphs] [--out FILE]");
+            "[--entries E[,E...]] [--only latency|entries|graphs|load] [--out FILE]");
     std::string dir = argv[1], out_path;
     uint32_t cpu_threads = 0;
     cagra_gpu_metric metric = CAGRA_GPU_L2;
     std::vector<float> terminations; /* empty: one build at the default */
-    bool latency_only = false, entries_only = false, graphs_only = false;
+    bool latency_only = false, entries_only = false, graphs_only = false, load_only = false;
     std::vector<uint32_t> entry_counts; /* --entries */
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--termination")) {
@@ -645,6 +681,8 @@ int main(int argc, char **argv)
             entries_only = true;
         else if (!std::strcmp(argv[i], "--only") && !std::strcmp(argv[i + 1], "graphs"))
             graphs_only = true;
+        else if (!std::strcmp(argv[i], "--only") && !std::strcmp(argv[i + 1], "load"))
+            load_only = true;
         else if (!std::strcmp(argv[i], "--entries")) {
             for (const char *p = argv[i + 1]; *p;) {
                 char *end = nullptr;
@@ -791,12 +829,17 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    if (latency_only) {
+    if (latency_only || load_only) {
         cagra_gpu_index *ix = nullptr;
         GPU_OK(cagra_gpu_index_load(0, base.data(), CAGRA_GPU_FLOAT32, n, dim, graph.data(), bp.graph_degree, metric,
                                     entries.data(), entry_count, &ix));
-        emit("\nSmall-batch latency (fp32 vectors, one launch at a time):\n\n");
-        latency_sweep(ix, queries, nq, dim, gt, gt_dim, emit);
+        if (latency_only) {
+            emit("\nSmall-batch latency (fp32 vectors, one launch at a time):\n\n");
+            latency_sweep(ix, queries, nq, dim, gt, gt_dim, emit);
+        } else {
+            emit("\nSmall batches from concurrent threads (fp32 vectors):\n\n");
+            load_sweep(ix, queries, nq, dim, gt, gt_dim, emit);
+        }
         cagra_gpu_index_free(ix);
         return 0;
     }
