@@ -754,8 +754,7 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     if (ix->stride != ix->dim)
         check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
     check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, stage_queries ? staged_queries : queries, ix->dim * 4,
-                            ix->dim * 4, nq,
-                            cudaMemcpyHostToDevice, s),
+                            ix->dim * 4, nq, cudaMemcpyHostToDevice, s),
           "copying the queries to the device");
     if (filter)
         check(cudaMemcpyAsync(ctx->filter.get(), filter, fwords * 8, cudaMemcpyHostToDevice, s),
