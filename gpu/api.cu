@@ -241,6 +241,7 @@ struct cagra_gpu_search_context {
     Stream stream;
     cudaEvent_t started = nullptr, done = nullptr; /* around the last launched search, for its device time */
     float resident_ms = -1.0f; /* the last search's device time when the resident kernel served it, else < 0 */
+    QueryDone query_done;      /* cagra_gpu_search_context_on_query_done */
     /* per-batch buffers, kept and grown so small batches allocate nothing */
     DeviceBuffer<float> queries;
     DeviceBuffer<uint32_t> ids;
@@ -845,7 +846,7 @@ bool search_resident_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index 
     key.random_entries = p.random_entries;
     key.seed = p.seed;
     float ms = -1.0f;
-    if (!search_resident(key, a, ix->dim, queries, nq, a.k, ids_out, distances_out, &ms))
+    if (!search_resident(key, a, ix->dim, queries, nq, a.k, ctx->query_done, ids_out, distances_out, &ms))
         return false;
     ctx->resident_ms = ms;
     return true;
@@ -937,6 +938,12 @@ float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *ctx)
     if (!ctx || !ctx->started || !ctx->done || cudaEventElapsedTime(&ms, ctx->started, ctx->done) != cudaSuccess)
         return -1.0f;
     return ms;
+}
+
+void cagra_gpu_search_context_on_query_done(cagra_gpu_search_context *ctx, cagra_gpu_query_done_fn fn, void *arg)
+{
+    if (ctx)
+        ctx->query_done = QueryDone{fn, fn ? arg : nullptr};
 }
 
 int cagra_gpu_search_context_resident(const cagra_gpu_search_context *ctx)

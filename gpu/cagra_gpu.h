@@ -32,9 +32,9 @@ extern "C" {
 
 /* Bumped whenever a signature, struct or enum below changes (5: the L1
  * metric; 6: device time of a search, searches of a node list; 7:
- * ctas_per_query; 8: resident); compare cagra_gpu_api_version() with this after
- * dlopen(); 8: resident). */
-#define CAGRA_GPU_API_VERSION 9
+ * ctas_per_query; 8: resident; 10: each query's answer as it is final);
+ * compare cagra_gpu_api_version() with this after dlopen(). */
+#define CAGRA_GPU_API_VERSION 10
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -208,6 +208,22 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *
                                                       const float *queries, uint32_t nq, uint32_t k,
                                                       const cagra_gpu_search_params *params, const uint64_t *filter,
                                                       uint32_t *ids_out, float *distances_out);
+
+/*
+ * Called as the answer of one query of a search through `context` is final:
+ * its row of ids_out and distances_out will not change again.  The resident
+ * kernel finishes each query on its own, so a caller may hand that row on
+ * while the batch's other queries are still searched.  It runs on the
+ * searching thread, inside cagra_gpu_search_in, at most once a query, in any
+ * order; queries it was not called for are final when the search returns
+ * CAGRA_GPU_OK (a launched batch finishes all at once and calls nothing).
+ * It must not throw or call this library.
+ */
+typedef void (*cagra_gpu_query_done_fn)(void *arg, uint32_t query);
+
+/* Set (fn NULL: clear) the hook of the searches through `context`. */
+CAGRA_GPU_EXPORT void cagra_gpu_search_context_on_query_done(cagra_gpu_search_context *context,
+                                                             cagra_gpu_query_done_fn fn, void *arg);
 
 /* Milliseconds the device spent on the last search through a created
  * `context` (query copy, kernel, result copy, timed by CUDA events; served

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <sched.h>
 #include <thread>
 #include <vector>
@@ -265,15 +266,29 @@ void drop(Registry &r, Resident *x)
         }
 }
 
-/* Waits until slot i is DONE: spins for the time of a short walk, then
- * yields the core, then sleeps in steps of 20 us, so that a long wait on a
- * busy host leaves the cores to the backends.  Fails on a kernel that
- * ended or faulted, or after kJobTimeout. */
-void wait_done(Resident &x, uint32_t i, std::chrono::steady_clock::time_point since)
+/* Waits until every job of `mine` is DONE, calling take(i) for job i as
+ * soon as its slot is: spins for the time of a short walk, then yields the
+ * core, then sleeps in steps of 20 us, so that a long wait on a busy host
+ * leaves the cores to the backends.  Fails on a kernel that ended or
+ * faulted, or after kJobTimeout. */
+template <class Take>
+void wait_all_done(Resident &x, const std::vector<uint32_t> &mine, Take take)
 {
     using std::chrono::microseconds;
+    const auto since = std::chrono::steady_clock::now();
+    std::vector<uint32_t> left(mine.size());
+    std::iota(left.begin(), left.end(), 0u);
     for (uint64_t spins = 0;; spins++) {
-        if (__atomic_load_n(&x.slot[i].state, __ATOMIC_ACQUIRE) == kSlotDone)
+        for (size_t j = 0; j < left.size();) {
+            if (__atomic_load_n(&x.slot[mine[left[j]]].state, __ATOMIC_ACQUIRE) == kSlotDone) {
+                take(left[j]);
+                left[j] = left.back();
+                left.pop_back();
+            } else {
+                j++;
+            }
+        }
+        if (left.empty())
             return;
         const auto waited = std::chrono::steady_clock::now() - since;
         if (waited < kBriefWait)
@@ -325,7 +340,8 @@ void forget_resident(const void *index)
 }
 
 bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t dim, const float *queries,
-                     uint32_t nq, uint32_t k, uint32_t *ids_out, float *distances_out, float *device_ms)
+                     uint32_t nq, uint32_t k, const QueryDone &done, uint32_t *ids_out, float *distances_out,
+                     float *device_ms)
 {
     Registry &r = registry();
     Resident *x = nullptr;
@@ -382,18 +398,19 @@ bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t
         x->slot[s].qi = i;
         __atomic_store_n(&x->slot[s].state, (uint32_t)kSlotReady, __ATOMIC_RELEASE);
     }
-    const auto since = std::chrono::steady_clock::now();
     uint64_t first = ~0ULL, last = 0;
     try {
-        for (uint32_t i = 0; i < nq; i++) {
+        /* each answer goes out as its block finishes: a batch's first
+         * answers need not wait for its slowest walk */
+        wait_all_done(*x, mine, [&](uint32_t i) {
             const uint32_t s = mine[i];
-            wait_done(*x, s, since);
             std::memcpy(ids_out + (uint64_t)i * k, x->ids + (uint64_t)s * CAGRA_GPU_MAX_K, k * sizeof(uint32_t));
             std::memcpy(distances_out + (uint64_t)i * k, x->dists + (uint64_t)s * CAGRA_GPU_MAX_K, k * sizeof(float));
             first = std::min(first, x->slot[s].started_ns);
             last = std::max(last, x->slot[s].ended_ns);
             x->slot[s].state = kSlotIdle;
-        }
+            done(i);
+        });
     } catch (...) {
         std::lock_guard<std::mutex> lock(r.m);
         x->broken = true; /* its slots stay taken; the kernel is not trusted again */

@@ -31,15 +31,29 @@ struct ResidentKey {
     }
 };
 
+/* The caller's hook for a query whose answer is final
+ * (cagra_gpu_search_context_on_query_done). */
+struct QueryDone {
+    cagra_gpu_query_done_fn fn = nullptr;
+    void *arg = nullptr;
+    void operator()(uint32_t query) const
+    {
+        if (fn)
+            fn(arg, query);
+    }
+};
+
 /* Searches nq queries (host memory, dim floats each) with the device's
  * resident kernel for `key`, starting one (planned from `planned`: the
  * index's arguments with one CTA per query) when none runs; false when it
  * cannot serve them now (another index's kernel is busy, a pause is on, too
  * few free slots), and the caller launches instead.  Results as a launch
- * of search_kernel with the same plan gives them; *device_ms: from the first
- * job's start to the last one's end on the device. */
+ * of search_kernel with the same plan gives them, each query's row handed
+ * out and `done` called as soon as its block has finished; *device_ms: from
+ * the first job's start to the last one's end on the device. */
 bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t dim, const float *queries,
-                     uint32_t nq, uint32_t k, uint32_t *ids_out, float *distances_out, float *device_ms);
+                     uint32_t nq, uint32_t k, const QueryDone &done, uint32_t *ids_out, float *distances_out,
+                     float *device_ms);
 
 /* Stops and forgets the resident kernel of `index` (before it is freed). */
 void forget_resident(const void *index);

@@ -17,6 +17,7 @@
 #include "worker/offload_build.h"
 #include "worker/search_pool.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -282,23 +283,92 @@ cagra_search_payload_problem(CagraSearchPayload *p, const CagraSearchRequest &re
 	return NULL;
 }
 
+/* Where the requests of a running batch stand: the rows of the batch's
+ * answers that are each request's, and which requests are answered. */
+struct CagraBatchAnswers
+{
+	CagraWorkerShared *sh;
+	CagraSearchJob *job;
+	const CagraIndexCopy *copy;
+	uint32		k;
+	const uint32 *ids;			/* the batch's rows of answers */
+	const float *dists;
+	bool		in_place;		/* the only request's payload holds the rows */
+	std::vector<uint32> first;	/* request i's first row (a request with a
+								 * problem has none) */
+	std::vector<uint32> left;	/* its rows not yet final */
+	std::vector<int> request_of;	/* each row's request */
+	std::vector<bool> answered;
+	int			nabandoned = 0;	/* of job->abandoned, sized for every request */
+};
+
+/* Write request i's answer into its payload and slot and answer it: the
+ * reply r (with msg), or the payload's problem; its rows when OK. */
+static void
+cagra_answer_request(CagraBatchAnswers &b, int i, CagraReply r, const char *msg) noexcept
+{
+	CagraWorkerShared *sh = b.sh;
+	CagraSearchJob *job = b.job;
+	CagraRequestSlot *s = &sh->slots[job->picked[i]];
+	CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
+	const char *problem = cagra_search_payload_problem(p, sh->slots[job->picked[0]].search, b.copy);
+
+	if (problem)
+	{
+		s->reply = CAGRA_REPLY_ERROR;
+		strlcpy(s->message, problem, sizeof(s->message));
+	}
+	else
+	{
+		s->reply = r;
+		s->copy.n = b.copy->key.n;
+		s->copy.reused = b.copy->key.reused;
+		strlcpy(s->message, msg, sizeof(s->message));
+	}
+	if (!problem && r == CAGRA_REPLY_OK)
+	{
+		const size_t rows = (size_t) p->nq * b.k;
+		const uint32 *from = b.ids + (size_t) b.first[i] * b.k;
+		uint64	   *tids = cagra_search_tids(p);
+
+		if (!b.in_place)
+		{
+			memcpy(cagra_search_ids(p), from, rows * sizeof(uint32));
+			memcpy(cagra_search_distances(p), b.dists + (size_t) b.first[i] * b.k, rows * sizeof(float));
+		}
+		for (size_t j = 0; j < rows; j++)
+			tids[j] = from[j] < b.copy->tids.size() ? b.copy->tids[from[j]] : 0;
+	}
+	b.answered[i] = true;
+	b.nabandoned += cagra_answer_slots(sh, &job->picked[i], 1, job->abandoned.data() + b.nabandoned);
+}
+
 /* Run one batch (on a search thread, or here when there is none): gather
  * the queries of every payload, search, write each answer into its payload
- * and slot.  A filtered search is a batch of its own: the nodes of its
- * allowed rows are the batch's filter.  No PostgreSQL call but GetCurrentTimestamp (a clock read), so
- * that its times compare with the backends'. */
+ * and slot.  A request is answered as soon as its queries' answers are
+ * final (CagraSearchLane::query_done), the rest when the search returns.
+ * A filtered search is a batch of its own: the nodes of its allowed rows
+ * are the batch's filter.  No PostgreSQL call but GetCurrentTimestamp (a
+ * clock read), so that its times compare with the backends'. */
 static void
 cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	int			n = (int) job->picked.size();
 	const CagraSearchRequest &req = sh->slots[job->picked[0]].search;
-	const uint32 k = req.k;
 	CagraIndexCopy *copy = job->copy;
 	uint32		dim = copy->format.dim;
+	CagraBatchAnswers b;
 
 	TimestampTz job_started = GetCurrentTimestamp();
 
+	b.sh = sh;
+	b.job = job;
+	b.copy = copy;
+	b.k = req.k;
+	/* before the try: its handler answers through them */
+	job->abandoned.resize(n);
+	b.answered.assign(n, false);
 	try
 	{
 		std::string msg;
@@ -319,7 +389,10 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		float	   *dists;
 		const std::vector<uint32> *allowed = NULL;
 
-		if (n == 1 && !cagra_search_payload_problem(only, req, copy))
+		b.first.assign(n, 0);
+		b.left.assign(n, 0);
+		b.in_place = n == 1 && !cagra_search_payload_problem(only, req, copy);
+		if (b.in_place)
 		{
 			nq = only->nq;
 			queries = cagra_search_queries(only);
@@ -333,7 +406,6 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		}
 		else
 		{
-			only = nullptr;
 			gathered_queries.clear();
 			for (int i = 0; i < n; i++)
 			{
@@ -343,21 +415,44 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 					continue;
 				gathered_queries.insert(gathered_queries.end(), cagra_search_queries(p),
 										cagra_search_queries(p) + (size_t) p->nq * dim);
+				b.first[i] = nq;
 				nq += p->nq;
 			}
-			gathered_ids.resize((size_t) nq * k);
-			gathered_dists.resize((size_t) nq * k);
+			gathered_ids.resize((size_t) nq * b.k);
+			gathered_dists.resize((size_t) nq * b.k);
 			queries = gathered_queries.data();
 			ids = gathered_ids.data();
 			dists = gathered_dists.data();
+		}
+		b.ids = ids;
+		b.dists = dists;
+		b.request_of.resize(nq);
+		for (int i = 0; i < n; i++)
+		{
+			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
+
+			if (cagra_search_payload_problem(p, req, copy))
+				continue;
+			b.left[i] = p->nq;
+			std::fill(b.request_of.begin() + b.first[i], b.request_of.begin() + b.first[i] + p->nq, i);
 		}
 
 		TimestampTz engine_started = GetCurrentTimestamp();
 
 		if (lane)
+		{
 			lane->last_resident = false;
+			lane->query_done = [&b](uint32_t q) {
+				int			i = b.request_of[q];
+
+				if (--b.left[i] == 0)
+					cagra_answer_request(b, i, CAGRA_REPLY_OK, "");
+			};
+		}
 		r = nq > 0 ? cagra_engine_search(*copy, lane, queries, nq, req, allowed, ids, dists, &device_ms, &msg)
 			: CAGRA_REPLY_OK;
+		if (lane)
+			lane->query_done = nullptr;
 
 		uint64		engine_us = (uint64) Max(GetCurrentTimestamp() - engine_started, 0);
 
@@ -367,55 +462,29 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		if (device_ms >= 0.0)
 			cagra_add_timing(sh, CAGRA_TIMING_DEVICE, (uint64) (device_ms * 1000.0), 1);
 
-		uint32		at = 0;
-
 		for (int i = 0; i < n; i++)
-		{
-			CagraRequestSlot *s = &sh->slots[job->picked[i]];
-			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
-			const char *problem = cagra_search_payload_problem(p, req, copy);
-
-			if (problem)
-			{
-				s->reply = CAGRA_REPLY_ERROR;
-				strlcpy(s->message, problem, sizeof(s->message));
-				continue;
-			}
-			s->reply = r;
-			s->copy.n = copy->key.n;
-			s->copy.reused = copy->key.reused;
-			strlcpy(s->message, msg.c_str(), sizeof(s->message));
-			if (r == CAGRA_REPLY_OK)
-			{
-				const uint32 *from = ids + (size_t) at * k;
-				uint64	   *tids = cagra_search_tids(p);
-
-				if (!only)
-				{
-					memcpy(cagra_search_ids(p), from, (size_t) p->nq * k * sizeof(uint32));
-					memcpy(cagra_search_distances(p), dists + (size_t) at * k, (size_t) p->nq * k * sizeof(float));
-				}
-				for (size_t j = 0; j < (size_t) p->nq * k; j++)
-					tids[j] = from[j] < copy->tids.size() ? copy->tids[from[j]] : 0;
-			}
-			at += p->nq;
-		}
+			if (!b.answered[i])
+				cagra_answer_request(b, i, r, msg.c_str());
 		job->searched = nq;
 		pg_atomic_fetch_add_u64(&sh->queries, nq);
 		pg_atomic_fetch_add_u64(&sh->batches, 1);
 	}
 	catch (...)
 	{
+		if (lane)
+			lane->query_done = nullptr;
 		for (int i = 0; i < n; i++)
 		{
 			CagraRequestSlot *s = &sh->slots[job->picked[i]];
 
+			if (b.answered[i])
+				continue;
 			s->reply = CAGRA_REPLY_OUT_OF_MEMORY;
 			strlcpy(s->message, "out of memory in the cagra worker", sizeof(s->message));
+			b.nabandoned += cagra_answer_slots(sh, &job->picked[i], 1, job->abandoned.data() + b.nabandoned);
 		}
 	}
-	job->abandoned.resize(n);
-	job->abandoned.resize(cagra_answer_slots(sh, job->picked.data(), n, job->abandoned.data()));
+	job->abandoned.resize(b.nabandoned);
 	job->answered = true;
 	job->done_at = GetCurrentTimestamp();
 	cagra_add_timing(sh, CAGRA_TIMING_JOB, (uint64) Max(job->done_at - job_started, 0), 1);

@@ -106,15 +106,28 @@ CagraSearchLane::~CagraSearchLane()
 			gpu_api->search_context_free(c);
 }
 
+static void
+cagra_lane_query_done(void *arg, uint32_t query)
+{
+	const CagraSearchLane *lane = (const CagraSearchLane *) arg;
+
+	if (lane->query_done)
+		lane->query_done(query);
+}
+
 cagra_gpu_search_context *
 CagraSearchLane::context(int device, std::string *msg)
 {
 	if ((int) contexts_.size() <= device)
 		contexts_.resize(device + 1, nullptr);
-	if (!contexts_[device] && gpu_api->search_context_create(device, &contexts_[device]) != CAGRA_GPU_OK)
+	if (!contexts_[device])
 	{
-		*msg = gpu_api->last_error();
-		return nullptr;
+		if (gpu_api->search_context_create(device, &contexts_[device]) != CAGRA_GPU_OK)
+		{
+			*msg = gpu_api->last_error();
+			return nullptr;
+		}
+		gpu_api->search_context_on_query_done(contexts_[device], cagra_lane_query_done, this);
 	}
 	return contexts_[device];
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,11 @@ class CagraSearchLane
 	cagra_gpu_search_context *context(int device, std::string *msg);
 	/* whether the device's resident kernel answered the lane's last search */
 	bool		last_resident = false;
+	/* Called on the lane's thread as the answer of one query of its GPU
+	 * search in progress is final (cagra_gpu_search_context_on_query_done),
+	 * so that the caller can hand it out before the batch ends; queries
+	 * without a call are final when the search returns.  Must not throw. */
+	std::function<void(uint32_t)> query_done;
 
   private:
 	std::vector<cagra_gpu_search_context *> contexts_;

@@ -1373,6 +1373,79 @@ TEST(GpuSearch, ResidentKernelAnswersAsTheLaunchedSearch)
     cagra_gpu_search_context_free(ctx);
 }
 
+/* What a query-done hook saw: how often each query was reported, and its
+ * row as it was at that moment. */
+struct HookLog {
+    const uint32_t *ids = nullptr;
+    uint32_t k = 0;
+    std::vector<int> calls;
+    std::vector<uint32_t> rows;
+    static void record(void *arg, uint32_t q)
+    {
+        HookLog *h = static_cast<HookLog *>(arg);
+        if (q >= h->calls.size()) {
+            h->calls.push_back(-1000); /* out of range: fails below */
+            return;
+        }
+        h->calls[q]++;
+        std::copy(h->ids + (size_t)q * h->k, h->ids + (size_t)(q + 1) * h->k, h->rows.begin() + (size_t)q * h->k);
+    }
+};
+
+/* The resident kernel reports each query once, as its row is final (the
+ * row then is the row the search returns); a launched search reports
+ * none, nor does a context whose hook was cleared. */
+TEST(GpuSearch, ResidentKernelReportsEachQueryAsItsAnswerIsFinal)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 128, k = 10, nq = 48;
+    const uint64_t n = 20000;
+    auto data = clustered(n, dim, 61, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 62, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    cagra_gpu_search_context *ctx = nullptr;
+    ASSERT_EQ(cagra_gpu_search_context_create(0, &ctx), CAGRA_GPU_OK) << cagra_gpu_last_error();
+    cagra_gpu_search_params sp = search_params(32, 1);
+    sp.search_width = 8;
+    for (uint32_t resident : {1u, 0u}) {
+        SCOPED_TRACE(resident ? "resident" : "launched");
+        sp.resident = resident;
+        Results r;
+        r.ids.assign((size_t)nq * k, 0xCDCDCDCDu);
+        r.dists.assign((size_t)nq * k, -1.0f);
+        HookLog h;
+        h.ids = r.ids.data();
+        h.k = k;
+        h.calls.assign(nq, 0);
+        h.rows.assign((size_t)nq * k, 0xCDCDCDCDu);
+        cagra_gpu_search_context_on_query_done(ctx, HookLog::record, &h);
+        ASSERT_EQ(cagra_gpu_search_in(ctx, l.ix, queries.data(), nq, k, &sp, nullptr, r.ids.data(), r.dists.data()),
+                  CAGRA_GPU_OK)
+            << cagra_gpu_last_error();
+        EXPECT_EQ(cagra_gpu_search_context_resident(ctx), (int)resident);
+        for (uint32_t q = 0; q < nq; q++) {
+            EXPECT_EQ(h.calls[q], resident ? 1 : 0) << "query " << q;
+            if (resident)
+                EXPECT_TRUE(std::equal(r.ids.begin() + (size_t)q * k, r.ids.begin() + (size_t)(q + 1) * k,
+                                       h.rows.begin() + (size_t)q * k))
+                    << "query " << q << "'s row changed after it was reported";
+        }
+        EXPECT_EQ(h.calls.size(), (size_t)nq);
+        expect_unique_rows(r, k);
+
+        /* cleared: searched again, nothing is reported */
+        cagra_gpu_search_context_on_query_done(ctx, nullptr, nullptr);
+        std::fill(h.calls.begin(), h.calls.end(), 0);
+        ASSERT_EQ(cagra_gpu_search_in(ctx, l.ix, queries.data(), nq, k, &sp, nullptr, r.ids.data(), r.dists.data()),
+                  CAGRA_GPU_OK)
+            << cagra_gpu_last_error();
+        EXPECT_EQ(std::count(h.calls.begin(), h.calls.end(), 0), (long)nq);
+    }
+    cagra_gpu_search_context_free(ctx);
+}
+
 /* Searches through the resident kernel from four threads while a fifth
  * builds graphs, loads and frees indexes and launches a large batch: every
  * allocation stops the kernel, which starts again with the next search;
