@@ -14,8 +14,16 @@
 #        ITOPK="32"       cagra.itopk_size values of the c1m profile, one sweep each
 #        RESIDENT=on,off  cagra.resident_search values of each sweep
 #        BATCH=10000      also time cagra_search calls of BATCH queries on each set
+#        WINDOWS=100      cagra.batch_window values of each sweep
+#        SWEEP_BATCHES="8 12"  after the profiles, the c1m sweep again (resident kernel
+#                         on, 64 and 256 clients, SWEEP_WINDOWS, default WINDOWS) at each
+#                         cagra.concurrent_batches
 #        NEXT_HARD_N=N    also make the hard N x 1,024 set (before the profiles, beside
 #                         c1m), for a later command on the same warm machine
+#        BASE=dir         then the first c1m profile again with dir/cagra.so and
+#                         dir/libcagra_gpu.so (another commit's, built beforehand for
+#                         the carried PostgreSQL) installed instead, and once more with
+#                         this tree's: both builds measured on one machine, interleaved
 set -uo pipefail
 out=${1:-${OUT:-device-resident-out}}
 mkdir -p "$out"
@@ -56,7 +64,7 @@ batch=${BATCH:+--batch $BATCH}
 load=""
 for itopk in ${ITOPK:-32}; do
   step "worker profile, c1m, itopk $itopk"
-  python3 bench/worker_profile.py /tmp/c1m $load --windows 100 --clients "$clients" --seconds "$seconds" \
+  python3 bench/worker_profile.py /tmp/c1m $load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
     --itopk "$itopk" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
   load=--skip-load
 done
@@ -65,5 +73,27 @@ if [ "$hard_n" -gt 0 ]; then
   python3 bench/worker_profile.py "/tmp/hard$hard_n" --windows 100 --clients "$clients" --seconds "$seconds" \
     --itopk 64 --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-hard.txt"
 fi
+itopk_first=${ITOPK:-32}
+if [ -n "${BASE:-}" ]; then
+  pkglib=$(pg_config --pkglibdir)
+  cp "$pkglib/cagra.so" /tmp/cagra.so.tree && cp "$pkglib/libcagra_gpu.so" /tmp/libcagra_gpu.so.tree
+  for build in base tree; do
+    step "c1m, itopk ${itopk_first%% *}, the $build build"
+    if [ "$build" = base ]; then
+      install -m 755 "$BASE/cagra.so" "$pkglib/cagra.so" && install -m 755 "$BASE/libcagra_gpu.so" "$pkglib/libcagra_gpu.so"
+    else
+      install -m 755 /tmp/cagra.so.tree "$pkglib/cagra.so" && install -m 755 /tmp/libcagra_gpu.so.tree "$pkglib/libcagra_gpu.so"
+    fi
+    su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null
+    python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
+      --itopk "${itopk_first%% *}" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-$build.txt"
+  done
+fi
+for batches in ${SWEEP_BATCHES:-}; do
+  step "c1m at cagra.concurrent_batches $batches"
+  device_set_concurrent_batches "$batches" || break
+  python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${SWEEP_WINDOWS:-${WINDOWS:-100}}" --clients 64,256 \
+    --seconds "$seconds" --itopk "${itopk_first%% *}" --resident on 2>&1 | tee "$out/profile-c1m-batches$batches.txt"
+done
 psql -Atc "SELECT * FROM cagra_status" >"$out/status.txt" 2>&1
 step "done"
