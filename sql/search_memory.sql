@@ -50,4 +50,57 @@ SELECT count(*) FROM cagra_search('sm_v',
 SELECT sum(total_bytes) < 8 * 1024 * 1024 AS kept_memory_bounded
   FROM pg_backend_memory_contexts WHERE name = 'TopMemoryContext';
 
+-- The result rows go into a context the backend keeps between calls
+-- ("cagra_search rows", its first block 8 MB), emptied when the query
+-- that used it ends, also when it ends in an error.
+CREATE TEMP VIEW sm_rows_memory AS
+SELECT count(*) AS contexts, bool_and(total_bytes >= 8 * 1024 * 1024) AS kept,
+       bool_and(used_bytes < 64 * 1024) AS empty
+  FROM pg_backend_memory_contexts WHERE name = 'cagra_search rows';
+SELECT * FROM sm_rows_memory;
+SELECT CASE WHEN query > 0 THEN 1 / 0 END FROM cagra_search('sm_v', (SELECT array_agg(v ORDER BY q) FROM sm_q), 10);
+SELECT * FROM sm_rows_memory;
+-- two calls in one query, and a call rescanned for each outer row: the
+-- first keeps its rows there, the others in the query's memory; the same
+-- rows as alone
+SELECT count(*) AS matched FROM
+  cagra_search('sm_v', ARRAY(SELECT v FROM sm_q WHERE q <= 50 AND v IS NOT NULL ORDER BY q), 10) a
+  JOIN cagra_search('sm_v', ARRAY(SELECT v FROM sm_q WHERE q <= 50 AND v IS NOT NULL ORDER BY q), 10) b
+    ON a.query = b.query AND a.ctid = b.ctid;
+SELECT count(*) AS rescanned FROM sm_q q,
+  LATERAL cagra_search('sm_v', ARRAY[q.v], 4) s
+ WHERE q.q <= 30 AND q.v IS NOT NULL;
+-- a cursor's rows stay while other statements call cagra_search: what
+-- it fetches before and after them is what a query of its own returns
+CREATE FUNCTION pg_temp.sm_cursor_differences() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    c refcursor;
+    r record;
+    got text[] := '{}';
+    other bigint;
+    want text[];
+BEGIN
+    OPEN c FOR SELECT query, ctid FROM cagra_search('sm_v',
+        ARRAY(SELECT v FROM sm_q WHERE q <= 50 AND v IS NOT NULL ORDER BY q), 10);
+    FOR i IN 1 .. 200 LOOP
+        FETCH c INTO r;
+        got := got || (r.query || ':' || r.ctid);
+    END LOOP;
+    SELECT count(*) INTO other FROM cagra_search('sm_v', ARRAY(SELECT v FROM sm_q ORDER BY q), 10);
+    SELECT count(*) INTO other FROM cagra_search('sm_v', ARRAY(SELECT v FROM sm_q WHERE q > 1000 ORDER BY q), 10);
+    LOOP
+        FETCH c INTO r;
+        EXIT WHEN NOT FOUND;
+        got := got || (r.query || ':' || r.ctid);
+    END LOOP;
+    CLOSE c;
+    SELECT array_agg(query || ':' || ctid) INTO want FROM cagra_search('sm_v',
+        ARRAY(SELECT v FROM sm_q WHERE q <= 50 AND v IS NOT NULL ORDER BY q), 10);
+    RETURN (SELECT count(*) FROM ((SELECT unnest(got) EXCEPT ALL SELECT unnest(want))
+                                  UNION ALL (SELECT unnest(want) EXCEPT ALL SELECT unnest(got))) d)
+           + abs(cardinality(got) - 500);
+END $$;
+SELECT pg_temp.sm_cursor_differences() AS differences;
+SELECT * FROM sm_rows_memory;
+
 DROP TABLE sm, sm_q, sm_default, sm_small;
