@@ -398,6 +398,20 @@ std::vector<float> queries_near(const std::vector<float> &base, uint32_t dim, ui
     return q;
 }
 
+/* A clustered L2 set of n rows on the device (graph degree 32) and nq
+ * queries near its rows: data from `seed`, queries from seed + 1. */
+struct SmallIndex {
+    std::vector<float> data, queries;
+    GpuGraph g;
+    Loaded l;
+    SmallIndex(uint64_t n, uint32_t dim, uint32_t nq, uint32_t seed)
+        : data(clustered(n, dim, seed, cagra::Metric::L2)),
+          queries(queries_near(data, dim, nq, seed + 1, cagra::Metric::L2)), g(gpu_build(data, dim, cagra::Metric::L2))
+    {
+        load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    }
+};
+
 /* The first step of a GPU build alone: k L2 neighbours a row (NN-descent
  * at the default settings) into knn. */
 cagra_gpu_status gpu_knn_lists(const std::vector<float> &data, uint64_t n, uint32_t dim, uint32_t k,
@@ -1154,11 +1168,8 @@ TEST(GpuSearch, FilterAndLargeK)
     REQUIRE_DEVICE();
     const uint32_t dim = 32, nq = 100;
     const uint64_t n = 12000;
-    auto data = clustered(n, dim, 31, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 32, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 31);
+    auto &[data, queries, g, l] = x;
 
     std::vector<uint64_t> even((n + 63) / 64, 0x5555555555555555ULL);
     Results r = gpu_search(l.ix, queries, dim, 10, 128, &even);
@@ -1194,11 +1205,8 @@ TEST(GpuSearch, FilteredAsTheWorkerPlansIt)
     REQUIRE_DEVICE();
     const uint32_t dim = 32, k = 10, nq = 200;
     const uint64_t n = 100000;
-    auto data = clustered(n, dim, 71, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 72, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 71);
+    auto &[data, queries, g, l] = x;
     for (double rate : {0.5, 0.01, 0.001}) {
         SCOPED_TRACE("pass rate " + std::to_string(rate));
         uint64_t passing = 0;
@@ -1226,11 +1234,8 @@ TEST(GpuSearch, FilteredTraversalAtLowPassRates)
     REQUIRE_DEVICE();
     const uint32_t dim = 32, k = 10, nq = 200;
     const uint64_t n = 100000;
-    auto data = clustered(n, dim, 81, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 82, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 81);
+    auto &[data, queries, g, l] = x;
     for (double rate : {0.05, 0.01}) {
         SCOPED_TRACE("pass rate " + std::to_string(rate));
         uint64_t passing = 0;
@@ -1400,11 +1405,8 @@ TEST(GpuSearch, ResidentKernelReportsEachQueryAsItsAnswerIsFinal)
     REQUIRE_DEVICE();
     const uint32_t dim = 128, k = 10, nq = 48;
     const uint64_t n = 20000;
-    auto data = clustered(n, dim, 61, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 62, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 61);
+    auto &[data, queries, g, l] = x;
     cagra_gpu_search_context *ctx = nullptr;
     ASSERT_EQ(cagra_gpu_search_context_create(0, &ctx), CAGRA_GPU_OK) << cagra_gpu_last_error();
     cagra_gpu_search_params sp = search_params(32, 1);
@@ -1455,11 +1457,8 @@ TEST(GpuSearch, ResidentKernelBesideBuildsAllocationsAndLaunches)
     REQUIRE_DEVICE();
     const uint32_t dim = 64, k = 10, nq = 256;
     const uint64_t n = 20000;
-    auto data = clustered(n, dim, 41, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 42, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 41);
+    auto &[data, queries, g, l] = x;
     cagra_gpu_search_params sp = search_params(64, 1);
     sp.search_width = 8;
     sp.resident = 1;
@@ -1523,11 +1522,8 @@ TEST(GpuSearch, MultiCtaFilteredAndLargeK)
     REQUIRE_DEVICE();
     const uint32_t dim = 32, k = 10, nq = 120;
     const uint64_t n = 60000;
-    auto data = clustered(n, dim, 111, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 112, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 111);
+    auto &[data, queries, g, l] = x;
 
     std::vector<uint64_t> even((n + 63) / 64, 0x5555555555555555ULL);
     Exact truth_even = exact_knn(data, queries, dim, cagra::Metric::L2, k, &even);
@@ -1580,11 +1576,8 @@ TEST(GpuSearch, NodesSearchIsExactAndChecksItsNodes)
     REQUIRE_DEVICE();
     const uint32_t dim = 16, nq = 50;
     const uint64_t n = 5000;
-    auto data = clustered(n, dim, 91, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 92, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 91);
+    auto &[data, queries, g, l] = x;
 
     /* 3000 nodes: several chunks of the kernel's candidate buffer */
     uint64_t passing = 0;
