@@ -24,6 +24,7 @@
 #                         dir/libcagra_gpu.so (another commit's, built beforehand for
 #                         the carried PostgreSQL) installed instead, and once more with
 #                         this tree's: both builds measured on one machine, interleaved
+#        BASE_ROUNDS=1    how many times that pair (base, then this tree) runs
 set -uo pipefail
 out=${1:-${OUT:-device-resident-out}}
 mkdir -p "$out"
@@ -77,16 +78,18 @@ itopk_first=${ITOPK:-32}
 if [ -n "${BASE:-}" ]; then
   pkglib=$(pg_config --pkglibdir)
   cp "$pkglib/cagra.so" /tmp/cagra.so.tree && cp "$pkglib/libcagra_gpu.so" /tmp/libcagra_gpu.so.tree
-  for build in base tree; do
-    step "c1m, itopk ${itopk_first%% *}, the $build build"
-    if [ "$build" = base ]; then
-      install -m 755 "$BASE/cagra.so" "$pkglib/cagra.so" && install -m 755 "$BASE/libcagra_gpu.so" "$pkglib/libcagra_gpu.so"
-    else
-      install -m 755 /tmp/cagra.so.tree "$pkglib/cagra.so" && install -m 755 /tmp/libcagra_gpu.so.tree "$pkglib/libcagra_gpu.so"
-    fi
-    su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null
-    python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
-      --itopk "${itopk_first%% *}" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-$build.txt"
+  for run in $(seq 1 "${BASE_ROUNDS:-1}"); do
+    for build in base tree; do
+      step "c1m, itopk ${itopk_first%% *}, the $build build (round $run)"
+      if [ "$build" = base ]; then
+        install -m 755 "$BASE/cagra.so" "$pkglib/cagra.so" && install -m 755 "$BASE/libcagra_gpu.so" "$pkglib/libcagra_gpu.so"
+      else
+        install -m 755 /tmp/cagra.so.tree "$pkglib/cagra.so" && install -m 755 /tmp/libcagra_gpu.so.tree "$pkglib/libcagra_gpu.so"
+      fi
+      su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null
+      python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
+        --itopk "${itopk_first%% *}" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-$build-$run.txt"
+    done
   done
 fi
 for batches in ${SWEEP_BATCHES:-}; do
