@@ -17,7 +17,6 @@
 #include "worker/offload_build.h"
 #include "worker/search_pool.h"
 
-#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -391,10 +390,25 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 
 		b.first.assign(n, 0);
 		b.left.assign(n, 0);
+		b.request_of.clear();
 		b.in_place = n == 1 && !cagra_search_payload_problem(only, req, copy);
+		gathered_queries.clear();
+		for (int i = 0; i < n; i++)
+		{
+			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
+
+			if (cagra_search_payload_problem(p, req, copy))
+				continue;
+			b.first[i] = nq;
+			b.left[i] = p->nq;
+			b.request_of.insert(b.request_of.end(), p->nq, i);
+			if (!b.in_place)
+				gathered_queries.insert(gathered_queries.end(), cagra_search_queries(p),
+										cagra_search_queries(p) + (size_t) p->nq * dim);
+			nq += p->nq;
+		}
 		if (b.in_place)
 		{
-			nq = only->nq;
 			queries = cagra_search_queries(only);
 			ids = cagra_search_ids(only);
 			dists = cagra_search_distances(only);
@@ -406,18 +420,6 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		}
 		else
 		{
-			gathered_queries.clear();
-			for (int i = 0; i < n; i++)
-			{
-				CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
-
-				if (cagra_search_payload_problem(p, req, copy))
-					continue;
-				gathered_queries.insert(gathered_queries.end(), cagra_search_queries(p),
-										cagra_search_queries(p) + (size_t) p->nq * dim);
-				b.first[i] = nq;
-				nq += p->nq;
-			}
 			gathered_ids.resize((size_t) nq * b.k);
 			gathered_dists.resize((size_t) nq * b.k);
 			queries = gathered_queries.data();
@@ -426,16 +428,6 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		}
 		b.ids = ids;
 		b.dists = dists;
-		b.request_of.resize(nq);
-		for (int i = 0; i < n; i++)
-		{
-			CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
-
-			if (cagra_search_payload_problem(p, req, copy))
-				continue;
-			b.left[i] = p->nq;
-			std::fill(b.request_of.begin() + b.first[i], b.request_of.begin() + b.first[i] + p->nq, i);
-		}
 
 		TimestampTz engine_started = GetCurrentTimestamp();
 
