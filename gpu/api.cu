@@ -813,12 +813,11 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     }
 }
 
-/* The batch through the device's resident kernel (search_resident.cu):
- * one CTA per query at the caller's width, as a launch with
- * ctas_per_query 1 would walk it; false when the kernel cannot take it. */
-bool search_resident_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchArgs a,
-                           const cagra_gpu_search_params &p, const float *queries, uint32_t nq, uint32_t *ids_out,
-                           float *distances_out)
+/* How the device's resident kernel (search_resident.cu) walks a query of
+ * ix: one CTA at the caller's width, as a launch with ctas_per_query 1
+ * would; false when the kernel cannot serve ix. */
+bool resident_plan(const cagra_gpu_index *ix, const cagra_gpu_search_params &p, uint32_t k, ResidentKey *key,
+                   SearchArgs *a)
 {
     /* One block walks each query there; at long rows several blocks per
      * query (a launch) finish a small batch sooner.  Through SQL on an
@@ -828,28 +827,60 @@ bool search_resident_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index 
     constexpr uint64_t kResidentMaxRowBytes = 1024;
     if ((uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4) > kResidentMaxRowBytes)
         return false;
-    a.ctas = 1;
-    a.max_iterations = search_max_iterations(p.itopk_size, p.search_width, p.max_iterations);
-    plan_search(a, p.search_width, ix->degree, p.itopk_size);
+    *a = index_args(ix, k);
+    a->random_entries = p.random_entries;
+    a->seed = p.seed;
+    a->ctas = 1;
+    a->max_iterations = search_max_iterations(p.itopk_size, p.search_width, p.max_iterations);
+    plan_search(*a, p.search_width, ix->degree, p.itopk_size);
     int max_smem = 0;
     check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
           "cudaDeviceGetAttribute");
-    if (a.smem_bytes + 64 > (size_t)max_smem)
+    if (a->smem_bytes + 64 > (size_t)max_smem)
         return false;
+    key->index = ix;
+    key->device = ix->device;
+    key->half = ix->dtype == CAGRA_GPU_FLOAT16;
+    key->itopk = p.itopk_size;
+    key->width = p.search_width;
+    key->max_iterations = a->max_iterations;
+    key->random_entries = p.random_entries;
+    key->seed = p.seed;
+    return true;
+}
+
+/* The batch through the device's resident kernel; false when the kernel
+ * cannot take it. */
+bool search_resident_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, const cagra_gpu_search_params &p,
+                           uint32_t k, const float *queries, uint32_t nq, uint32_t *ids_out, float *distances_out)
+{
     ResidentKey key;
-    key.index = ix;
-    key.device = ix->device;
-    key.half = ix->dtype == CAGRA_GPU_FLOAT16;
-    key.itopk = p.itopk_size;
-    key.width = p.search_width;
-    key.max_iterations = a.max_iterations;
-    key.random_entries = p.random_entries;
-    key.seed = p.seed;
+    SearchArgs a;
     float ms = -1.0f;
-    if (!search_resident(key, a, ix->dim, queries, nq, a.k, ctx->query_done, ids_out, distances_out, &ms))
+    if (!resident_plan(ix, p, k, &key, &a) ||
+        !search_resident(key, a, ix->dim, queries, nq, k, ctx->query_done, ids_out, distances_out, &ms))
         return false;
     ctx->resident_ms = ms;
     return true;
+}
+
+/* What every traversal checks of its settings. */
+void check_search_params(const cagra_gpu_index *ix, const cagra_gpu_search_params *p, uint32_t k)
+{
+    if (!p)
+        invalid("params must not be NULL");
+    if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
+        invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) +
+                ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
+    if (p->search_width == 0 || (uint64_t)p->search_width * ix->degree > kMaxCandidates)
+        invalid("search_width " + std::to_string(p->search_width) +
+                " must be at least 1 and search_width * degree at most " + std::to_string(kMaxCandidates));
+    if (p->random_entries > kMaxRandomEntries)
+        invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
+    if (p->random_entries == 0 && ix->entry_count == 0)
+        invalid("no entry nodes: give the index entry nodes or random_entries > 0");
+    if (p->ctas_per_query > CAGRA_GPU_MAX_CTAS_PER_QUERY)
+        invalid("ctas_per_query must be at most " + std::to_string(CAGRA_GPU_MAX_CTAS_PER_QUERY));
 }
 
 } // namespace
@@ -867,18 +898,7 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         if (nq == 0)
             return;
         check_batch(queries, k, ids_out, distances_out);
-        if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
-            invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) +
-                    ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
-        if (p->search_width == 0 || (uint64_t)p->search_width * ix->degree > kMaxCandidates)
-            invalid("search_width " + std::to_string(p->search_width) +
-                    " must be at least 1 and search_width * degree at most " + std::to_string(kMaxCandidates));
-        if (p->random_entries > kMaxRandomEntries)
-            invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
-        if (p->random_entries == 0 && ix->entry_count == 0)
-            invalid("no entry nodes: give the index entry nodes or random_entries > 0");
-        if (p->ctas_per_query > CAGRA_GPU_MAX_CTAS_PER_QUERY)
-            invalid("ctas_per_query must be at most " + std::to_string(CAGRA_GPU_MAX_CTAS_PER_QUERY));
+        check_search_params(ix, p, k);
 
         SearchArgs a = index_args(ix, k);
         a.random_entries = p->random_entries;
@@ -890,7 +910,7 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         /* several CTAs per query: each walks with a buffer of its own */
         const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;
         a.max_iterations = search_max_iterations(buffer, shape.width, p->max_iterations);
-        if (p->resident && !filter && search_resident_batch(ctx, ix, a, *p, queries, nq, ids_out, distances_out))
+        if (p->resident && !filter && search_resident_batch(ctx, ix, *p, k, queries, nq, ids_out, distances_out))
             return;
         run_batch(ctx, ix, a, shape.width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
     });
@@ -938,6 +958,41 @@ float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *ctx)
     if (!ctx || !ctx->started || !ctx->done || cudaEventElapsedTime(&ms, ctx->started, ctx->done) != cudaSuccess)
         return -1.0f;
     return ms;
+}
+
+cagra_gpu_status cagra_gpu_resident_start(cagra_gpu_index *ix, const float *query, uint32_t k,
+                                          const cagra_gpu_search_params *p, uint64_t tag, int *started)
+{
+    if (started)
+        *started = 0;
+    return guarded([&] {
+        if (!ix)
+            invalid("index must not be NULL");
+        if (!query || !started)
+            invalid("query and started must not be NULL");
+        if (k == 0 || k > CAGRA_GPU_MAX_K)
+            invalid("k " + std::to_string(k) + " is out of range 1.." + std::to_string(CAGRA_GPU_MAX_K));
+        check_search_params(ix, p, k);
+        use_device(ix->device);
+        ResidentKey key;
+        SearchArgs a;
+        *started = resident_plan(ix, *p, k, &key, &a) && resident_start(key, a, ix->dim, query, k, tag);
+    });
+}
+
+cagra_gpu_status cagra_gpu_resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done,
+                                            uint32_t *ids_out, float *distances_out, uint32_t *count)
+{
+    if (count)
+        *count = 0;
+    return guarded([&] {
+        if (!count || (max > 0 && (!done || !ids_out || !distances_out)))
+            invalid("count, done and the rows must not be NULL");
+        std::string failure;
+        *count = resident_collect(device, max, done, ids_out, distances_out, &failure);
+        if (!failure.empty())
+            fail(CAGRA_GPU_DEVICE_ERROR, failure);
+    });
 }
 
 void cagra_gpu_search_context_on_query_done(cagra_gpu_search_context *ctx, cagra_gpu_query_done_fn fn, void *arg)

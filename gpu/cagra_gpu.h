@@ -32,7 +32,8 @@ extern "C" {
 
 /* Bumped whenever a signature, struct or enum below changes (5: the L1
  * metric; 6: device time of a search, searches of a node list; 7:
- * ctas_per_query; 8: resident; 10: each query's answer as it is final);
+ * ctas_per_query; 8: resident; 10: each query's answer as it is final,
+ * lone queries started and collected);
  * compare cagra_gpu_api_version() with this after dlopen(). */
 #define CAGRA_GPU_API_VERSION 10
 
@@ -224,6 +225,39 @@ typedef void (*cagra_gpu_query_done_fn)(void *arg, uint32_t query);
 /* Set (fn NULL: clear) the hook of the searches through `context`. */
 CAGRA_GPU_EXPORT void cagra_gpu_search_context_on_query_done(cagra_gpu_search_context *context,
                                                              cagra_gpu_query_done_fn fn, void *arg);
+
+/*
+ * Lone queries through the device's resident kernel without waiting, for a
+ * caller that keeps many in flight and answers each as soon as it is done
+ * (the worker's index scans): cagra_gpu_resident_start hands `query` to a
+ * free block of the kernel, as cagra_gpu_search_in would search a batch of
+ * one with params.resident, and returns at once; *started is 0 when the
+ * kernel cannot take it now (rows above 1 KB, another index's or other
+ * settings' kernel busy, every block busy, an allocation of the library
+ * under way): search it with cagra_gpu_search_in then.  `tag` is the
+ * caller's, given back with the answer.
+ */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_resident_start(cagra_gpu_index *index, const float *query, uint32_t k,
+                                                           const cagra_gpu_search_params *params, uint64_t tag,
+                                                           int *started);
+
+/* One answer of cagra_gpu_resident_collect. */
+typedef struct {
+    uint64_t tag;    /* cagra_gpu_resident_start's */
+    uint32_t k;      /* ids and distances in its rows; 0 when the kernel failed */
+    float device_ms; /* its block's time on the device */
+} cagra_gpu_resident_done;
+
+/* Up to `max` queries started on `device` whose answers are done, never
+ * waiting: their tags into done[], the i-th one's k ids and distances (as
+ * cagra_gpu_search_in gives them) into the i-th row of ids_out and
+ * distances_out, rows of CAGRA_GPU_MAX_K entries; *count: how many.  The
+ * kernel ended, faulted or kept a query 10 s: CAGRA_GPU_DEVICE_ERROR (why:
+ * cagra_gpu_last_error), and its started queries come back with k 0, up to
+ * `max` a call.  Call it from one thread at a time, while any is started. */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_resident_collect(int device, uint32_t max,
+                                                             cagra_gpu_resident_done *done, uint32_t *ids_out,
+                                                             float *distances_out, uint32_t *count);
 
 /* Milliseconds the device spent on the last search through a created
  * `context` (query copy, kernel, result copy, timed by CUDA events; served

@@ -131,6 +131,12 @@ struct Resident {
     bool broken = false; /* a job timed out or the kernel failed: never used again */
     uint32_t in_flight = 0;
     std::vector<uint32_t> free;
+    /* queries of resident_start, until resident_collect takes them: per
+     * slot, whether it holds one, its caller's tag and when it began */
+    std::vector<uint8_t> started;
+    std::vector<uint64_t> tag;
+    std::vector<std::chrono::steady_clock::time_point> since;
+    uint32_t started_count = 0;
     std::chrono::steady_clock::time_point last_used;
 
     ~Resident()
@@ -188,8 +194,8 @@ void quiesce(std::unique_lock<std::mutex> &lock)
     Registry &r = registry();
     r.cv.wait(lock, [&] {
         for (auto &x : r.residents)
-            if (x->in_flight && !x->broken)
-                return false;
+            if ((x->in_flight && !x->broken) || x->started_count)
+                return false; /* (a broken kernel's started queries end at the next collect) */
         return true;
     });
     for (auto &x : r.residents)
@@ -231,6 +237,9 @@ std::unique_ptr<Resident> make_resident(const ResidentKey &key, const SearchArgs
     host_alloc(&x->dists, (uint64_t)x->slots * CAGRA_GPU_MAX_K);
     for (uint32_t i = x->slots; i-- > 0;)
         x->free.push_back(i);
+    x->started.assign(x->slots, 0);
+    x->tag.assign(x->slots, 0);
+    x->since.assign(x->slots, {});
     return x;
 }
 
@@ -306,6 +315,73 @@ void wait_all_done(Resident &x, const std::vector<uint32_t> &mine, Take take)
     }
 }
 
+/* With the registry locked: the device's kernel for `key`, made or
+ * replaced when it can be, running, with at least nq free slots; NULL when
+ * it cannot take nq queries now (another index's kernel is busy, a pause
+ * is on, too few free slots). */
+Resident *kernel_with_room(std::unique_lock<std::mutex> &lock, const ResidentKey &key, const SearchArgs &planned,
+                           uint32_t nq)
+{
+    Registry &r = registry();
+    if (r.pauses || nq == 0)
+        return nullptr;
+    Resident *x = find(r, key.device);
+    if (!x || !(x->key == key)) {
+        /* the device's kernel made or replaced with every kernel stopped */
+        if (x && (x->broken || x->in_flight || std::chrono::steady_clock::now() - x->last_used < kIdleBeforeReplace))
+            return nullptr;
+        r.pauses++;
+        quiesce(lock);
+        /* another thread may have made or replaced it meanwhile */
+        x = find(r, key.device);
+        if (x && !(x->key == key) && !x->broken) {
+            drop(r, x);
+            x = nullptr;
+        }
+        std::unique_ptr<Resident> made;
+        if (!x) {
+            try {
+                made = make_resident(key, planned);
+            } catch (...) {
+                r.pauses--;
+                throw;
+            }
+        }
+        r.pauses--;
+        if (made) {
+            x = made.get();
+            r.residents.push_back(std::move(made));
+        }
+        if (!x || !(x->key == key))
+            return nullptr;
+    }
+    if (x->broken || x->free.size() < nq || r.pauses)
+        return nullptr;
+    if (!x->running)
+        start(*x);
+    return x;
+}
+
+/* Takes a free slot of x for one query (registry locked, room checked). */
+uint32_t take_slot(Resident &x)
+{
+    const uint32_t s = x.free.back();
+    x.free.pop_back();
+    x.in_flight++;
+    x.last_used = std::chrono::steady_clock::now();
+    return s;
+}
+
+/* Hands a query to the block of slot s; qi, its place in its batch,
+ * seeds its random entries as in a launch. */
+void publish(Resident &x, uint32_t s, const float *query, uint32_t dim, uint32_t k, uint32_t qi)
+{
+    std::memcpy(x.queries + (uint64_t)s * x.a.stride, query, dim * sizeof(float));
+    x.slot[s].k = k;
+    x.slot[s].qi = qi;
+    __atomic_store_n(&x.slot[s].state, (uint32_t)kSlotReady, __ATOMIC_RELEASE);
+}
+
 } // namespace
 
 ResidentPause::ResidentPause()
@@ -348,56 +424,14 @@ bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t
     std::vector<uint32_t> mine;
     {
         std::unique_lock<std::mutex> lock(r.m);
-        if (r.pauses || nq == 0 || k > CAGRA_GPU_MAX_K)
+        if (k > CAGRA_GPU_MAX_K || !(x = kernel_with_room(lock, key, planned, nq)))
             return false;
-        x = find(r, key.device);
-        if (!x || !(x->key == key)) {
-            /* the device's kernel made or replaced with every kernel stopped */
-            if (x && (x->broken || x->in_flight || std::chrono::steady_clock::now() - x->last_used < kIdleBeforeReplace))
-                return false;
-            r.pauses++;
-            quiesce(lock);
-            /* another thread may have made or replaced it meanwhile */
-            x = find(r, key.device);
-            if (x && !(x->key == key) && !x->broken) {
-                drop(r, x);
-                x = nullptr;
-            }
-            std::unique_ptr<Resident> made;
-            if (!x) {
-                try {
-                    made = make_resident(key, planned);
-                } catch (...) {
-                    r.pauses--;
-                    throw;
-                }
-            }
-            r.pauses--;
-            if (made) {
-                x = made.get();
-                r.residents.push_back(std::move(made));
-            }
-            if (!x || !(x->key == key))
-                return false;
-        }
-        if (x->broken || x->free.size() < nq || r.pauses)
-            return false;
-        if (!x->running)
-            start(*x);
-        mine.assign(x->free.end() - nq, x->free.end());
-        x->free.resize(x->free.size() - nq);
-        x->in_flight += nq;
-        x->last_used = std::chrono::steady_clock::now();
+        for (uint32_t i = 0; i < nq; i++)
+            mine.push_back(take_slot(*x));
     }
 
-    const uint32_t stride = x->a.stride;
-    for (uint32_t i = 0; i < nq; i++) {
-        const uint32_t s = mine[i];
-        std::memcpy(x->queries + (uint64_t)s * stride, queries + (uint64_t)i * dim, dim * sizeof(float));
-        x->slot[s].k = k;
-        x->slot[s].qi = i;
-        __atomic_store_n(&x->slot[s].state, (uint32_t)kSlotReady, __ATOMIC_RELEASE);
-    }
+    for (uint32_t i = 0; i < nq; i++)
+        publish(*x, mine[i], queries + (uint64_t)i * dim, dim, k, i);
     uint64_t first = ~0ULL, last = 0;
     try {
         /* each answer goes out as its block finishes: a batch's first
@@ -427,6 +461,84 @@ bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t
     r.cv.notify_all();
     *device_ms = last > first ? (float)((last - first) / 1e6) : 0.0f;
     return true;
+}
+
+bool resident_start(const ResidentKey &key, const SearchArgs &planned, uint32_t dim, const float *query, uint32_t k,
+                    uint64_t tag)
+{
+    Registry &r = registry();
+    std::unique_lock<std::mutex> lock(r.m);
+    Resident *x = k > CAGRA_GPU_MAX_K ? nullptr : kernel_with_room(lock, key, planned, 1);
+    if (!x)
+        return false;
+    const uint32_t s = take_slot(*x);
+    x->tag[s] = tag;
+    x->since[s] = std::chrono::steady_clock::now();
+    x->started[s] = 1;
+    x->started_count++;
+    publish(*x, s, query, dim, k, 0);
+    return true;
+}
+
+uint32_t resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done, uint32_t *ids_out,
+                          float *distances_out, std::string *failure)
+{
+    Registry &r = registry();
+    std::lock_guard<std::mutex> lock(r.m);
+    Resident *x = find(r, device);
+    if (!x || x->started_count == 0)
+        return 0;
+    const auto now = std::chrono::steady_clock::now();
+    auto oldest = now;
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < x->slots && n < max; s++) {
+        if (!x->started[s])
+            continue;
+        const bool finished = __atomic_load_n(&x->slot[s].state, __ATOMIC_ACQUIRE) == kSlotDone;
+        if (!finished && !x->broken) {
+            oldest = std::min(oldest, x->since[s]);
+            continue;
+        }
+        done[n].tag = x->tag[s];
+        done[n].k = 0;
+        done[n].device_ms = 0.0f;
+        if (!x->broken) {
+            /* the block published DONE after its rows: they are final */
+            const Slot &slot = x->slot[s];
+            done[n].k = slot.k;
+            done[n].device_ms = slot.ended_ns > slot.started_ns ? (float)((slot.ended_ns - slot.started_ns) / 1e6) : 0.0f;
+            std::memcpy(ids_out + (uint64_t)n * CAGRA_GPU_MAX_K, x->ids + (uint64_t)s * CAGRA_GPU_MAX_K,
+                        slot.k * sizeof(uint32_t));
+            std::memcpy(distances_out + (uint64_t)n * CAGRA_GPU_MAX_K, x->dists + (uint64_t)s * CAGRA_GPU_MAX_K,
+                        slot.k * sizeof(float));
+            x->slot[s].state = kSlotIdle;
+            x->free.push_back(s);
+        } /* else its slot stays taken: the kernel is not trusted again */
+        x->started[s] = 0;
+        x->started_count--;
+        x->in_flight--;
+        n++;
+    }
+    if (n > 0)
+        r.cv.notify_all();
+    if (x->broken) {
+        *failure = "the resident search kernel failed";
+        return n;
+    }
+    /* as a waiting caller checks: a kernel that ended, or a query kept too long */
+    if (now - oldest >= kBriefWait) {
+        DeviceScope scope(x->key.device);
+        const cudaError_t err = cudaStreamQuery(x->stream);
+        if (err != cudaErrorNotReady) {
+            x->broken = true;
+            *failure = std::string("the resident search kernel ended: ") +
+                       (err == cudaSuccess ? "no error" : cudaGetErrorString(err));
+        } else if (now - oldest > kJobTimeout) {
+            x->broken = true;
+            *failure = "the resident search kernel did not answer within 10 s";
+        }
+    }
+    return n;
 }
 
 } // namespace cagra_gpu

@@ -14,6 +14,8 @@
 
 #include "search.cuh"
 
+#include <string>
+
 namespace cagra_gpu {
 
 /* What a resident kernel is planned for: searches of this index with these
@@ -54,6 +56,19 @@ struct QueryDone {
 bool search_resident(const ResidentKey &key, const SearchArgs &planned, uint32_t dim, const float *queries,
                      uint32_t nq, uint32_t k, const QueryDone &done, uint32_t *ids_out, float *distances_out,
                      float *device_ms);
+
+/* One query handed to a free block of the device's resident kernel for
+ * `key` (started as search_resident starts it), not waited for: its answer
+ * comes back from resident_collect with `tag`.  False when the kernel
+ * cannot take it now. */
+bool resident_start(const ResidentKey &key, const SearchArgs &planned, uint32_t dim, const float *query, uint32_t k,
+                    uint64_t tag);
+
+/* Up to `max` queries of resident_start on `device` that are done, without
+ * waiting (cagra_gpu_resident_collect); *failure is set when the kernel
+ * failed: its started queries then come back with no rows. */
+uint32_t resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done, uint32_t *ids_out,
+                          float *distances_out, std::string *failure);
 
 /* Stops and forgets the resident kernel of `index` (before it is freed). */
 void forget_resident(const void *index);

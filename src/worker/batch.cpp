@@ -31,6 +31,19 @@ extern "C" {
 /* Search threads running (0: batches run in the main loop). */
 static int	search_threads = 0;
 
+/* Whether the resident kernel refused a lone query in this turn of the
+ * queue: the rest of the turn forms batches. */
+static bool start_refused = false;
+
+/* Whether a queued search may start on the resident kernel at once, without
+ * a batch window or a search thread: a lone unfiltered query. */
+static bool
+cagra_startable(const CagraRequestSlot *s)
+{
+	return search_threads > 0 && !start_refused && s->nq == 1 && !s->search.filtered &&
+		cagra_engine_can_start_resident() && cagra_search_pool_collects();
+}
+
 /* Whether two searches go into one launch: the same copy and request, and
  * no filter (the kernel takes one bitset for the whole launch, and each
  * filtered search brings its own). */
@@ -44,7 +57,8 @@ cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 
 /* The oldest queued slot for this worker, or -1.  A BUILD_RUN waits while
  * the build thread is busy, a search while no search thread is free for
- * its kind (a shared batch or a filtered search).  The fields of a queued slot may change under
+ * its kind (a shared batch or a filtered search) unless it can start on
+ * the resident kernel.  The fields of a queued slot may change under
  * the reader (its backend may give it up and queue another request):
  * whoever acts on them takes the slot first (cagra_take_slot). */
 static int
@@ -58,7 +72,8 @@ cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 
 		if (cagra_slot_state(s) == CAGRA_SLOT_QUEUED && s->worker_generation == my_generation &&
 			!(s->kind == CAGRA_REQ_BUILD_RUN && cagra_worker_build_busy()) &&
-			!(s->kind == CAGRA_REQ_SEARCH && search_threads > 0 && !cagra_search_pool_has_room(s->search.filtered)) &&
+			!(s->kind == CAGRA_REQ_SEARCH && search_threads > 0 && !cagra_startable(s) &&
+			  !cagra_search_pool_has_room(s->search.filtered)) &&
 			(best < 0 || s->seq < sh->slots[best].seq))
 			best = i;
 	}
@@ -282,13 +297,54 @@ cagra_search_payload_problem(CagraSearchPayload *p, const CagraSearchRequest &re
 	return NULL;
 }
 
+/* Write request i of the job its answer: the reply r (with msg), or its
+ * payload's problem, and when OK its rows (ids, dists: the request's own, k
+ * a query; in_place: already in its payload) with their heap TIDs; then
+ * answer its slot.  Returns 1 when its backend had left (the slot then is
+ * in *abandoned), else 0. */
+static int
+cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k, const uint32 *ids,
+					 const float *dists, bool in_place, CagraReply r, const char *msg, int *abandoned) noexcept
+{
+	CagraRequestSlot *s = &sh->slots[job->picked[i]];
+	CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
+	const char *problem = cagra_search_payload_problem(p, sh->slots[job->picked[0]].search, job->copy);
+
+	if (problem)
+	{
+		s->reply = CAGRA_REPLY_ERROR;
+		strlcpy(s->message, problem, sizeof(s->message));
+	}
+	else
+	{
+		s->reply = r;
+		s->copy.n = job->copy->key.n;
+		s->copy.reused = job->copy->key.reused;
+		strlcpy(s->message, msg, sizeof(s->message));
+	}
+	if (!problem && r == CAGRA_REPLY_OK)
+	{
+		const size_t rows = (size_t) p->nq * k;
+		const std::vector<uint64_t> &copy_tids = job->copy->tids;
+		uint64	   *tids = cagra_search_tids(p);
+
+		if (!in_place)
+		{
+			memcpy(cagra_search_ids(p), ids, rows * sizeof(uint32));
+			memcpy(cagra_search_distances(p), dists, rows * sizeof(float));
+		}
+		for (size_t j = 0; j < rows; j++)
+			tids[j] = ids[j] < copy_tids.size() ? copy_tids[ids[j]] : 0;
+	}
+	return cagra_answer_slots(sh, &job->picked[i], 1, abandoned);
+}
+
 /* Where the requests of a running batch stand: the rows of the batch's
  * answers that are each request's, and which requests are answered. */
 struct CagraBatchAnswers
 {
 	CagraWorkerShared *sh;
 	CagraSearchJob *job;
-	const CagraIndexCopy *copy;
 	uint32		k;
 	const uint32 *ids;			/* the batch's rows of answers */
 	const float *dists;
@@ -299,48 +355,15 @@ struct CagraBatchAnswers
 	std::vector<int> request_of;	/* each row's request */
 	std::vector<bool> answered;
 	int			nabandoned = 0;	/* of job->abandoned, sized for every request */
+
+	void		answer(int i, CagraReply r, const char *msg) noexcept
+	{
+		nabandoned += cagra_answer_request(sh, job, i, k, ids + (size_t) first[i] * k,
+										   dists + (size_t) first[i] * k, in_place, r, msg,
+										   job->abandoned.data() + nabandoned);
+		answered[i] = true;
+	}
 };
-
-/* Write request i's answer into its payload and slot and answer it: the
- * reply r (with msg), or the payload's problem; its rows when OK. */
-static void
-cagra_answer_request(CagraBatchAnswers &b, int i, CagraReply r, const char *msg) noexcept
-{
-	CagraWorkerShared *sh = b.sh;
-	CagraSearchJob *job = b.job;
-	CagraRequestSlot *s = &sh->slots[job->picked[i]];
-	CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
-	const char *problem = cagra_search_payload_problem(p, sh->slots[job->picked[0]].search, b.copy);
-
-	if (problem)
-	{
-		s->reply = CAGRA_REPLY_ERROR;
-		strlcpy(s->message, problem, sizeof(s->message));
-	}
-	else
-	{
-		s->reply = r;
-		s->copy.n = b.copy->key.n;
-		s->copy.reused = b.copy->key.reused;
-		strlcpy(s->message, msg, sizeof(s->message));
-	}
-	if (!problem && r == CAGRA_REPLY_OK)
-	{
-		const size_t rows = (size_t) p->nq * b.k;
-		const uint32 *from = b.ids + (size_t) b.first[i] * b.k;
-		uint64	   *tids = cagra_search_tids(p);
-
-		if (!b.in_place)
-		{
-			memcpy(cagra_search_ids(p), from, rows * sizeof(uint32));
-			memcpy(cagra_search_distances(p), b.dists + (size_t) b.first[i] * b.k, rows * sizeof(float));
-		}
-		for (size_t j = 0; j < rows; j++)
-			tids[j] = from[j] < b.copy->tids.size() ? b.copy->tids[from[j]] : 0;
-	}
-	b.answered[i] = true;
-	b.nabandoned += cagra_answer_slots(sh, &job->picked[i], 1, job->abandoned.data() + b.nabandoned);
-}
 
 /* Run one batch (on a search thread, or here when there is none): gather
  * the queries of every payload, search, write each answer into its payload
@@ -363,10 +386,8 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 
 	b.sh = sh;
 	b.job = job;
-	b.copy = copy;
 	b.k = req.k;
 	/* before the try: its handler answers through them */
-	job->abandoned.resize(n);
 	b.answered.assign(n, false);
 	try
 	{
@@ -438,7 +459,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 				int			i = b.request_of[q];
 
 				if (--b.left[i] == 0)
-					cagra_answer_request(b, i, CAGRA_REPLY_OK, "");
+					b.answer(i, CAGRA_REPLY_OK, "");
 			};
 		}
 		r = nq > 0 ? cagra_engine_search(*copy, lane, queries, nq, req, allowed, ids, dists, &device_ms, &msg)
@@ -456,7 +477,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 
 		for (int i = 0; i < n; i++)
 			if (!b.answered[i])
-				cagra_answer_request(b, i, r, msg.c_str());
+				b.answer(i, r, msg.c_str());
 		job->searched = nq;
 		pg_atomic_fetch_add_u64(&sh->queries, nq);
 		pg_atomic_fetch_add_u64(&sh->batches, 1);
@@ -493,6 +514,7 @@ cagra_new_search_job(const int *picked, int n, uint64 queries, bool filtered) no
 		job->picked.assign(picked, picked + n);
 		job->payloads.assign(n, nullptr);
 		job->segs.assign(n, nullptr);
+		job->abandoned.assign(n, -1);	/* as many as may leave, so answering allocates nothing */
 		job->queries = queries;
 		job->filtered = filtered;
 		return job;
@@ -545,6 +567,87 @@ cagra_attach_payload(const CagraRequestSlot *s, dsm_segment **seg)
 		return cagra_attach_mailbox(s);
 	*seg = dsm_attach(s->handle);
 	return *seg ? dsm_segment_address(*seg) : NULL;
+}
+
+/* The collector thread's turn (search_pool.h): every started lone query
+ * that is done answered, its job finished.  No PostgreSQL call but
+ * GetCurrentTimestamp and SetLatch, as on the search threads. */
+static void
+cagra_collect_started(std::vector<CagraSearchJob *> &finished) noexcept
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+	static thread_local std::vector<CagraResidentAnswer> answers;
+
+	cagra_engine_collect_resident(answers);
+	for (const CagraResidentAnswer &a : answers)
+	{
+		CagraSearchJob *job = (CagraSearchJob *) a.tag;
+		const uint32 k = sh->slots[job->picked[0]].search.k;
+
+		job->abandoned.resize(cagra_answer_request(sh, job, 0, k, a.ids, a.dists, false, a.reply,
+												   a.message.c_str(), job->abandoned.data()));
+		job->answered = true;
+		job->done_at = GetCurrentTimestamp();
+		job->searched = 1;
+
+		uint64		engine_us = (uint64) Max(job->done_at - job->started_at, 0);
+
+		cagra_add_timing(sh, CAGRA_TIMING_ENGINE, engine_us, 1);
+		cagra_add_timing(sh, CAGRA_TIMING_JOB, engine_us, 1);
+		if (a.reply == CAGRA_REPLY_OK)
+		{
+			cagra_add_timing(sh, CAGRA_TIMING_RESIDENT, engine_us, 1);
+			cagra_add_timing(sh, CAGRA_TIMING_DEVICE, (uint64) (a.device_ms * 1000.0), 1);
+		}
+		pg_atomic_fetch_add_u64(&sh->queries, 1);
+		pg_atomic_fetch_add_u64(&sh->batches, 1);
+		finished.push_back(job);
+	}
+}
+
+/* A job never started: its one-off segments detached, freed. */
+static void
+cagra_drop_search_job(CagraSearchJob *job)
+{
+	for (dsm_segment *seg : job->segs)
+		if (seg)
+			dsm_detach(seg);
+	delete job;
+}
+
+/* Start the taken lone query of slot `first` on the resident kernel and
+ * hand its job to the collector thread, which answers it as soon as it is
+ * done: no batch window, no search thread.  False, with nothing done, when
+ * it cannot start now (no copy yet, a bad payload, the kernel busy or
+ * serving another index): it then goes the way of a batch. */
+static bool
+cagra_start_lone_search(CagraWorkerShared *sh, int first)
+{
+	CagraRequestSlot *f = &sh->slots[first];
+	CagraIndexCopy *copy = cagra_cache_lookup(f->key);
+	CagraSearchJob *job = copy ? cagra_new_search_job(&first, 1, 1, false) : nullptr;
+
+	start_refused = true;		/* until it starts */
+	if (!job)
+		return false;
+	job->copy = copy;
+	job->payloads[0] = cagra_attach_payload(f, &job->segs[0]);
+
+	CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[0];
+	TimestampTz now = GetCurrentTimestamp();
+
+	/* set before the start: the collector may answer it at once */
+	job->started_at = now;
+	if (cagra_search_payload_problem(p, f->search, copy) ||
+		!cagra_engine_start_resident(*copy, cagra_search_queries(p), f->search, (uint64) (uintptr_t) job))
+	{
+		cagra_drop_search_job(job);
+		return false;
+	}
+	start_refused = false;
+	cagra_add_timing(sh, CAGRA_TIMING_QUEUE, (uint64) Max(now - f->queued_at, 0), 1);
+	cagra_search_pool_track(job);
+	return true;
 }
 
 /* Detach a job's one-off segments, answer its slots (unless the job did),
@@ -620,12 +723,26 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 
 	if (!cagra_take_slot(f))
 		return;					/* its backend gave up */
-	if (f->kind != CAGRA_REQ_SEARCH || (search_threads > 0 && !cagra_search_pool_has_room(f->search.filtered)))
+	if (f->kind != CAGRA_REQ_SEARCH ||
+		(search_threads > 0 && !cagra_startable(f) && !cagra_search_pool_has_room(f->search.filtered)))
 	{
 		cagra_untake_slot(f);	/* and queued another request since */
 		return;
 	}
-	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, (uint64) Max(GetCurrentTimestamp() - f->queued_at, 0), 1);
+
+	uint64		pickup_us = (uint64) Max(GetCurrentTimestamp() - f->queued_at, 0);
+
+	if (cagra_startable(f) && cagra_start_lone_search(sh, first))
+	{
+		cagra_add_timing(sh, CAGRA_TIMING_PICKUP, pickup_us, 1);
+		return;
+	}
+	if (search_threads > 0 && !cagra_search_pool_has_room(f->search.filtered))
+	{
+		cagra_untake_slot(f);	/* the kernel refused it and no thread is free */
+		return;
+	}
+	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, pickup_us, 1);
 	/* a filtered search never shares its launch: nothing to wait for */
 	if (f->nq < (uint64) cagra_batch_max && cagra_batch_window_us > 0 && !f->search.filtered)
 		cagra_wait_batch_window(sh, f->queued_at);
@@ -713,7 +830,8 @@ cagra_worker_start_search_threads(void)
 	int			filtered = gpu ? cagra_concurrent_filtered_searches : 0;
 	int			want = batches + filtered;
 
-	search_threads = cagra_search_pool_start(batches, filtered, cagra_run_search_job);
+	search_threads = cagra_search_pool_start(batches, filtered, cagra_run_search_job,
+											 gpu ? cagra_collect_started : nullptr);
 	if (search_threads < want)
 		ereport(LOG,
 				(errmsg("cagra gpu worker: %d of %d search threads started", search_threads, want)));
@@ -740,6 +858,7 @@ cagra_worker_serve_queue(void)
 
 	if (!picked)
 		picked = (int *) MemoryContextAlloc(TopMemoryContext, sizeof(int) * sh->nslots);
+	start_refused = false;
 	for (;;)
 	{
 		served += search_threads > 0 ? cagra_finish_searches(sh) : 0;

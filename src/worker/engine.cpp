@@ -519,15 +519,13 @@ cagra_gpu_context(const CagraIndexCopy &copy, CagraSearchLane *lane, cagra_gpu_s
 	return !lane || *ctx;
 }
 
-/* The GPU library's traversal (accepted: NULL, or the nodes it may return);
- * `params` may leave search_width automatic. */
-static CagraReply
-cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
-				   const cagra::SearchParams &params, const uint64_t *accepted, uint32_t *ids, float *dists,
-				   double *device_ms, std::string *msg)
+/* The GPU library's settings of a traversal of nq queries (accepted: NULL,
+ * or the nodes it may return); `params` may leave search_width automatic. */
+static cagra_gpu_search_params
+cagra_gpu_traverse_params(const CagraIndexCopy &copy, uint32_t nq, const cagra::SearchParams &params,
+						  const uint64_t *accepted)
 {
 	cagra_gpu_search_params p = cagra_gpu_search_params_of(params);
-	cagra_gpu_search_context *ctx;
 
 	/* A batch this small leaves most of the device idle one thread block
 	 * per query, so each query expands more parents a step: fewer, wider
@@ -547,6 +545,19 @@ cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *que
 	/* Such batches, unfiltered, go to the device's resident kernel
 	 * (cagra.resident_search): no launch, copy or interrupt per batch. */
 	p.resident = cagra_resident_search && nq <= kSmallBatch && !accepted;
+	return p;
+}
+
+/* The GPU library's traversal (accepted: NULL, or the nodes it may return);
+ * `params` may leave search_width automatic. */
+static CagraReply
+cagra_gpu_traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
+				   const cagra::SearchParams &params, const uint64_t *accepted, uint32_t *ids, float *dists,
+				   double *device_ms, std::string *msg)
+{
+	cagra_gpu_search_params p = cagra_gpu_traverse_params(copy, nq, params, accepted);
+	cagra_gpu_search_context *ctx;
+
 	if (!cagra_gpu_context(copy, lane, &ctx, msg))
 		return CAGRA_REPLY_ERROR;
 	if (!ctx)
@@ -651,6 +662,56 @@ cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *qu
 		});
 		return CAGRA_REPLY_OK;
 	});
+}
+
+bool
+cagra_engine_can_start_resident(void)
+{
+	return gpu_api && cagra_resident_search;
+}
+
+bool
+cagra_engine_start_resident(CagraIndexCopy &copy, const float *query, const CagraSearchRequest &req,
+							uint64_t tag) noexcept
+{
+	if (!cagra_engine_can_start_resident() || !copy.all_live)
+		return false;				/* the kernel takes no filter */
+
+	cagra_gpu_search_params p = cagra_gpu_traverse_params(copy, 1, req.params, nullptr);
+	int			started = 0;
+
+	return gpu_api->resident_start(copy.gpu, query, req.k, &p, tag, &started) == CAGRA_GPU_OK && started;
+}
+
+void
+cagra_engine_collect_resident(std::vector<CagraResidentAnswer> &answers) noexcept
+{
+	static thread_local std::vector<cagra_gpu_resident_done> done(CAGRA_RESIDENT_COLLECT_MAX);
+	static thread_local std::vector<uint32_t> ids((size_t) CAGRA_RESIDENT_COLLECT_MAX * CAGRA_GPU_MAX_K);
+	static thread_local std::vector<float> dists((size_t) CAGRA_RESIDENT_COLLECT_MAX * CAGRA_GPU_MAX_K);
+
+	answers.clear();
+	for (int d = 0; d < cagra_engine_device_count(); d++)
+	{
+		uint32_t	count = 0;
+		cagra_gpu_status st = gpu_api->resident_collect(d, CAGRA_RESIDENT_COLLECT_MAX, done.data(), ids.data(),
+														dists.data(), &count);
+		std::string msg;
+		CagraReply	failed = st == CAGRA_GPU_OK ? CAGRA_REPLY_OK : cagra_gpu_reply(st, &msg);
+
+		for (uint32_t i = 0; i < count; i++)
+		{
+			CagraResidentAnswer a;
+
+			a.tag = done[i].tag;
+			a.reply = done[i].k > 0 ? CAGRA_REPLY_OK : (failed != CAGRA_REPLY_OK ? failed : CAGRA_REPLY_ERROR);
+			a.message = a.reply == CAGRA_REPLY_OK ? std::string() : msg;
+			a.ids = ids.data() + (size_t) i * CAGRA_GPU_MAX_K;
+			a.dists = dists.data() + (size_t) i * CAGRA_GPU_MAX_K;
+			a.device_ms = done[i].device_ms;
+			answers.push_back(std::move(a));
+		}
+	}
 }
 
 /* ---- builds ---- */

@@ -113,6 +113,38 @@ CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, cons
 								const CagraSearchRequest &req, const std::vector<uint32_t> *allowed,
 								uint32_t *ids, float *dists, double *device_ms, std::string *msg) noexcept;
 
+/*
+ * Lone queries started on the device's resident kernel and collected when
+ * done (cagra_gpu_resident_start / _collect), so that each index scan's
+ * search is answered as soon as it is done, with no batch window and no
+ * thread of its own.  GPU engine only, with cagra.resident_search.
+ */
+bool		cagra_engine_can_start_resident(void);
+
+/* Starts one query (prepared, format.dim floats) against the copy with
+ * `tag`; false when the kernel cannot take it now (search it in a batch). */
+bool		cagra_engine_start_resident(CagraIndexCopy &copy, const float *query, const CagraSearchRequest &req,
+										uint64_t tag) noexcept;
+
+/* Most answers one collect takes from a device. */
+#define CAGRA_RESIDENT_COLLECT_MAX 128
+
+/* An answer of a started query: its rows (valid until the next collect on
+ * this thread) when reply is OK. */
+struct CagraResidentAnswer
+{
+	uint64_t	tag = 0;
+	CagraReply	reply = CAGRA_REPLY_OK;
+	std::string message;
+	const uint32_t *ids = nullptr;
+	const float *dists = nullptr;
+	double		device_ms = 0.0;
+};
+
+/* The started queries of every device that are done, without waiting; a
+ * failed kernel answers its queries with an error.  One thread only. */
+void		cagra_engine_collect_resident(std::vector<CagraResidentAnswer> &answers) noexcept;
+
 /* The copy's live nodes whose heap TIDs are among `tids` (packed,
  * ascending), into `nodes`: how a filtered request's rows become the nodes
  * it allows. */

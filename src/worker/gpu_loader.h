@@ -28,6 +28,8 @@
 	X(search_context_device_ms, cagra_gpu_search_context_device_ms) \
 	X(search_context_resident, cagra_gpu_search_context_resident) \
 	X(search_context_on_query_done, cagra_gpu_search_context_on_query_done) \
+	X(resident_start, cagra_gpu_resident_start) \
+	X(resident_collect, cagra_gpu_resident_collect) \
 	X(search_nodes, cagra_gpu_search_nodes) \
 	X(search_nodes_in, cagra_gpu_search_nodes_in) \
 	X(index_device_bytes, cagra_gpu_index_device_bytes) \

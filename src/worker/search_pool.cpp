@@ -1,14 +1,18 @@
 /*
  * search_pool.cpp — the worker's search threads (search_pool.h).  A job
  * goes to a free thread; when it is done the thread queues it as finished
- * and writes to an eventfd, which the main thread's wait set watches.
- * Threads start with every signal blocked: PostgreSQL's handlers belong to
- * the main thread.
+ * and writes to an eventfd, which the main thread's wait set watches.  Jobs
+ * started on the device go to the collector thread, which polls for their
+ * answers while any is out and finishes them the same way.  Threads start
+ * with every signal blocked: PostgreSQL's handlers belong to the main
+ * thread.
  */
 #include "worker/search_pool.h"
 
 #include "boundary/boundary.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -33,11 +37,17 @@ struct Pool
 	std::vector<std::thread> threads;
 	int			in_flight = 0;
 	int			filtered_in_flight = 0; /* of in_flight */
+	int			started_in_flight = 0;	/* of in_flight: the collector's */
 	int			batch_limit = 0;	/* shared batches at once */
 	int			filtered_limit = 0;	/* filtered searches at once */
-	bool		stopping = false;
+	std::atomic<bool> stopping{false};
 	int			event_fd = -1;
 	CagraSearchJobRunner run = nullptr;
+	/* the collector thread and the started jobs it has not yet finished */
+	std::thread collector;
+	std::condition_variable collector_wake;
+	std::atomic<int> out{0};
+	CagraStartedCollector collect = nullptr;
 };
 
 Pool	   *pool = nullptr;
@@ -74,6 +84,64 @@ thread_main(void)
 	}
 }
 
+/* The collector's wait between polls that found nothing: it spins for the
+ * length of a short walk after the last answer, then yields its core, then
+ * sleeps, so that a slow search leaves the host's cores to the backends. */
+void
+collector_pause(std::chrono::steady_clock::duration idle)
+{
+	using namespace std::chrono;
+
+	if (idle < microseconds(50))
+	{
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	}
+	else if (idle < milliseconds(1))
+		std::this_thread::yield();
+	else
+		std::this_thread::sleep_for(microseconds(20));
+}
+
+void
+collector_main(void)
+{
+	std::vector<CagraSearchJob *> finished;
+	std::unique_lock<std::mutex> lock(pool->mutex);
+
+	finished.reserve(1024);		/* its turns allocate nothing */
+
+	for (;;)
+	{
+		pool->collector_wake.wait(lock, [] { return pool->stopping || pool->out > 0; });
+		if (pool->stopping)
+			return;
+		lock.unlock();
+
+		auto		last = std::chrono::steady_clock::now();
+
+		while (!pool->stopping && pool->out > 0)
+		{
+			finished.clear();
+			pool->collect(finished);	/* noexcept */
+			if (finished.empty())
+			{
+				collector_pause(std::chrono::steady_clock::now() - last);
+				continue;
+			}
+			last = std::chrono::steady_clock::now();
+			lock.lock();
+			for (CagraSearchJob *job : finished)
+				pool->finished.push_back(job);
+			pool->out -= (int) finished.size();
+			signal_finished();
+			lock.unlock();
+		}
+		lock.lock();
+	}
+}
+
 /* Before shared memory goes: running searches write into mapped segments. */
 void
 stop_pool(int code, Datum arg)
@@ -84,15 +152,19 @@ stop_pool(int code, Datum arg)
 		pool->stopping = true;
 	}
 	pool->wake.notify_all();
+	pool->collector_wake.notify_all();
 	for (auto &t : pool->threads)
 		t.join();
 	pool->threads.clear();
+	if (pool->collector.joinable())
+		pool->collector.join();
 }
 
 }							/* namespace */
 
 int
-cagra_search_pool_start(int batch_threads, int filtered_threads, CagraSearchJobRunner run) noexcept
+cagra_search_pool_start(int batch_threads, int filtered_threads, CagraSearchJobRunner run,
+						CagraStartedCollector collect) noexcept
 {
 	int			threads = batch_threads + filtered_threads;
 
@@ -110,6 +182,11 @@ cagra_search_pool_start(int batch_threads, int filtered_threads, CagraSearchJobR
 		{
 			for (int i = 0; i < threads; i++)
 				pool->threads.push_back(cagra_start_thread(thread_main));
+			if (collect && !pool->threads.empty())
+			{
+				pool->collector = cagra_start_thread(collector_main);
+				pool->collect = collect;
+			}
 		}
 		catch (...)
 		{
@@ -134,10 +211,15 @@ cagra_search_pool_fd(void)
 bool
 cagra_search_pool_has_room(bool filtered)
 {
-	if (!pool || pool->in_flight >= (int) pool->threads.size())
+	if (!pool)
+		return false;
+
+	int			on_threads = pool->in_flight - pool->started_in_flight;
+
+	if (on_threads >= (int) pool->threads.size())
 		return false;
 	return filtered ? pool->filtered_in_flight < pool->filtered_limit
-		: pool->in_flight - pool->filtered_in_flight < pool->batch_limit;
+		: on_threads - pool->filtered_in_flight < pool->batch_limit;
 }
 
 void
@@ -151,6 +233,28 @@ cagra_search_pool_submit(CagraSearchJob *job)
 		pool->filtered_in_flight += job->filtered;
 	}
 	pool->wake.notify_one();
+}
+
+bool
+cagra_search_pool_collects(void)
+{
+	return pool && pool->collect;
+}
+
+bool
+cagra_search_pool_track(CagraSearchJob *job)
+{
+	if (!cagra_search_pool_collects())
+		return false;
+	{
+		std::lock_guard<std::mutex> lock(pool->mutex);
+
+		pool->in_flight++;
+		pool->started_in_flight++;
+		pool->out++;
+	}
+	pool->collector_wake.notify_one();
+	return true;
 }
 
 CagraSearchJob *
@@ -168,6 +272,7 @@ cagra_search_pool_take_finished(void)
 	pool->finished.pop_front();
 	pool->in_flight--;
 	pool->filtered_in_flight -= job->filtered;
+	pool->started_in_flight -= job->started_at != 0;
 	if (!pool->finished.empty())
 		signal_finished();		/* the read above reset the descriptor */
 	return job;
@@ -182,7 +287,7 @@ cagra_search_pool_in_flight(void)
 int
 cagra_search_pool_batches_in_flight(void)
 {
-	return pool ? pool->in_flight - pool->filtered_in_flight : 0;
+	return pool ? pool->in_flight - pool->filtered_in_flight - pool->started_in_flight : 0;
 }
 
 void

@@ -28,6 +28,7 @@ struct CagraSearchJob
 	bool		filtered = false;	/* one filtered search, not a shared batch */
 	uint64		queries = 0;		/* queued in the picked slots */
 	uint64		searched = 0;		/* run by the thread */
+	TimestampTz started_at = 0;		/* started on the resident kernel (0: a batch) */
 	TimestampTz done_at = 0;		/* when the thread finished it */
 	bool		answered = false;	/* the thread answered the slots */
 	std::vector<int> abandoned;		/* picked slots whose backend had left: to free */
@@ -36,13 +37,19 @@ struct CagraSearchJob
 /* What a thread does with a job (batch.cpp). */
 typedef void (*CagraSearchJobRunner) (CagraSearchJob *job, CagraSearchLane *lane);
 
+/* What the collector thread does while started jobs are out: answers those
+ * whose queries are done and appends them to `finished` (batch.cpp). */
+typedef void (*CagraStartedCollector) (std::vector<CagraSearchJob *> &finished);
+
 /* Start up to batch_threads + filtered_threads threads; run(job, lane)
  * executes each job.  At most batch_threads shared batches run at once, and
  * at most filtered_threads filtered searches (0: they share the batch
- * threads, at most batch_threads of them).  Returns how many started (0:
- * the caller runs jobs itself).  They are joined before the process
- * detaches its shared memory. */
-int			cagra_search_pool_start(int batch_threads, int filtered_threads, CagraSearchJobRunner run) noexcept;
+ * threads, at most batch_threads of them).  With `collect`, also the
+ * collector thread of started jobs.  Returns how many search threads
+ * started (0: the caller runs jobs itself).  They are joined before the
+ * process detaches its shared memory. */
+int			cagra_search_pool_start(int batch_threads, int filtered_threads, CagraSearchJobRunner run,
+									CagraStartedCollector collect) noexcept;
 
 /* A descriptor that is readable while finished jobs wait to be taken. */
 int			cagra_search_pool_fd(void);
@@ -54,13 +61,21 @@ bool		cagra_search_pool_has_room(bool filtered);
  * must hold). */
 void		cagra_search_pool_submit(CagraSearchJob *job);
 
+/* Hand the collector thread a job whose queries were started on the
+ * device (cagra_engine_start_resident): it comes back finished as the
+ * others do.  False when there is no collector thread. */
+bool		cagra_search_pool_track(CagraSearchJob *job);
+
+/* Whether the collector thread runs. */
+bool		cagra_search_pool_collects(void);
+
 /* A finished job, or NULL; the caller owns it. */
 CagraSearchJob *cagra_search_pool_take_finished(void);
 
 /* Jobs submitted and not yet taken back. */
 int			cagra_search_pool_in_flight(void);
 
-/* Of them, the shared batches (not filtered searches). */
+/* Of them, the shared batches (not filtered searches, not started jobs). */
 int			cagra_search_pool_batches_in_flight(void);
 
 /* Block until a job finishes (none in flight: return at once). */

@@ -1448,6 +1448,94 @@ TEST(GpuSearch, ResidentKernelReportsEachQueryAsItsAnswerIsFinal)
     cagra_gpu_search_context_free(ctx);
 }
 
+/* Lone queries started on the resident kernel come back from collect once
+ * each, with the rows a resident batch of one gives, while a resident
+ * batch runs beside them; rows above 1 KB are refused (started 0), bad
+ * arguments are errors, and an empty collect finds nothing. */
+TEST(GpuSearch, ResidentStartAndCollectAnswerEachLoneQuery)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 128, k = 10, nq = 40;
+    const uint64_t n = 20000;
+    auto data = clustered(n, dim, 71, cagra::Metric::L2);
+    auto queries = queries_near(data, dim, nq, 72, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    cagra_gpu_search_params sp = search_params(32, 1);
+    sp.search_width = 8;
+    sp.resident = 1;
+
+    /* what a resident batch of one gives each query */
+    cagra_gpu_search_context *ctx = nullptr;
+    ASSERT_EQ(cagra_gpu_search_context_create(0, &ctx), CAGRA_GPU_OK) << cagra_gpu_last_error();
+    int served = 0;
+    const Results want = search_batches_in(ctx, l.ix, queries, dim, k, sp, 1, &served);
+    ASSERT_EQ(served, (int)nq);
+
+    std::vector<cagra_gpu_resident_done> done(CAGRA_GPU_MAX_K);
+    std::vector<uint32_t> ids((size_t)done.size() * CAGRA_GPU_MAX_K);
+    std::vector<float> dists(ids.size());
+    uint32_t count = 7;
+    EXPECT_EQ(cagra_gpu_resident_collect(0, (uint32_t)done.size(), done.data(), ids.data(), dists.data(), &count),
+              CAGRA_GPU_OK);
+    EXPECT_EQ(count, 0u) << "nothing was started";
+
+    for (uint32_t q = 0; q < nq; q++) {
+        int started = 0;
+        ASSERT_EQ(cagra_gpu_resident_start(l.ix, &queries[(size_t)q * dim], k, &sp, 1000 + q, &started), CAGRA_GPU_OK)
+            << cagra_gpu_last_error();
+        ASSERT_EQ(started, 1) << "query " << q;
+    }
+    /* a resident batch beside the started queries */
+    Results beside = search_batches_in(ctx, l.ix, queries, dim, k, sp, 8, &served);
+    expect_unique_rows(beside, k);
+
+    std::vector<int> seen(nq, 0);
+    uint32_t answered = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (answered < nq && std::chrono::steady_clock::now() < deadline) {
+        ASSERT_EQ(cagra_gpu_resident_collect(0, 16, done.data(), ids.data(), dists.data(), &count), CAGRA_GPU_OK)
+            << cagra_gpu_last_error();
+        ASSERT_LE(count, 16u);
+        for (uint32_t i = 0; i < count; i++) {
+            ASSERT_GE(done[i].tag, 1000u);
+            const uint32_t q = (uint32_t)(done[i].tag - 1000);
+            ASSERT_LT(q, nq);
+            seen[q]++;
+            EXPECT_EQ(done[i].k, k);
+            EXPECT_GE(done[i].device_ms, 0.0f);
+            EXPECT_TRUE(std::equal(ids.begin() + (size_t)i * CAGRA_GPU_MAX_K,
+                                   ids.begin() + (size_t)i * CAGRA_GPU_MAX_K + k, want.ids.begin() + (size_t)q * k))
+                << "query " << q << " differs from a resident batch of one";
+        }
+        answered += count;
+    }
+    EXPECT_EQ(answered, nq);
+    for (uint32_t q = 0; q < nq; q++)
+        EXPECT_EQ(seen[q], 1) << "query " << q;
+
+    int started = 7;
+    EXPECT_EQ(cagra_gpu_resident_start(l.ix, queries.data(), CAGRA_GPU_MAX_K + 1, &sp, 1, &started),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(started, 0);
+    EXPECT_EQ(cagra_gpu_resident_start(l.ix, nullptr, k, &sp, 1, &started), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(cagra_gpu_resident_collect(0, 4, nullptr, ids.data(), dists.data(), &count),
+              CAGRA_GPU_INVALID_ARGUMENT);
+
+    /* rows of 4 KB: the kernel does not take them */
+    const uint32_t long_dim = 1024;
+    auto long_data = clustered(3000, long_dim, 73, cagra::Metric::L2);
+    GpuGraph lg = gpu_build(long_data, long_dim, cagra::Metric::L2);
+    Loaded ll;
+    load(ll, long_data, long_dim, cagra::Metric::L2, lg.graph, 32, lg.entries);
+    started = 7;
+    EXPECT_EQ(cagra_gpu_resident_start(ll.ix, long_data.data(), k, &sp, 1, &started), CAGRA_GPU_OK)
+        << cagra_gpu_last_error();
+    EXPECT_EQ(started, 0);
+    cagra_gpu_search_context_free(ctx);
+}
+
 /* Searches through the resident kernel from four threads while a fifth
  * builds graphs, loads and frees indexes and launches a large batch: every
  * allocation stops the kernel, which starts again with the next search;
