@@ -20,11 +20,12 @@
 #                         cagra.concurrent_batches
 #        NEXT_HARD_N=N    also make the hard N x 1,024 set (before the profiles, beside
 #                         c1m), for a later command on the same warm machine
-#        BASE=dir         then the first c1m profile again with dir/cagra.so and
-#                         dir/libcagra_gpu.so (another commit's, built beforehand for
-#                         the carried PostgreSQL) installed instead, and once more with
-#                         this tree's: both builds measured on one machine, interleaved
-#        BASE_ROUNDS=1    how many times that pair (base, then this tree) runs
+#        BASE="dir..."    then the first c1m profile again with each dir's cagra.so and
+#                         libcagra_gpu.so (this tree's if it has none; other commits', built beforehand for the
+#                         carried PostgreSQL) installed instead, and once more with
+#                         this tree's: the builds measured on one machine, interleaved
+#                         (before the hard set, whose load replaces c1m's tables)
+#        BASE_ROUNDS=1    how many times that round (each base, then this tree) runs
 set -uo pipefail
 out=${1:-${OUT:-device-resident-out}}
 mkdir -p "$out"
@@ -69,26 +70,20 @@ for itopk in ${ITOPK:-32}; do
     --itopk "$itopk" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
   load=--skip-load
 done
-if [ "$hard_n" -gt 0 ]; then
-  step "worker profile, hard $hard_n x 1024"
-  python3 bench/worker_profile.py "/tmp/hard$hard_n" --windows 100 --clients "$clients" --seconds "$seconds" \
-    --itopk 64 --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-hard.txt"
-fi
 itopk_first=${ITOPK:-32}
 if [ -n "${BASE:-}" ]; then
   pkglib=$(pg_config --pkglibdir)
-  cp "$pkglib/cagra.so" /tmp/cagra.so.tree && cp "$pkglib/libcagra_gpu.so" /tmp/libcagra_gpu.so.tree
+  mkdir -p /tmp/tree-build
+  cp "$pkglib/cagra.so" "$pkglib/libcagra_gpu.so" /tmp/tree-build/
   for run in $(seq 1 "${BASE_ROUNDS:-1}"); do
-    for build in base tree; do
-      step "c1m, itopk ${itopk_first%% *}, the $build build (round $run)"
-      if [ "$build" = base ]; then
-        install -m 755 "$BASE/cagra.so" "$pkglib/cagra.so" && install -m 755 "$BASE/libcagra_gpu.so" "$pkglib/libcagra_gpu.so"
-      else
-        install -m 755 /tmp/cagra.so.tree "$pkglib/cagra.so" && install -m 755 /tmp/libcagra_gpu.so.tree "$pkglib/libcagra_gpu.so"
-      fi
+    for build in $BASE /tmp/tree-build; do
+      name=$(basename "$build"); [ "$build" = /tmp/tree-build ] && name=tree
+      step "c1m, itopk ${itopk_first%% *}, the $name build ($build, round $run)"
+      lib=$build/libcagra_gpu.so; [ -f "$lib" ] || lib=/tmp/tree-build/libcagra_gpu.so
+      install -m 755 "$build/cagra.so" "$pkglib/cagra.so" && install -m 755 "$lib" "$pkglib/libcagra_gpu.so"
       su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null
       python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
-        --itopk "${itopk_first%% *}" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-$build-$run.txt"
+        --itopk "${itopk_first%% *}" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-$name-$run.txt"
     done
   done
 fi
@@ -98,5 +93,10 @@ for batches in ${SWEEP_BATCHES:-}; do
   python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${SWEEP_WINDOWS:-${WINDOWS:-100}}" --clients 64,256 \
     --seconds "$seconds" --itopk "${itopk_first%% *}" --resident on 2>&1 | tee "$out/profile-c1m-batches$batches.txt"
 done
+if [ "$hard_n" -gt 0 ]; then
+  step "worker profile, hard $hard_n x 1024"
+  python3 bench/worker_profile.py "/tmp/hard$hard_n" --windows 100 --clients "$clients" --seconds "$seconds" \
+    --itopk 64 --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-hard.txt"
+fi
 psql -Atc "SELECT * FROM cagra_status" >"$out/status.txt" 2>&1
 step "done"

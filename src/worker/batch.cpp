@@ -37,11 +37,13 @@ static bool start_refused = false;
 
 /* Searches queued at the last look over the slots.  Each lone start costs
  * the main loop a look and a start of its own; with more than
- * kLoneStartQueueMax waiting, batches serve them with fewer (256 clients
- * on c1m: 186,000-191,000 q/s starting each alone against 201,000-204,000
- * in batches; 64 clients: 173,000 against 145,000). */
+ * kLoneStartQueueMax waiting, batches serve them with fewer.  On one H200
+ * host (c1m, itopk 32, two rounds each): every search alone gave 64 clients
+ * 132,690-135,318 q/s and 256 clients 119,727-122,357; alone up to 32
+ * queued, 127,555-128,304 and 124,239-130,408; up to 64, 131,182-132,018
+ * and 126,493-128,302. */
 static int	queued_searches = 0;
-static const int kLoneStartQueueMax = 32;
+static const int kLoneStartQueueMax = 64;
 
 /* Whether a queued search may start on the resident kernel at once, without
  * a batch window or a search thread: a lone unfiltered query while few
