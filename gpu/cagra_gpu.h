@@ -35,7 +35,7 @@ extern "C" {
  * ctas_per_query; 8: resident; 10: each query's answer as it is final,
  * lone queries started and collected);
  * compare cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 10
+#define CAGRA_GPU_API_VERSION 11
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
