@@ -1457,11 +1457,8 @@ TEST(GpuSearch, ResidentStartAndCollectAnswerEachLoneQuery)
     REQUIRE_DEVICE();
     const uint32_t dim = 128, k = 10, nq = 40;
     const uint64_t n = 20000;
-    auto data = clustered(n, dim, 71, cagra::Metric::L2);
-    auto queries = queries_near(data, dim, nq, 72, cagra::Metric::L2);
-    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2);
-    Loaded l;
-    load(l, data, dim, cagra::Metric::L2, g.graph, 32, g.entries);
+    SmallIndex x(n, dim, nq, 71);
+    auto &[data, queries, g, l] = x;
     cagra_gpu_search_params sp = search_params(32, 1);
     sp.search_width = 8;
     sp.resident = 1;
@@ -1524,13 +1521,9 @@ TEST(GpuSearch, ResidentStartAndCollectAnswerEachLoneQuery)
               CAGRA_GPU_INVALID_ARGUMENT);
 
     /* rows of 4 KB: the kernel does not take them */
-    const uint32_t long_dim = 1024;
-    auto long_data = clustered(3000, long_dim, 73, cagra::Metric::L2);
-    GpuGraph lg = gpu_build(long_data, long_dim, cagra::Metric::L2);
-    Loaded ll;
-    load(ll, long_data, long_dim, cagra::Metric::L2, lg.graph, 32, lg.entries);
+    SmallIndex wide(3000, 1024, 1, 73);
     started = 7;
-    EXPECT_EQ(cagra_gpu_resident_start(ll.ix, long_data.data(), k, &sp, 1, &started), CAGRA_GPU_OK)
+    EXPECT_EQ(cagra_gpu_resident_start(wide.l.ix, wide.queries.data(), k, &sp, 1, &started), CAGRA_GPU_OK)
         << cagra_gpu_last_error();
     EXPECT_EQ(started, 0);
     cagra_gpu_search_context_free(ctx);
