@@ -21,11 +21,14 @@
 #        NEXT_HARD_N=N    also make the hard N x 1,024 set (before the profiles, beside
 #                         c1m), for a later command on the same warm machine
 #        BASE="dir..."    then the first c1m profile again with each dir's cagra.so and
-#                         libcagra_gpu.so (this tree's if it has none; other commits', built beforehand for the
-#                         carried PostgreSQL) installed instead, and once more with
+#                         libcagra_gpu.so (this tree's for either it lacks; other commits', built beforehand for
+#                         the carried PostgreSQL) installed instead, and once more with
 #                         this tree's: the builds measured on one machine, interleaved
 #                         (before the hard set, whose load replaces c1m's tables)
 #        BASE_ROUNDS=1    how many times that round (each base, then this tree) runs
+#        FLOOR=1          after the first c1m profile, the same statement with a B-tree
+#                         range scan in place of the search at each client count
+#                         (worker_profile.py --floor): the host's ceiling for it
 set -uo pipefail
 out=${1:-${OUT:-device-resident-out}}
 mkdir -p "$out"
@@ -70,6 +73,11 @@ for itopk in ${ITOPK:-32}; do
     --itopk "$itopk" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
   load=--skip-load
 done
+if [ -n "${FLOOR:-}" ]; then
+  step "c1m, the statement without the search"
+  python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
+    --resident "" --floor 2>&1 | tee "$out/floor-c1m.txt"
+fi
 itopk_first=${ITOPK:-32}
 if [ -n "${BASE:-}" ]; then
   pkglib=$(pg_config --pkglibdir)
@@ -79,8 +87,9 @@ if [ -n "${BASE:-}" ]; then
     for build in $BASE /tmp/tree-build; do
       name=$(basename "$build"); [ "$build" = /tmp/tree-build ] && name=tree
       step "c1m, itopk ${itopk_first%% *}, the $name build ($build, round $run)"
+      ext=$build/cagra.so; [ -f "$ext" ] || ext=/tmp/tree-build/cagra.so
       lib=$build/libcagra_gpu.so; [ -f "$lib" ] || lib=/tmp/tree-build/libcagra_gpu.so
-      install -m 755 "$build/cagra.so" "$pkglib/cagra.so" && install -m 755 "$lib" "$pkglib/libcagra_gpu.so"
+      install -m 755 "$ext" "$pkglib/cagra.so" && install -m 755 "$lib" "$pkglib/libcagra_gpu.so"
       su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null
       python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
         --itopk "${itopk_first%% *}" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-$name-$run.txt"

@@ -20,13 +20,18 @@ setting (the kernel that stays on the device against a launch per batch),
 each after recall@10 over every query in one statement under that setting,
 and prints the share of batches the resident kernel answered.
 
+With --floor it also runs (alone with --resident ""), at each client count, the same statement with a
+B-tree range scan of bench_items in place of the search (the query vector
+still looked up, ten rows still fetched, no worker): what this host's
+PostgreSQL and pgbench alone allow for a statement of that shape.
+
 With --batch N it also times cagra_search calls of N queries and prints
 their steps per call (the worker's job, engine and device time; the
 backend's share is the call less the round trip).
 
 usage: worker_profile.py DIR [--skip-load] [--windows 100,0]
                              [--clients 1,64,128,256] [--seconds 8] [--itopk 32]
-                             [--resident on] [--batch 10000]
+                             [--resident on] [--batch 10000] [--floor]
 """
 import argparse
 import time
@@ -82,6 +87,27 @@ def sweep(db, args, script, settings):
                      resident_share, sql_bench.fmt_ms(backend_cpu)), flush=True)
 
 
+# the search's statement less the search: the query vector's lookup, ten
+# heap rows in id order from a B-tree, no index search and no worker
+FLOOR_SCRIPT = """\\set q random(0, {nq})
+\\set i random(1, {last_id})
+SELECT id FROM bench_items WHERE id >= :i AND (SELECT v FROM bench_queries WHERE qid = :q) IS NOT NULL
+ ORDER BY id LIMIT 10;
+"""
+
+
+def floor(db, args, nq):
+    last_id = int(db.psql("SELECT max(id) - 10 FROM bench_items"))
+    script = FLOOR_SCRIPT.format(nq=nq - 1, last_id=last_id)
+    db.pgbench(script, 4, 2)
+    print("\nThe statement without the search (B-tree range scan of ten rows, query vector looked up):")
+    print("| clients | q/s | backends' CPU |")
+    print("|---:|---:|---:|")
+    for clients in [int(x) for x in args.clients.split(",")]:
+        tps, _, backend_cpu = db.pgbench(script, clients, args.seconds)
+        print("| %d | %.0f | %s |" % (clients, tps, sql_bench.fmt_ms(backend_cpu)), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -93,6 +119,7 @@ def main():
     ap.add_argument("--itopk", type=int, default=32)
     ap.add_argument("--resident", default="on")
     ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--floor", action="store_true")
     args = ap.parse_args()
     db = sql_bench.Db(args.dsn)
     db.psql("CREATE EXTENSION IF NOT EXISTS cagra")
@@ -105,7 +132,7 @@ def main():
     settings = [("cagra.itopk_size", args.itopk), ("enable_seqscan", "off")]
     # one warm-up run loads the index copy
     db.pgbench(script, 4, 2, settings)
-    for resident in args.resident.split(","):
+    for resident in [r for r in args.resident.split(",") if r]:
         db.psql("ALTER SYSTEM SET cagra.resident_search = %s" % resident)
         db.psql("SELECT pg_reload_conf()")
         time.sleep(1)
@@ -117,6 +144,8 @@ def main():
     db.psql("ALTER SYSTEM RESET cagra.resident_search")
     db.psql("ALTER SYSTEM RESET cagra.batch_window")
     db.psql("SELECT pg_reload_conf()")
+    if args.floor:
+        floor(db, args, nq)
     if args.batch:
         before = timings(db)
         sql_bench.batch_search(db, args.batch, nq, runs=4)
