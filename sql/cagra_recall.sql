@@ -145,8 +145,13 @@ SELECT * FROM cagra_index_check('items_cos');
 SELECT recall('<=>') >= 0.95 AS cosine_recall_ok;
 DROP INDEX items_cos;
 
--- inner product
+-- inner product: the buffer its build measures varies from run to run
+-- (the default 32 until once 192: the threads' graphs differ, and the inner
+-- product's nearest rows are the few of largest norm), and with it the
+-- NOTICE; the recall below holds at whichever it chose
+SET client_min_messages = warning;
 CREATE INDEX items_ip ON items USING cagra (v vector_ip_ops);
+RESET client_min_messages;
 SELECT * FROM cagra_index_check('items_ip');
 SELECT recall('<#>') >= 0.95 AS ip_recall_ok;
 DROP INDEX items_ip;
