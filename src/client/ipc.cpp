@@ -18,20 +18,22 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
+/*
+ * Read without the worker's lock: a hint, taken before a request that
+ * looks again under the lock (cagra_queue_request), so that a search does
+ * not take that lock, which every backend shares, more than once.  It can
+ * be stale either way, as a locked read could be a moment later.
+ */
 bool
 cagra_worker_running(int *backend)
 {
-	CagraWorkerShared *sh = cagra_worker_shared;
-	bool		running;
+	volatile CagraWorkerShared *sh = cagra_worker_shared;
 
 	if (!sh)
 		return false;
-	LWLockAcquire(sh->lock, LW_SHARED);
-	running = sh->state == CAGRA_WS_RUNNING && sh->pid != 0;
 	if (backend)
 		*backend = sh->backend;
-	LWLockRelease(sh->lock);
-	return running;
+	return sh->state == CAGRA_WS_RUNNING && sh->pid != 0;
 }
 
 /* The backend's reusable segment (session lifetime), NULL until needed or

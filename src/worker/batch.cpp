@@ -19,6 +19,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -66,16 +67,23 @@ cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 		a->key.n == b->key.n && cagra_same_search_request(&a->search, &b->search);
 }
 
-/* The oldest queued slot for this worker, or -1.  A BUILD_RUN waits while
- * the build thread is busy, a search while no search thread is free for
- * its kind (a shared batch or a filtered search) unless it can start on
- * the resident kernel.  The fields of a queued slot may change under
- * the reader (its backend may give it up and queue another request):
- * whoever acts on them takes the slot first (cagra_take_slot). */
+/*
+ * The queued slots for this worker that may be served now, oldest first,
+ * into `order`; returns how many.  A BUILD_RUN waits while the build
+ * thread is busy, a search while no search thread is free for its kind (a
+ * shared batch or a filtered search) unless it can start on the resident
+ * kernel.  The fields of a queued slot may change under the reader (its
+ * backend may give it up and queue another request): whoever acts on them
+ * takes the slot first (cagra_take_slot).
+ *
+ * One look serves a whole turn of lone starts: with 64 clients the slots
+ * that backends keep writing miss the cache at each look, and a look
+ * before every start cost the main loop more than the start itself.
+ */
 static int
-cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
+cagra_queued_in_order(CagraWorkerShared *sh, uint64 my_generation, int *order)
 {
-	int			best = -1;
+	int			n = 0;
 	int			searches = 0;
 
 	for (int i = 0; i < sh->nslots; i++)
@@ -87,12 +95,12 @@ cagra_oldest_queued(CagraWorkerShared *sh, uint64 my_generation)
 		searches += s->kind == CAGRA_REQ_SEARCH;
 		if (!(s->kind == CAGRA_REQ_BUILD_RUN && cagra_worker_build_busy()) &&
 			!(s->kind == CAGRA_REQ_SEARCH && search_threads > 0 && !cagra_startable(s) &&
-			  !cagra_search_pool_has_room(s->search.filtered)) &&
-			(best < 0 || s->seq < sh->slots[best].seq))
-			best = i;
+			  !cagra_search_pool_has_room(s->search.filtered)))
+			order[n++] = i;
 	}
 	queued_searches = searches;
-	return best;
+	std::sort(order, order + n, [sh](int a, int b) { return sh->slots[a].seq < sh->slots[b].seq; });
+	return n;
 }
 
 /* Take a queued slot (QUEUED -> RUNNING); false when its backend gave it
@@ -728,8 +736,10 @@ cagra_wait_batch_window(CagraWorkerShared *sh, TimestampTz queued_at)
 	}
 }
 
-/* Serve the queued search `first` with every search that can join it. */
-static void
+/* Serve the queued search `first` with every search that can join it.
+ * True when it started alone on the resident kernel, leaving the queue as
+ * the last look saw it but for this slot. */
+static bool
 cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 {
 	CagraRequestSlot *f = &sh->slots[first];
@@ -737,12 +747,12 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 	int			n;
 
 	if (!cagra_take_slot(f))
-		return;					/* its backend gave up */
+		return true;			/* its backend gave up: nothing changed */
 	if (f->kind != CAGRA_REQ_SEARCH ||
 		(search_threads > 0 && !cagra_startable(f) && !cagra_search_pool_has_room(f->search.filtered)))
 	{
 		cagra_untake_slot(f);	/* and queued another request since */
-		return;
+		return false;
 	}
 
 	uint64		pickup_us = (uint64) Max(GetCurrentTimestamp() - f->queued_at, 0);
@@ -750,12 +760,13 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 	if (cagra_startable(f) && cagra_start_lone_search(sh, first))
 	{
 		cagra_add_timing(sh, CAGRA_TIMING_PICKUP, pickup_us, 1);
-		return;
+		queued_searches--;
+		return true;
 	}
 	if (search_threads > 0 && !cagra_search_pool_has_room(f->search.filtered))
 	{
 		cagra_untake_slot(f);	/* the kernel refused it and no thread is free */
-		return;
+		return false;
 	}
 	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, pickup_us, 1);
 	/* a filtered search never shares its launch: nothing to wait for */
@@ -781,12 +792,12 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 					sizeof(sh->slots[picked[i]].message));
 		}
 		cagra_answer(sh, picked, n);
-		return;
+		return false;
 	}
 	if (!cagra_pick_copy(sh, job))
 	{
 		cagra_finish_search_job(sh, job);
-		return;
+		return false;
 	}
 	for (int i = 0; i < n; i++)
 		job->payloads[i] = cagra_attach_payload(&sh->slots[picked[i]], &job->segs[i]);
@@ -797,6 +808,7 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 		cagra_run_search_job(job, nullptr);
 		cagra_finish_search_job(sh, job);
 	}
+	return false;
 }
 
 static void
@@ -869,28 +881,41 @@ cagra_worker_serve_queue(void)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	static int *picked = NULL;
+	static int *order = NULL;
 	int			served = 0;
 
 	if (!picked)
 		picked = (int *) MemoryContextAlloc(TopMemoryContext, sizeof(int) * sh->nslots);
+	if (!order)
+		order = (int *) MemoryContextAlloc(TopMemoryContext, sizeof(int) * sh->nslots);
 	start_refused = false;
 	for (;;)
 	{
 		served += search_threads > 0 ? cagra_finish_searches(sh) : 0;
-		int			first = cagra_oldest_queued(sh, sh->generation);
+		int			n = cagra_queued_in_order(sh, sh->generation, order);
 
-		if (first < 0)
+		if (n == 0)
 			return served;		/* (searches waiting for a thread: a finishing one wakes the loop) */
-		if (sh->slots[first].kind == CAGRA_REQ_SEARCH)
-			cagra_serve_searches(sh, first, picked);
-		else if (cagra_search_pool_in_flight() > 0)
+		/* down the look's list while its searches start alone; anything
+		 * else (a batch, another request) changes the queue: look again */
+		for (int j = 0; j < n; j++)
 		{
-			cagra_worker_drain_searches();
-			continue;
+			int			first = order[j];
+			bool		alone = false;
+
+			if (sh->slots[first].kind == CAGRA_REQ_SEARCH)
+				alone = cagra_serve_searches(sh, first, picked);
+			else if (cagra_search_pool_in_flight() > 0)
+			{
+				cagra_worker_drain_searches();
+				break;
+			}
+			else
+				cagra_serve_one(sh, first);
+			served++;
+			CHECK_FOR_INTERRUPTS();
+			if (!alone)
+				break;
 		}
-		else
-			cagra_serve_one(sh, first);
-		served++;
-		CHECK_FOR_INTERRUPTS();
 	}
 }

@@ -31,5 +31,9 @@ int			cagra_cache_clear(void);
 /* Forget which indexes were too large (the limit may have changed). */
 void		cagra_cache_forget_limits(void);
 
-/* Copy the cache list and memory figures into shared memory. */
-void		cagra_cache_publish(void);
+/* Copy the cache list and memory figures into shared memory for
+ * cagra_status: at once when a copy came, went or changed; when only the
+ * copies' search counts moved, at most every CAGRA_PUBLISH_INTERVAL_MS.
+ * True while such counts wait: call again within that interval. */
+#define CAGRA_PUBLISH_INTERVAL_MS 50
+bool		cagra_cache_publish(void);

@@ -188,15 +188,16 @@ cagra_worker_main(Datum arg)
 			cagra_cache_forget_limits();
 		}
 		bool		built = cagra_worker_poll_build();
+		bool		served = cagra_worker_serve_queue() > 0;
+		bool		counts_pending = cagra_cache_publish();
 
-		if (cagra_worker_serve_queue() > 0 || built)
-			cagra_cache_publish();
-		else if (!cagra_worker_searches_running())
+		if (!served && !built && !cagra_worker_searches_running())
 			cagra_worker_forget_mailboxes();	/* idle: unmap those of exited backends */
 
 		cagra_add_timing(cagra_worker_shared, CAGRA_TIMING_LOOP_BUSY,
 						 (uint64) Max(GetCurrentTimestamp() - turn_started, 0), 1);
-		(void) WaitEventSetWait(wait, 1000L, &event, 1, PG_WAIT_EXTENSION);
+		(void) WaitEventSetWait(wait, counts_pending ? CAGRA_PUBLISH_INTERVAL_MS : 1000L, &event, 1,
+								PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		/* as a backend it must absorb ProcSignalBarriers (DROP DATABASE waits for them) */
 		CHECK_FOR_INTERRUPTS();
