@@ -138,7 +138,6 @@ struct Resident {
     std::vector<std::chrono::steady_clock::time_point> since;
     uint32_t started_count = 0;
     std::chrono::steady_clock::time_point last_used;
-    std::chrono::steady_clock::time_point last_checked; /* resident_collect's last look at the stream */
 
     ~Resident()
     {
@@ -484,89 +483,62 @@ bool resident_start(const ResidentKey &key, const SearchArgs &planned, uint32_t 
 uint32_t resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done, uint32_t *ids_out,
                           float *distances_out, std::string *failure)
 {
-    /* The caller polls without pause while queries are out, and every start
-     * takes the registry's lock too: the lock is held only to see which
-     * slots are started and to hand finished ones back.  Between the two, a
-     * started slot is this caller's alone (only a collect frees it) and its
-     * kernel stays (quiesce waits for started queries), so its state, tag
-     * and rows are read unlocked. */
     Registry &r = registry();
-    thread_local std::vector<uint32_t> watched, finished;
-    Resident *x;
-    bool broken;
-    {
-        std::lock_guard<std::mutex> lock(r.m);
-        x = find(r, device);
-        if (!x || x->started_count == 0)
-            return 0;
-        broken = x->broken;
-        watched.clear();
-        for (uint32_t s = 0; s < x->slots; s++)
-            if (x->started[s])
-                watched.push_back(s);
-    }
-
+    std::lock_guard<std::mutex> lock(r.m);
+    Resident *x = find(r, device);
+    if (!x || x->started_count == 0)
+        return 0;
     const auto now = std::chrono::steady_clock::now();
     auto oldest = now;
-    finished.clear();
-    for (uint32_t s : watched) {
-        if (finished.size() == max)
-            break;
-        if (!broken && __atomic_load_n(&x->slot[s].state, __ATOMIC_ACQUIRE) != kSlotDone) {
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < x->slots && n < max; s++) {
+        if (!x->started[s])
+            continue;
+        const bool finished = __atomic_load_n(&x->slot[s].state, __ATOMIC_ACQUIRE) == kSlotDone;
+        if (!finished && !x->broken) {
             oldest = std::min(oldest, x->since[s]);
             continue;
         }
-        cagra_gpu_resident_done &d = done[finished.size()];
-        d.tag = x->tag[s];
-        d.k = 0;
-        d.device_ms = 0.0f;
-        if (!broken) {
+        done[n].tag = x->tag[s];
+        done[n].k = 0;
+        done[n].device_ms = 0.0f;
+        if (!x->broken) {
             /* the block published DONE after its rows: they are final */
             const Slot &slot = x->slot[s];
-            const uint64_t row = (uint64_t)finished.size() * CAGRA_GPU_MAX_K;
-            d.k = slot.k;
-            d.device_ms = slot.ended_ns > slot.started_ns ? (float)((slot.ended_ns - slot.started_ns) / 1e6) : 0.0f;
-            std::memcpy(ids_out + row, x->ids + (uint64_t)s * CAGRA_GPU_MAX_K, slot.k * sizeof(uint32_t));
-            std::memcpy(distances_out + row, x->dists + (uint64_t)s * CAGRA_GPU_MAX_K, slot.k * sizeof(float));
-        }
-        finished.push_back(s);
+            done[n].k = slot.k;
+            done[n].device_ms = slot.ended_ns > slot.started_ns ? (float)((slot.ended_ns - slot.started_ns) / 1e6) : 0.0f;
+            std::memcpy(ids_out + (uint64_t)n * CAGRA_GPU_MAX_K, x->ids + (uint64_t)s * CAGRA_GPU_MAX_K,
+                        slot.k * sizeof(uint32_t));
+            std::memcpy(distances_out + (uint64_t)n * CAGRA_GPU_MAX_K, x->dists + (uint64_t)s * CAGRA_GPU_MAX_K,
+                        slot.k * sizeof(float));
+            x->slot[s].state = kSlotIdle;
+            x->free.push_back(s);
+        } /* else its slot stays taken: the kernel is not trusted again */
+        x->started[s] = 0;
+        x->started_count--;
+        x->in_flight--;
+        n++;
     }
-
-    /* as a waiting caller checks, at most once a millisecond (a driver
-     * call): a kernel that ended, or a query kept too long */
-    std::string why;
-    if (!broken && now - oldest >= kBriefWait && now - x->last_checked >= std::chrono::milliseconds(1)) {
-        x->last_checked = now;
+    if (n > 0)
+        r.cv.notify_all();
+    if (x->broken) {
+        *failure = "the resident search kernel failed";
+        return n;
+    }
+    /* as a waiting caller checks: a kernel that ended, or a query kept too long */
+    if (now - oldest >= kBriefWait) {
         DeviceScope scope(x->key.device);
         const cudaError_t err = cudaStreamQuery(x->stream);
-        if (err != cudaErrorNotReady)
-            why = std::string("the resident search kernel ended: ") +
-                  (err == cudaSuccess ? "no error" : cudaGetErrorString(err));
-        else if (now - oldest > kJobTimeout)
-            why = "the resident search kernel did not answer within 10 s";
-    }
-
-    if (!finished.empty() || !why.empty()) {
-        std::lock_guard<std::mutex> lock(r.m);
-        for (uint32_t s : finished) {
-            if (!broken) {
-                x->slot[s].state = kSlotIdle;
-                x->free.push_back(s);
-            } /* else its slot stays taken: the kernel is not trusted again */
-            x->started[s] = 0;
-            x->started_count--;
-            x->in_flight--;
+        if (err != cudaErrorNotReady) {
+            x->broken = true;
+            *failure = std::string("the resident search kernel ended: ") +
+                       (err == cudaSuccess ? "no error" : cudaGetErrorString(err));
+        } else if (now - oldest > kJobTimeout) {
+            x->broken = true;
+            *failure = "the resident search kernel did not answer within 10 s";
         }
-        if (!why.empty())
-            x->broken = true; /* its started queries end at the next collect */
     }
-    if (!finished.empty())
-        r.cv.notify_all();
-    if (broken)
-        *failure = "the resident search kernel failed";
-    else if (!why.empty())
-        *failure = why;
-    return (uint32_t)finished.size();
+    return n;
 }
 
 } // namespace cagra_gpu
