@@ -17,9 +17,9 @@
 #include "worker/offload_build.h"
 #include "worker/search_pool.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
