@@ -73,6 +73,10 @@ my $before = status('queries');
 my $scan_result = $node->safe_psql('postgres', $scan);
 like($scan_result, qr/^1234,/, 'index scan through the worker finds the row itself first');
 is(status('queries'), $before + 1, 'the index scan was served by the worker');
+# only search counts moved: the worker publishes them within 50 ms, idle or not
+ok($node->poll_query_until('postgres', q{
+	SELECT c.searches = s.queries FROM cagra_worker_cache() c JOIN pg_class r ON r.oid = c.index, cagra_status s
+	 WHERE r.relname = 'items_v'}), 'cagra_worker_cache shows every search of the copy once the worker is idle');
 # every step of those round trips was timed, and the steps fit in the round trip
 is($node->safe_psql('postgres', q{
 	SELECT bool_and(events > 0) FILTER (WHERE step IN ('pickup', 'queue', 'job', 'engine', 'handback',
