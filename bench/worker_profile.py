@@ -20,10 +20,11 @@ setting (the kernel that stays on the device against a launch per batch),
 each after recall@10 over every query in one statement under that setting,
 and prints the share of batches the resident kernel answered.
 
-With --floor it also runs (alone with --resident ""), at each client count, the same statement with a
-B-tree range scan of bench_items in place of the search (the query vector
-still looked up, ten rows still fetched, no worker): what this host's
-PostgreSQL and pgbench alone allow for a statement of that shape.
+With --floor it also runs, at each client count, the same statement with
+a B-tree range scan of bench_items in place of the search (the query
+vector still looked up, ten rows still fetched, no worker): what this
+host's PostgreSQL and pgbench alone allow for a statement of that shape.
+With --resident "" that is all it runs.
 
 With --batch N it also times cagra_search calls of N queries and prints
 their steps per call (the worker's job, engine and device time; the
