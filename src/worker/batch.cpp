@@ -629,13 +629,19 @@ cagra_collect_started(std::vector<CagraSearchJob *> &finished) noexcept
 	}
 }
 
-/* A job never started: its one-off segments detached, freed. */
 static void
-cagra_drop_search_job(CagraSearchJob *job)
+cagra_detach_job_segments(CagraSearchJob *job)
 {
 	for (dsm_segment *seg : job->segs)
 		if (seg)
 			dsm_detach(seg);
+}
+
+/* A job never started: its one-off segments detached, freed. */
+static void
+cagra_drop_search_job(CagraSearchJob *job)
+{
+	cagra_detach_job_segments(job);
 	delete job;
 }
 
@@ -670,7 +676,7 @@ cagra_start_lone_search(CagraWorkerShared *sh, int first)
 	}
 	start_refused = false;
 	cagra_add_timing(sh, CAGRA_TIMING_QUEUE, (uint64) Max(now - f->queued_at, 0), 1);
-	cagra_search_pool_track(job);
+	cagra_search_pool_track_started();
 	return true;
 }
 
@@ -679,9 +685,7 @@ cagra_start_lone_search(CagraWorkerShared *sh, int first)
 static void
 cagra_finish_search_job(CagraWorkerShared *sh, CagraSearchJob *job)
 {
-	for (dsm_segment *seg : job->segs)
-		if (seg)
-			dsm_detach(seg);
+	cagra_detach_job_segments(job);
 	if (job->done_at != 0)
 		cagra_add_timing(sh, CAGRA_TIMING_HANDBACK, (uint64) Max(GetCurrentTimestamp() - job->done_at, 0), 1);
 	if (job->copy)

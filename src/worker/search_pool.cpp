@@ -241,11 +241,9 @@ cagra_search_pool_collects(void)
 	return pool && pool->collect;
 }
 
-bool
-cagra_search_pool_track(CagraSearchJob *job)
+void
+cagra_search_pool_track_started(void)
 {
-	if (!cagra_search_pool_collects())
-		return false;
 	{
 		std::lock_guard<std::mutex> lock(pool->mutex);
 
@@ -254,7 +252,6 @@ cagra_search_pool_track(CagraSearchJob *job)
 		pool->out++;
 	}
 	pool->collector_wake.notify_one();
-	return true;
 }
 
 CagraSearchJob *

@@ -61,10 +61,11 @@ bool		cagra_search_pool_has_room(bool filtered);
  * must hold). */
 void		cagra_search_pool_submit(CagraSearchJob *job);
 
-/* Hand the collector thread a job whose queries were started on the
- * device (cagra_engine_start_resident): it comes back finished as the
- * others do.  False when there is no collector thread. */
-bool		cagra_search_pool_track(CagraSearchJob *job);
+/* Count a job whose query was started on the device with the job as its
+ * tag (cagra_engine_start_resident), so that the collector thread polls
+ * until it comes back and hands it back finished as the others are.
+ * Only while cagra_search_pool_collects(). */
+void		cagra_search_pool_track_started(void);
 
 /* Whether the collector thread runs. */
 bool		cagra_search_pool_collects(void);
