@@ -212,14 +212,21 @@ cagra_query_array_init(CagraQueryArray *qa, AnyArrayType *arr)
 	qa->next = 0;
 }
 
-/* The next nq queries of the array, prepared (nq x dims); NULL elements
- * leave *present false. */
+static Size
+cagra_queries_bytes(const CagraMetaData *meta, int nq)
+{
+	return (Size) nq * meta->dims * sizeof(float);
+}
+
+/* The next nq queries of the array, prepared (nq x dims) into `into`, or
+ * into scratch set `set` when it is NULL; NULL elements leave *present
+ * false. */
 static float *
 cagra_collect_queries(Relation index, const CagraMetaData *meta, CagraQueryArray *qa, int nq, int set,
-					  bool **present_out)
+					  float *into, bool **present_out)
 {
-	float	   *queries = (float *) cagra_scratch_of(set, CAGRA_SCRATCH_QUERIES,
-													  (Size) nq * meta->dims * sizeof(float));
+	float	   *queries = into ? into :
+		(float *) cagra_scratch_of(set, CAGRA_SCRATCH_QUERIES, cagra_queries_bytes(meta, nq));
 	bool	   *present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
 
 	for (int q = 0; q < nq; q++)
@@ -696,26 +703,65 @@ typedef struct CagraSearchPart
 {
 	MemoryContext cxt;
 	int			first;			/* number of its first query, from 0 */
-	float	   *queries;
+	float	   *queries;		/* in scratch, or in the request's payload */
+	bool		queries_in_request;
 	bool	   *present;
 	CagraCandidates c;
 	CagraSearchPending request; /* request.wait.queued: the worker has it */
 } CagraSearchPart;
 
+/* Give the part's request back; with keep_queries, its queries are first
+ * copied out of the request into the part's scratch, for a search the
+ * usual way (which may reuse the mailbox). */
+static void
+cagra_part_release(CagraSearchPart *p, const CagraMetaData *meta, bool keep_queries)
+{
+	if (p->queries_in_request)
+	{
+		float	   *own = NULL;
+
+		if (keep_queries)
+		{
+			Size		bytes = cagra_queries_bytes(meta, p->c.nq);
+
+			own = (float *) cagra_scratch_of(p->c.scratch_set, CAGRA_SCRATCH_QUERIES, bytes);
+			memcpy(own, p->queries, bytes);
+		}
+		p->queries = own;
+		p->queries_in_request = false;
+	}
+	cagra_worker_search_release(&p->request);
+}
+
+/*
+ * Collect the part's queries; with to_worker, straight into a request to
+ * the worker, queued at once and answered while the backend settles the
+ * part before (when it cannot be queued so, cagra_part_search searches
+ * the usual way).
+ */
 static void
 cagra_part_collect(CagraSearchPart *p, int set, Relation index, const CagraMetaData *meta, CagraQueryArray *qa,
-				   int first, int nq, uint32 kk)
+				   int first, int nq, uint32 kk, bool to_worker)
 {
 	MemoryContext old = MemoryContextSwitchTo(p->cxt);
 	CagraCandidates *c = &p->c;
 	Size		total = (Size) nq * kk;
+	float	   *into = NULL;
 
 	p->first = first;
-	p->request.wait.queued = false;
-	p->queries = cagra_collect_queries(index, meta, qa, nq, set, &p->present);
 	c->nq = nq;
 	c->kk = kk;
 	c->scratch_set = set;
+	if (to_worker)
+	{
+		CagraSearchRequest req = cagra_candidates_request(meta, c);
+
+		into = cagra_search_begin_through_worker(index, meta, &req, (uint32) nq, &p->request);
+	}
+	p->queries = cagra_collect_queries(index, meta, qa, nq, set, into, &p->present);
+	p->queries_in_request = into != NULL;
+	if (into && !cagra_worker_search_queue(&p->request))
+		cagra_part_release(p, meta, true);
 	c->ids = (uint32 *) cagra_scratch_of(set, CAGRA_SCRATCH_IDS, total * sizeof(uint32));
 	c->dists = (float *) cagra_scratch_of(set, CAGRA_SCRATCH_DISTS, total * sizeof(float));
 	c->state = (uint8 *) cagra_scratch_of(set, CAGRA_SCRATCH_STATE, total);
@@ -726,16 +772,6 @@ cagra_part_collect(CagraSearchPart *p, int set, Relation index, const CagraMetaD
 	for (Size i = 0; i < total; i++)
 		c->ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
 	MemoryContextSwitchTo(old);
-}
-
-/* Queue the part's search on the worker and return at once (when it cannot
- * be queued so, cagra_part_search searches the usual way). */
-static void
-cagra_part_start(CagraSearchPart *p, Relation index, const CagraMetaData *meta)
-{
-	CagraSearchRequest req = cagra_candidates_request(meta, &p->c);
-
-	(void) cagra_search_start_through_worker(index, meta, &req, (uint32) p->c.nq, p->queries, &p->request);
 }
 
 /* The part's candidates: the answer to its queued request, or the usual
@@ -754,11 +790,15 @@ cagra_part_search(CagraSearchPart *p, Relation index, const CagraMetaData *meta,
 													sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
+		{
 			cagra_take_worker_candidates(index, meta, p->queries, p->present, NULL, &copy, copy_tids, &p->c);
+			cagra_part_release(p, meta, false);
+		}
 		else
 		{
 			/* not searched (no copy yet, loading): the usual way, which
 			 * uploads the copy; failed: on the CPU, as any failure */
+			cagra_part_release(p, meta, true);
 			if (r == CAGRA_OFFLOAD_FAILED)
 				cagra_worker_search_fallback(r, why);
 			cagra_search_candidates_in(index, meta, p->queries, p->present, allowed, &p->c,
@@ -840,17 +880,15 @@ cagra_search(PG_FUNCTION_ARGS)
 		{
 			CagraSearchPart *prev = NULL;
 
-			/* part n: collected, queued (from the second on: the first goes
-			 * the usual way, which uploads a copy the worker lacks), the
-			 * part before it settled meanwhile, then its answer taken */
+			/* part n: collected and queued (from the second on: the first
+			 * goes the usual way, which uploads a copy the worker lacks),
+			 * the part before it settled meanwhile, then its answer taken */
 			for (int first = 0, n = 0; first < nitems; first += part, n++)
 			{
 				CagraSearchPart *cur = &parts[n % CAGRA_SCRATCH_SETS];
 
 				cagra_part_collect(cur, n % CAGRA_SCRATCH_SETS, index, &meta, &qa, first, Min(part, nitems - first),
-								   kk);
-				if (pipelined && prev)
-					cagra_part_start(cur, index, &meta);
+								   kk, pipelined && prev);
 				if (prev)
 					cagra_part_settle(prev, rsinfo, &former, index, &meta, heap, snapshot, (uint32) k);
 				cagra_part_search(cur, index, &meta, allowed);
@@ -863,7 +901,7 @@ cagra_search(PG_FUNCTION_ARGS)
 		PG_FINALLY();
 		{
 			for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
-				cagra_worker_search_abandon(&parts[i].request);
+				cagra_worker_search_release(&parts[i].request);
 		}
 		PG_END_TRY();
 		for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)

@@ -131,13 +131,13 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	return r;
 }
 
-bool
-cagra_search_start_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
-								  uint32 nq, const float *queries, CagraSearchPending *pending)
+float *
+cagra_search_begin_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
+								  uint32 nq, CagraSearchPending *pending)
 {
 	CagraIndexKey key = cagra_copy_key(index, meta);
 
-	return cagra_worker_search_start(&key, cagra_format_of(meta).dim, req, nq, queries, pending);
+	return cagra_worker_search_begin(&key, cagra_format_of(meta).dim, req, nq, pending);
 }
 
 /* ---- nodes the copy lacks ---- */

@@ -18,10 +18,11 @@ CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *me
 										 const CagraAllowedTids *allowed, uint32 *ids, float *dists,
 										 uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen);
 
-/* The same queued without waiting for the answer (client.h,
- * cagra_worker_search_start): no upload, no filter; false when not queued. */
-bool		cagra_search_start_through_worker(Relation index, const CagraMetaData *meta,
-											  const CagraSearchRequest *req, uint32 nq, const float *queries,
+/* A request for the same, to be queued without waiting for the answer
+ * (client.h, cagra_worker_search_begin): no upload, no filter; returns
+ * where the nq prepared queries go, NULL when there is no request. */
+float	   *cagra_search_begin_through_worker(Relation index, const CagraMetaData *meta,
+											  const CagraSearchRequest *req, uint32 nq,
 											  CagraSearchPending *pending);
 
 /*

@@ -207,16 +207,15 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 	return CAGRA_OFFLOAD_FAILED;	/* not reached */
 }
 
-bool
-cagra_worker_search_start(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req, uint32 nq,
-						  const float *queries, CagraSearchPending *pending)
+float *
+cagra_worker_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req, uint32 nq,
+						  CagraSearchPending *pending)
 {
 	Size		size = cagra_search_payload_size(nq, dim, req->k, 0);
-	CagraCallOutcome why;
 
-	pending->wait.queued = false;
+	memset((void *) pending, 0, sizeof(*pending));
 	if (size > CAGRA_MAILBOX_MAX_BYTES || !cagra_call_init(&pending->call, CAGRA_REQ_SEARCH, size))
-		return false;
+		return NULL;
 
 	CagraSearchPayload *p = (CagraSearchPayload *) pending->call.payload;
 
@@ -224,27 +223,28 @@ cagra_worker_search_start(const CagraIndexKey *key, uint32 dim, const CagraSearc
 	p->dim = dim;
 	p->k = req->k;
 	p->filter_tids = 0;
-	memcpy(cagra_search_queries(p), queries, (Size) nq * dim * sizeof(float));
 	pending->call.key = *key;
 	pending->call.search = *req;
 	pending->call.search.filtered = false;
 	pending->call.nq = nq;
 	pending->nq = nq;
 	pending->k = req->k;
-	if (!cagra_call_start(&pending->call, cagra_worker_timeout_ms, &pending->wait, &why))
-	{
-		cagra_call_done(&pending->call);
-		return false;
-	}
-	return true;
+	return cagra_search_queries(p);
+}
+
+bool
+cagra_worker_search_queue(CagraSearchPending *pending)
+{
+	CagraCallOutcome why;
+
+	return cagra_call_start(&pending->call, cagra_worker_timeout_ms, &pending->wait, &why);
 }
 
 void
-cagra_worker_search_abandon(CagraSearchPending *pending)
+cagra_worker_search_release(CagraSearchPending *pending)
 {
-	if (!pending->wait.queued)
-		return;
-	cagra_call_abandon(&pending->call, &pending->wait);
+	if (pending->wait.queued)
+		cagra_call_abandon(&pending->call, &pending->wait);
 	cagra_call_done(&pending->call);
 }
 
@@ -275,7 +275,6 @@ cagra_worker_search_finish(CagraSearchPending *pending, uint32 *ids, float *dist
 				: pending->call.message[0] ? pending->call.message : "the worker refused the search", whylen);
 		r = CAGRA_OFFLOAD_FAILED;
 	}
-	cagra_call_done(&pending->call);
 	return r;
 }
 

@@ -145,6 +145,20 @@ is($out, '3', 'cagra.worker_timeout: the search completes on the CPU');
 like($err, qr/NOTICE:  cagra search runs on the CPU: the cagra GPU worker did not answer within cagra.worker_timeout/,
 	'NOTICE of the fallback');
 
+# 4,000 queries go in parts; the second is written straight into its
+# request and queued while the first is searched: when that request times
+# out, its queries are taken back out of it for the CPU search
+my $parts = q{
+	SET work_mem = '64MB';
+	SET cagra.worker_timeout = '200ms';
+	SET cagra.device = %s;
+	SELECT count(*), md5(string_agg(s.query || ':' || s.ctid, ',' ORDER BY s.query, s.distance, s.ctid))
+	  FROM cagra_search('items_v', (SELECT array_agg(v ORDER BY id) FROM items, generate_series(1, 2)), 3) s};
+($ret, $out, $err) = $node->psql('postgres', sprintf($parts, 'auto'));
+is($out, $node->safe_psql('postgres', sprintf($parts, 'cpu')),
+	'a part whose queued request timed out is searched on the CPU from its own queries');
+like($err, qr/did not answer within cagra.worker_timeout/, 'NOTICE of that fallback');
+
 # cancel while waiting
 my ($bout, $berr) = ('', '');
 my $bg = IPC::Run::start(
