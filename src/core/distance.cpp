@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -717,8 +718,7 @@ void prepare_vector(Metric metric, const float *in, float *out, uint32_t dim)
 {
     if (metric != Metric::Cosine) {
         if (out != in)
-            for (uint32_t i = 0; i < dim; i++)
-                out[i] = in[i];
+            std::memcpy(out, in, (size_t)dim * sizeof(float));
         return;
     }
     /* The norm in double: a float sum of squares can overflow for large
