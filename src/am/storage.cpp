@@ -352,15 +352,44 @@ cagra_meta_error(void *arg, bool fatal, const char *problem)
 			 errhint("REINDEX the index.")));
 }
 
+/*
+ * The index's blocks, counted again only when fewer are known than `need`.
+ * The index never shrinks while its file stays (TRUNCATE and REINDEX give
+ * it a new one, and the relcache entry's rd_amcache goes with the old), so
+ * a count seen once spares the scans after it a system call each.
+ */
+static BlockNumber
+cagra_blocks_at_least(Relation index, BlockNumber need)
+{
+	BlockNumber *known = (BlockNumber *) index->rd_amcache;
+
+	if (known && *known >= need)
+		return *known;
+
+	BlockNumber counted = RelationGetNumberOfBlocks(index);
+
+	if (!known)
+	{
+		known = (BlockNumber *) MemoryContextAlloc(index->rd_indexcxt, sizeof(BlockNumber));
+		index->rd_amcache = known;
+	}
+	*known = counted;
+	return counted;
+}
+
 void
 cagra_check_meta(Relation index, const CagraMetaData *meta)
 {
 	CagraMetaError e = {index, meta};
 
+	/* the blocks a valid layout needs (validate_meta rejects any other
+	 * layout before it compares the blocks) */
+	BlockNumber need = meta->nodes_per_group != 0 ? cagra_blocks_for(meta, meta->n) : 1;
+
 	/* the node count only grows (deleted slots are not reused, the index
 	 * never shrinks), so blocks counted after the meta page was read hold
 	 * at least its nodes */
-	cagra_validate_meta(meta, RelationGetNumberOfBlocks(index), cagra_meta_error, &e);
+	cagra_validate_meta(meta, cagra_blocks_at_least(index, need), cagra_meta_error, &e);
 }
 
 void
