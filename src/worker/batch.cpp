@@ -742,8 +742,8 @@ cagra_wait_batch_window(CagraWorkerShared *sh, TimestampTz queued_at)
 }
 
 /* Serve the queued search `first` with every search that can join it.
- * True when it started alone on the resident kernel, leaving the queue as
- * the last look saw it but for this slot. */
+ * True when the queue is still as the last look saw it but for this slot
+ * (it started alone on the resident kernel, or its backend gave it up). */
 static bool
 cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 {
@@ -906,10 +906,10 @@ cagra_worker_serve_queue(void)
 		for (int j = 0; j < n; j++)
 		{
 			int			first = order[j];
-			bool		alone = false;
+			bool		queue_as_seen = false;
 
 			if (sh->slots[first].kind == CAGRA_REQ_SEARCH)
-				alone = cagra_serve_searches(sh, first, picked);
+				queue_as_seen = cagra_serve_searches(sh, first, picked);
 			else if (cagra_search_pool_in_flight() > 0)
 			{
 				cagra_worker_drain_searches();
@@ -919,7 +919,7 @@ cagra_worker_serve_queue(void)
 				cagra_serve_one(sh, first);
 			served++;
 			CHECK_FOR_INTERRUPTS();
-			if (!alone)
+			if (!queue_as_seen)
 				break;
 		}
 	}
