@@ -21,7 +21,8 @@ usage: sql_bench.py DIR [options]      (psql and pgbench from PATH)
   --dsn 'host=... port=... dbname=...'  libpq connection string (default: PG* env)
   --degree 32 --intermediate 64         cagra reloptions
   --itopk 32,64,128                     cagra.itopk_size values to measure
-  --clients 4 --seconds 10              pgbench settings for the concurrent run
+  --clients 4 --seconds 10              pgbench settings for the concurrent runs
+                                        (--clients 64,256: one run at each count)
   --exact-queries 50                    queries for the exact-search figure (0: none)
   --hnsw-ef 40,80                       hnsw.ef_search values (pgvector only)
   --hnsw-m 16,32                        HNSW m values (ef_construction 64 for m 16, else 128;
@@ -399,11 +400,13 @@ def run_method(db, label, settings, args, nq):
     in_server_ms = (time.time() - t) * 1000.0 / nq
     script = QUERY_SCRIPT.format(nq=nq - 1, op=args.op)
     qps1, _, _ = db.pgbench(script, 1, args.seconds, settings)
-    qpsn, cpu, backend = db.pgbench(script, args.clients, args.seconds, settings)
-    print("%-34s recall@10 %.3f  %.3f ms/query in one statement  1 client %6.0f q/s  %d clients %6.0f q/s"
-          "  server CPU %.3f ms/query  backends' CPU %s ms/query"
-          % (label, recall, in_server_ms, qps1, args.clients, qpsn, cpu * 1000.0, fmt_ms(backend)),
-          flush=True)
+    line = "%-34s recall@10 %.3f  %.3f ms/query in one statement  1 client %6.0f q/s" % (
+        label, recall, in_server_ms, qps1)
+    for clients in args.clients:
+        qpsn, cpu, backend = db.pgbench(script, clients, args.seconds, settings)
+        line += "  %d clients %6.0f q/s (server CPU %.3f, backends' CPU %s ms/query)" % (
+            clients, qpsn, cpu * 1000.0, fmt_ms(backend))
+    print(line, flush=True)
 
 
 def create_extensions(db):
@@ -439,7 +442,7 @@ def main():
     ap.add_argument("--degree", type=int, default=32)
     ap.add_argument("--intermediate", type=int, default=64)
     ap.add_argument("--itopk", default="32,64,128")
-    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--clients", default="4")
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--exact-queries", type=int, default=50)
     ap.add_argument("--hnsw-ef", default="40,80")
@@ -457,6 +460,7 @@ def main():
                     help="comma-separated storage reloption values, one cagra index each")
     args = ap.parse_args()
     args.op = {"l2": "<->", "ip": "<#>", "cosine": "<=>"}[args.opclass]
+    args.clients = [int(x) for x in args.clients.split(",")]
     db = Db(args.dsn)
     create_extensions(db)
     if not args.skip_load:
@@ -526,10 +530,11 @@ def main():
         db.psql("DROP TABLE IF EXISTS bench_lookup; CREATE TABLE bench_lookup (id int PRIMARY KEY, x int);"
                 "INSERT INTO bench_lookup SELECT g, g FROM generate_series(1, 1000) g")
         db.psql("VACUUM ANALYZE bench_lookup")
-        tps, cpu, backend = db.pgbench("\\set i random(1, 1000)\nSELECT x FROM bench_lookup WHERE id = :i;\n",
-                                       args.clients, args.seconds)
-        print("ceiling: one-row lookup in a 1,000-row table, %d clients: %.0f q/s  server CPU %.3f ms/query"
-              "  backends' CPU %s ms/query" % (args.clients, tps, cpu * 1000.0, fmt_ms(backend)))
+        for clients in args.clients:
+            tps, cpu, backend = db.pgbench("\\set i random(1, 1000)\nSELECT x FROM bench_lookup WHERE id = :i;\n",
+                                           clients, args.seconds)
+            print("ceiling: one-row lookup in a 1,000-row table, %d clients: %.0f q/s  server CPU %.3f ms/query"
+                  "  backends' CPU %s ms/query" % (clients, tps, cpu * 1000.0, fmt_ms(backend)))
 
 
 def batch_array_sql(batch, nq):
