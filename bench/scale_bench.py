@@ -350,7 +350,7 @@ def main():
     ap.add_argument("--existing", action="store_true")
     ap.add_argument("--itopk", default="default,32,64,128,256")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--clients", type=lambda v: [int(x) for x in v.split(",")], default=[64])
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--time-budget", type=int, default=0)
     a = ap.parse_args()

@@ -442,7 +442,7 @@ def main():
     ap.add_argument("--degree", type=int, default=32)
     ap.add_argument("--intermediate", type=int, default=64)
     ap.add_argument("--itopk", default="32,64,128")
-    ap.add_argument("--clients", default="4")
+    ap.add_argument("--clients", type=lambda v: [int(x) for x in v.split(",")], default=[4])
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--exact-queries", type=int, default=50)
     ap.add_argument("--hnsw-ef", default="40,80")
@@ -460,7 +460,6 @@ def main():
                     help="comma-separated storage reloption values, one cagra index each")
     args = ap.parse_args()
     args.op = {"l2": "<->", "ip": "<#>", "cosine": "<=>"}[args.opclass]
-    args.clients = [int(x) for x in args.clients.split(",")]
     db = Db(args.dsn)
     create_extensions(db)
     if not args.skip_load:
