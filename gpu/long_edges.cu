@@ -34,11 +34,9 @@ namespace cagra_gpu {
 
 namespace {
 
-/* Each level samples about 1/8 of the one below (3 hash bits), at most 4 levels. */
-constexpr uint32_t kLevelBits = 3;
-constexpr uint32_t kLevels = 4;
-/* The entry pool: the highest level with at least this many nodes. */
-constexpr uint64_t kPoolMin = 1024;
+using cagra::kLongEdgeLevelBits;
+using cagra::kLongEdgeLevels;
+using cagra::long_edge_keep;
 constexpr uint32_t kSpliceWarps = 4;
 
 __global__ void gather_probe_queries_kernel(const __half *v, uint32_t dim16, const uint32_t *list, uint32_t count,
@@ -94,9 +92,9 @@ __global__ void gather_rows_kernel(const __half *v, const float *norms, uint32_t
 struct SpliceArgs {
     uint32_t *graph; /* n x degree, global ids, edited in place */
     uint32_t degree, keep, levels;
-    const uint32_t *ids[kLevels];   /* level L: its global ids, ascending */
-    const uint32_t *edges[kLevels]; /* level L: size x deg, level-local ids */
-    uint32_t size[kLevels], deg[kLevels];
+    const uint32_t *ids[kLongEdgeLevels];   /* level L: its global ids, ascending */
+    const uint32_t *edges[kLongEdgeLevels]; /* level L: size x deg, level-local ids */
+    uint32_t size[kLongEdgeLevels], deg[kLongEdgeLevels];
 };
 
 /* Position of v in the ascending ids, or kInvalid. */
@@ -131,10 +129,10 @@ __global__ void __launch_bounds__(32 * kSpliceWarps) splice_kernel(SpliceArgs a)
         row[j] = grow[j];
     __syncwarp();
 
-    uint32_t pos[kLevels];
+    uint32_t pos[kLongEdgeLevels];
     uint32_t width = 0;
 #pragma unroll
-    for (uint32_t L = 0; L < kLevels; L++) {
+    for (uint32_t L = 0; L < kLongEdgeLevels; L++) {
         pos[L] = kInvalid;
         if (L < a.levels) {
             pos[L] = L == 0 ? i0 : find_sorted(a.ids[L], a.size[L], v);
@@ -159,7 +157,7 @@ __global__ void __launch_bounds__(32 * kSpliceWarps) splice_kernel(SpliceArgs a)
     };
     for (uint32_t j = 0; j < width && filled < a.degree; j++) {
 #pragma unroll
-        for (int L = kLevels - 1; L >= 0; L--) { /* the top level (longest edges) first */
+        for (int L = kLongEdgeLevels - 1; L >= 0; L--) { /* the top level (longest edges) first */
             if (pos[L] == kInvalid || j >= a.deg[L] || filled >= a.degree)
                 continue;
             const uint32_t local = a.edges[L][(uint64_t)pos[L] * a.deg[L] + j];
@@ -181,11 +179,6 @@ __global__ void __launch_bounds__(32 * kSpliceWarps) splice_kernel(SpliceArgs a)
 uint32_t long_edge_k(uint32_t intermediate, uint32_t degree)
 {
     return std::min(3 * std::max(intermediate, degree), kMaxIntermediateDegree);
-}
-
-uint32_t long_edge_keep(uint32_t degree)
-{
-    return std::max<uint32_t>(1, degree / 8);
 }
 
 } // namespace
@@ -275,15 +268,15 @@ std::vector<uint32_t> add_long_edges(const HalfDataset &data, cagra_gpu_metric m
      * the build.  A level is kept while larger than twice the slots. */
     std::vector<std::vector<uint32_t>> ids;
     {
-        std::vector<std::vector<uint32_t>> all(kLevels);
-        for (uint32_t L = 0; L < kLevels; L++)
-            all[L].reserve(n / ((uint64_t)1 << (kLevelBits * (L + 1))) * 9 / 8 + 64);
+        std::vector<std::vector<uint32_t>> all(kLongEdgeLevels);
+        for (uint32_t L = 0; L < kLongEdgeLevels; L++)
+            all[L].reserve(n / ((uint64_t)1 << (kLongEdgeLevelBits * (L + 1))) * 9 / 8 + 64);
         for (uint64_t v = 0; v < n; v++) {
             const uint64_t key = splitmix64(params.seed ^ 0x5a3b1eULL ^ splitmix64(v));
-            for (uint32_t L = 0; L < kLevels && (key >> (64 - kLevelBits * (L + 1))) == 0; L++)
+            for (uint32_t L = 0; L < kLongEdgeLevels && (key >> (64 - kLongEdgeLevelBits * (L + 1))) == 0; L++)
                 all[L].push_back((uint32_t)v);
         }
-        for (uint32_t L = 0; L < kLevels && all[L].size() > 2 * (uint64_t)slots; L++)
+        for (uint32_t L = 0; L < kLongEdgeLevels && all[L].size() > 2 * (uint64_t)slots; L++)
             ids.push_back(std::move(all[L]));
     }
     if (ids.empty())
@@ -337,7 +330,7 @@ std::vector<uint32_t> add_long_edges(const HalfDataset &data, cagra_gpu_metric m
     check_launch("splice_kernel");
     check(cudaStreamSynchronize(stream), "splicing the long edges");
     for (uint32_t L = levels; L-- > 0;)
-        if (ids[L].size() >= kPoolMin || L == 0)
+        if (ids[L].size() >= cagra::kLongEdgePoolMin || L == 0)
             return std::move(ids[L]);
     return {};
 }

@@ -20,10 +20,6 @@ namespace {
 constexpr uint64_t kBruteForceBelow = 2048;
 constexpr uint64_t kEntrySample = 4096;
 
-/* Long edges: each level samples 1/kLongEdgeRatio of the one below, at most
- * kLongEdgeLevels levels; probes of the navigation test. */
-constexpr uint64_t kLongEdgeRatio = 8;
-constexpr uint32_t kLongEdgeLevels = 4;
 /* A level's 3k candidate lists are exact below this many nodes: NN-descent
  * with k = 192 (24 samples a node, about 17,000 distances a node over its
  * iterations, scattered, each list update a search of a long row) is slower
@@ -487,9 +483,7 @@ std::vector<uint32_t> add_long_edges(Graph &g, const DatasetView &data, Metric m
 {
     const uint64_t n = data.n;
     const uint32_t degree = g.degree;
-    /* Keep the first degree/8 edges of a row (its closest pruned ones), so
-     * a walk that arrives by a long edge can still go on locally. */
-    const uint32_t slots = degree - std::max<uint32_t>(1, degree / 8);
+    const uint32_t slots = degree - long_edge_keep(degree);
     const uint32_t k = std::min<uint32_t>(3 * std::max(params.intermediate_degree, degree), 1024);
     if (slots == 0 || n != g.size())
         return {};
@@ -505,8 +499,8 @@ std::vector<uint32_t> add_long_edges(Graph &g, const DatasetView &data, Metric m
     key = std::vector<uint64_t>();
     std::vector<std::vector<uint32_t>> ids;
     std::vector<Graph> graphs;
-    for (uint64_t m = n / kLongEdgeRatio; ids.size() < kLongEdgeLevels && m > 2 * (uint64_t)slots;
-         m /= kLongEdgeRatio) {
+    for (uint64_t m = n >> kLongEdgeLevelBits; ids.size() < kLongEdgeLevels && m > 2 * (uint64_t)slots;
+         m >>= kLongEdgeLevelBits) {
         detail::throw_if_cancelled(progress);
         std::vector<uint32_t> level(by_key.begin(), by_key.begin() + m);
         std::sort(level.begin(), level.end()); /* the locality order of the build */
@@ -571,7 +565,7 @@ std::vector<uint32_t> add_long_edges(Graph &g, const DatasetView &data, Metric m
         }
     });
     for (uint32_t L = levels; L-- > 0;)
-        if (ids[L].size() >= 1024 || L == 0)
+        if (ids[L].size() >= kLongEdgePoolMin || L == 0)
             return ids[L];
     return {};
 }

@@ -132,6 +132,20 @@ struct ItopkChoice {
 ItopkChoice choose_itopk(const Graph &graph, const DatasetView &data, Metric metric,
                          const std::vector<uint32_t> &entry_nodes, uint64_t seed, uint32_t threads);
 
+/* The long edges' shape, one for the CPU build and the GPU's
+ * (gpu/long_edges.cu): each level samples 1/2^kLongEdgeLevelBits of the
+ * one below, at most kLongEdgeLevels levels; a sampled row keeps its first
+ * long_edge_keep(degree) edges (its closest pruned ones, so a walk that
+ * arrives by a long edge can still go on locally); the fixed entries come
+ * from the smallest level of at least kLongEdgePoolMin nodes. */
+constexpr uint32_t kLongEdgeLevelBits = 3;
+constexpr uint32_t kLongEdgeLevels = 4;
+constexpr uint64_t kLongEdgePoolMin = 1024;
+constexpr uint32_t long_edge_keep(uint32_t degree)
+{
+    return degree / 8 > 1 ? degree / 8 : 1;
+}
+
 /* Long edges (docs/core.md): nested random samples of the nodes (1/8, 1/64,
  * ... of them, up to 4 levels), the CAGRA graph of each sample built from
  * 3 * intermediate_degree candidates, spliced into the last 7/8 of each
