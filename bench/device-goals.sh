@@ -13,7 +13,9 @@
 #        BIN=dir                prebuilt libcagra_gpu.so (same CUDA) instead of a build
 #        SKIP_BUILD=1           reuse the install of an earlier command on the same machine
 #        C1M_ARGS, HARD_ARGS    replace each set's sweep (see below)
-# Figures go to stdout and OUTDIR/goals-SET.txt.
+#        PG_EXTRA               more server settings ("-c name=value ...")
+# The ceiling is taken once, with the first set.  Figures go to stdout and
+# OUTDIR/goals-SET.txt.
 set -uo pipefail
 out=${1:-${OUT:-device-goals-out}}
 mkdir -p "$out"
