@@ -20,7 +20,11 @@
 # Exit status is non-zero when any layer fails.
 #
 # Environment: PG_CONFIG (default pg_config), JOBS (default 2),
-# CAGRA_TEST_USER, KEEP_SCRATCH=1 to keep the scratch directory.
+# CAGRA_TEST_USER, KEEP_SCRATCH=1 to keep the scratch directory,
+# LAYERS to run some layers only (of: layers core extension regress
+# isolation tap; the SQL layers need extension), TESTS to run only the
+# named pg_regress, isolation and TAP tests (names without .sql, .spec or .pl),
+# TEST_PORT for pg_regress's and isolation's temporary instance.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -28,6 +32,11 @@ ROOT=$(pwd)
 PG_CONFIG=${PG_CONFIG:-pg_config}
 JOBS=${JOBS:-2}
 TEST_USER=${CAGRA_TEST_USER:-cagra_test}
+LAYERS=${LAYERS:-layers core extension regress isolation tap}
+TESTS=${TESTS:-}
+PORT_ARG=${TEST_PORT:+--port=$TEST_PORT}
+wanted_layer() { [[ " $LAYERS " == *" $1 "* ]]; }
+wanted_test() { [ -z "$TESTS" ] || [[ " $TESTS " == *" $1 "* ]]; }
 
 BINDIR=$("$PG_CONFIG" --bindir) || { echo "pg_config not found" >&2; exit 2; }
 PGXS_SRC=$(dirname "$("$PG_CONFIG" --pgxs)")/..
@@ -64,16 +73,18 @@ else
 fi
 
 # --- 0. layers ------------------------------------------------------------------
-banner "layers: include arrows"
-if bash test/check-layers.sh; then
+if ! wanted_layer layers; then
+    :
+elif banner "layers: include arrows"; bash test/check-layers.sh; then
     record layers PASS "include arrows follow docs/architecture.md"
 else
     record layers FAIL "an include crosses the layers (test/check-layers.sh)"
 fi
 
 # --- 1. core library and GoogleTest ------------------------------------------
-banner "core: CMake build and ctest"
-if [ ! -f CMakeLists.txt ]; then
+if ! wanted_layer core; then
+    :
+elif banner "core: CMake build and ctest"; [ ! -f CMakeLists.txt ]; then
     record core SKIP "no CMakeLists.txt"
 elif ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$SCRATCH/cmake.log" 2>&1; then
     tail -40 "$SCRATCH/cmake.log"
@@ -90,9 +101,10 @@ else
 fi
 
 # --- 2. the extension ----------------------------------------------------------
-banner "extension: PGXS build and install"
 EXT_OK=0
-if make -j "$JOBS" PG_CONFIG="$PG_CONFIG" >"$SCRATCH/make.log" 2>&1 &&
+if ! wanted_layer extension; then
+    EXT_OK=1    # installed before
+elif banner "extension: PGXS build and install"; make -j "$JOBS" PG_CONFIG="$PG_CONFIG" >"$SCRATCH/make.log" 2>&1 &&
    make install PG_CONFIG="$PG_CONFIG" >>"$SCRATCH/make.log" 2>&1; then
     grep -E 'warning|error' "$SCRATCH/make.log" | grep -v -- '-Werror' | head -20
     EXT_OK=1
@@ -103,17 +115,19 @@ else
 fi
 
 # --- 3. pg_regress ---------------------------------------------------------------
-banner "pg_regress"
+wanted_layer regress && banner "pg_regress"
 # sql/pgvector.sql needs the real pgvector (.ci/install-deps.sh builds it)
 HAVE_PGVECTOR=0
 [ -f "$("$PG_CONFIG" --sharedir)/extension/vector.control" ] && HAVE_PGVECTOR=1
 REGRESS_TESTS=$(for f in sql/*.sql; do
     [ -e "$f" ] || continue
     [ "$(basename "$f")" = pgvector.sql ] && [ "$HAVE_PGVECTOR" != 1 ] && continue
-    basename "$f" .sql
+    wanted_test "$(basename "$f" .sql)" && basename "$f" .sql
 done)
 [ "$HAVE_PGVECTOR" = 1 ] || record pgvector SKIP "pgvector not installed: sql/pgvector.sql left out"
-if [ "$EXT_OK" != 1 ]; then
+if ! wanted_layer regress; then
+    :
+elif [ "$EXT_OK" != 1 ]; then
     record pg_regress FAIL "not run: the extension did not build"
 elif [ -z "$REGRESS_TESTS" ]; then
     record pg_regress SKIP "no sql/*.sql"
@@ -130,7 +144,7 @@ else
             --temp-config="$RDIR/regress.conf" \
             --inputdir="$RDIR" --outputdir="$RDIR" \
             --bindir="$BINDIR" \
-            --dbname=contrib_regression \
+            --dbname=contrib_regression $PORT_ARG \
             --encoding=UTF8 --no-locale \
             $REGRESS_TESTS) 2>&1 | tee "$SCRATCH/regress.log"
        [ "${PIPESTATUS[0]}" = 0 ]; then
@@ -145,9 +159,11 @@ else
 fi
 
 # --- 4. isolation ------------------------------------------------------------------
-banner "isolation"
-ISO_TESTS=$(for f in test/isolation/specs/*.spec; do [ -e "$f" ] && basename "$f" .spec; done)
-if [ "$EXT_OK" != 1 ]; then
+wanted_layer isolation && banner "isolation"
+ISO_TESTS=$(for f in test/isolation/specs/*.spec; do [ -e "$f" ] && wanted_test "$(basename "$f" .spec)" && basename "$f" .spec; done)
+if ! wanted_layer isolation; then
+    :
+elif [ "$EXT_OK" != 1 ]; then
     record isolation FAIL "not run: the extension did not build"
 elif [ -z "$ISO_TESTS" ]; then
     record isolation SKIP "no test/isolation/specs/*.spec"
@@ -166,7 +182,7 @@ else
             --temp-config="$IDIR/regress.conf" \
             --inputdir="$IDIR" --outputdir="$IDIR" \
             --bindir="$BINDIR" \
-            --dbname=isolation_regression \
+            --dbname=isolation_regression $PORT_ARG \
             --load-extension=cagra \
             --encoding=UTF8 --no-locale \
             $ISO_TESTS) 2>&1 | tee "$SCRATCH/isolation.log"
@@ -183,9 +199,11 @@ else
 fi
 
 # --- 5. TAP ------------------------------------------------------------------------
-banner "TAP"
-TAP_TESTS=$(ls test/t/*.pl 2>/dev/null)
-if [ "$EXT_OK" != 1 ]; then
+wanted_layer tap && banner "TAP"
+TAP_TESTS=$(for f in test/t/*.pl; do [ -e "$f" ] && wanted_test "$(basename "$f" .pl)" && echo "$f"; done)
+if ! wanted_layer tap; then
+    :
+elif [ "$EXT_OK" != 1 ]; then
     record TAP FAIL "not run: the extension did not build"
 elif [ -z "$TAP_TESTS" ]; then
     record TAP SKIP "no test/t/*.pl"
