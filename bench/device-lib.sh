@@ -10,8 +10,10 @@
 #       bin first on PATH (.device/pg-up.sh, no server started), and with
 #       "pgvector" builds and installs the real pgvector 0.8.0 from
 #       .device/pgvector/pgvector_0.8.0.orig.tar.gz (Debian 13's source; log
-#       OUTDIR/pgvector-build.log); a pgvector that does not build is said,
-#       and the benchmark goes on without it.
+#       OUTDIR/pgvector-build.log), with OPTFLAGS="" as Debian builds it,
+#       or with PGVECTOR_OWN_FLAGS=1 with its own Makefile's flags
+#       (-march=native); a pgvector that does not build is said, and the
+#       benchmark goes on without it.
 #   device_set_concurrent_batches N
 #       cagra.concurrent_batches (a server-start setting) to N, by ALTER
 #       SYSTEM and a restart of the running cluster (not -c on the command
@@ -29,12 +31,13 @@ device_install() {
   fi
   PG_UP_NOSTART=1 source .device/pg-up.sh || return 1
   [ "${2:-}" = pgvector ] || return 0
-  local pgc
+  local pgc optflags=(OPTFLAGS=)
   pgc=$(command -v pg_config)
+  [ "${PGVECTOR_OWN_FLAGS:-0}" = 1 ] && optflags=()
   if [ -f .device/pgvector/pgvector_0.8.0.orig.tar.gz ]; then
     rm -rf /tmp/pgvector-0.8.0 && tar -xzf .device/pgvector/pgvector_0.8.0.orig.tar.gz -C /tmp &&
-      make -C /tmp/pgvector-0.8.0 -j "$(nproc)" PG_CONFIG="$pgc" OPTFLAGS="" with_llvm=no >"$out/pgvector-build.log" 2>&1 &&
-      make -C /tmp/pgvector-0.8.0 PG_CONFIG="$pgc" OPTFLAGS="" with_llvm=no install >>"$out/pgvector-build.log" 2>&1 ||
+      make -C /tmp/pgvector-0.8.0 -j "$(nproc)" PG_CONFIG="$pgc" ${optflags[@]+"${optflags[@]}"} with_llvm=no >"$out/pgvector-build.log" 2>&1 &&
+      make -C /tmp/pgvector-0.8.0 PG_CONFIG="$pgc" ${optflags[@]+"${optflags[@]}"} with_llvm=no install >>"$out/pgvector-build.log" 2>&1 ||
       { tail -20 "$out/pgvector-build.log"; echo "pgvector did not build: cagra alone"; }
   else
     echo "no .device/pgvector/pgvector_0.8.0.orig.tar.gz: cagra alone"
