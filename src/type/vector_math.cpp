@@ -159,6 +159,9 @@ subvector(PG_FUNCTION_ARGS)
 
 /* ---- avg(vector): the state is float8[] {count, sum_1, ..., sum_dim} ---- */
 
+/* The state's values and their number n (1: no vector yet).  The state
+ * functions can be called by hand: one that holds more sums than a vector
+ * has dimensions is refused here, so that no avg can return such a vector. */
 static float8 *
 accum_state(ArrayType *state, int *n)
 {
@@ -166,6 +169,8 @@ accum_state(ArrayType *state, int *n)
 		ARR_DIMS(state)[0] < 1)
 		elog(ERROR, "avg(vector) expected a float8[] state of at least one element");
 	*n = ARR_DIMS(state)[0];
+	if (*n > 1)
+		vector_check_dim(*n - 1);
 	return (float8 *) ARR_DATA_PTR(state);
 }
 
@@ -253,14 +258,15 @@ vector_avg(PG_FUNCTION_ARGS)
 
 	if (s[0] == 0.0)
 		PG_RETURN_NULL();
+	/* a state made by hand: what vector input refuses, refused here */
+	vector_check_dim(n - 1);
 
 	Vector	   *r = vector_new(n - 1);
 
 	for (int i = 1; i < n; i++)
 	{
 		r->x[i - 1] = (float) (s[i] / s[0]);
-		if (std::isinf(r->x[i - 1]))
-			float_overflow_error();
+		vector_check_element(r->x[i - 1]);
 	}
 	PG_RETURN_VECTOR_P(r);
 }
