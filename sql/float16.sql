@@ -121,15 +121,15 @@ CREATE TABLE tiny_queries AS
   FROM generate_series(1, 50) q;
 CREATE FUNCTION pg_temp.tiny_same_order(op text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
-	r record; got int[]; want int[]; same int := 0; total int := 0;
+	r record; got float8[]; want float8[]; same int := 0; total int := 0;
 BEGIN
 	FOR r IN SELECT q FROM tiny_queries LOOP
 		SET LOCAL enable_seqscan = off;
-		EXECUTE format('SELECT array_agg(id) FROM (SELECT id FROM tiny ORDER BY v %s $1 LIMIT 10) s', op)
+		EXECUTE format('SELECT array_agg(d) FROM (SELECT v %s $1 AS d FROM tiny ORDER BY v %s $1 LIMIT 10) s', op, op)
 			INTO got USING r.q;
 		SET LOCAL enable_seqscan = on;
 		SET LOCAL enable_indexscan = off;
-		EXECUTE format('SELECT array_agg(id) FROM (SELECT id FROM tiny ORDER BY v %s $1 LIMIT 10) s', op)
+		EXECUTE format('SELECT array_agg(d) FROM (SELECT v %s $1 AS d FROM tiny ORDER BY v %s $1 LIMIT 10) s', op, op)
 			INTO want USING r.q;
 		RESET enable_indexscan;
 		same := same + (got = want)::int;
