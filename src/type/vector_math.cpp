@@ -159,9 +159,6 @@ subvector(PG_FUNCTION_ARGS)
 
 /* ---- avg(vector): the state is float8[] {count, sum_1, ..., sum_dim} ---- */
 
-/* The state's values and their number n (1: no vector yet).  The state
- * functions can be called by hand: one that holds more sums than a vector
- * has dimensions is refused here, so that no avg can return such a vector. */
 static float8 *
 accum_state(ArrayType *state, int *n)
 {
@@ -169,8 +166,6 @@ accum_state(ArrayType *state, int *n)
 		ARR_DIMS(state)[0] < 1)
 		elog(ERROR, "avg(vector) expected a float8[] state of at least one element");
 	*n = ARR_DIMS(state)[0];
-	if (*n > 1)
-		vector_check_dim(*n - 1);
 	return (float8 *) ARR_DATA_PTR(state);
 }
 
@@ -230,6 +225,12 @@ vector_combine(PG_FUNCTION_ARGS)
 	float8	   *a = accum_state(PG_GETARG_ARRAYTYPE_P(0), &na);
 	float8	   *b = accum_state(PG_GETARG_ARRAYTYPE_P(1), &nb);
 
+	/* a state made by hand may hold more sums than a vector has dimensions
+	 * (vector_accum refuses such a state: no vector matches it) */
+	if (na > 1)
+		vector_check_dim(na - 1);
+	if (nb > 1)
+		vector_check_dim(nb - 1);
 	if (na == 1)
 		PG_RETURN_ARRAYTYPE_P(make_state(b, nb));
 	if (nb == 1)
@@ -258,7 +259,7 @@ vector_avg(PG_FUNCTION_ARGS)
 
 	if (s[0] == 0.0)
 		PG_RETURN_NULL();
-	/* a state made by hand: what vector input refuses, refused here */
+	/* a state made by hand: nothing vector input refuses */
 	vector_check_dim(n - 1);
 
 	Vector	   *r = vector_new(n - 1);
