@@ -101,4 +101,54 @@ CREATE INDEX f16_bad ON f16 USING cagra (v) WITH (storage = float64);
 CREATE INDEX f16_auto ON f16 USING cagra (v vector_cosine_ops) WITH (storage = auto);
 SELECT storage FROM cagra_index_info('f16_auto');
 
+-- elements float16 keeps as subnormals (below 2^-14) or rounds to zero: their
+-- rounding error is absolute, up to 2^-25, whatever the query's norm; the
+-- order stays exact with a zero query and on data in [0, 1e-6]^16
+CREATE TABLE fs (id int, v vector(4));
+INSERT INTO fs VALUES (1, '[3e-8,0,0,0]'), (2, '[0,5e-8,0,0]');
+INSERT INTO fs SELECT 10 + i, ARRAY[0.3 + i * 0.007, 0.5, 0.1 * (i % 7), 0.2] FROM generate_series(1, 100) i;
+CREATE INDEX ON fs USING cagra (v) WITH (storage = float16);
+SET enable_seqscan = off;
+SELECT id FROM fs ORDER BY v <-> '[0,0,0,0]' LIMIT 3;
+SELECT id FROM fs ORDER BY v <-> '[1e-8,0,0,0]' LIMIT 3;
+RESET enable_seqscan;
+SELECT setseed(0.25);
+CREATE TABLE tiny (id int, v vector(16));
+INSERT INTO tiny SELECT i, (SELECT array_agg(random() * 1e-6) FROM generate_series(1, 16) WHERE i > 0)
+  FROM generate_series(1, 500) i;
+CREATE TABLE tiny_queries AS
+  SELECT (SELECT array_agg(random() * 1e-6) FROM generate_series(1, 16) WHERE q > 0)::vector(16) AS q
+  FROM generate_series(1, 50) q;
+CREATE FUNCTION pg_temp.tiny_same_order(op text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	r record; got float8[]; want float8[]; same int := 0; total int := 0;
+BEGIN
+	FOR r IN SELECT q FROM tiny_queries LOOP
+		SET LOCAL enable_seqscan = off;
+		EXECUTE format('SELECT array_agg(d) FROM (SELECT v %s $1 AS d FROM tiny ORDER BY v %s $1 LIMIT 10) s', op, op)
+			INTO got USING r.q;
+		SET LOCAL enable_seqscan = on;
+		SET LOCAL enable_indexscan = off;
+		EXECUTE format('SELECT array_agg(d) FROM (SELECT v %s $1 AS d FROM tiny ORDER BY v %s $1 LIMIT 10) s', op, op)
+			INTO want USING r.q;
+		RESET enable_indexscan;
+		same := same + (got = want)::int;
+		total := total + 1;
+	END LOOP;
+	RETURN same || '/' || total;
+END
+$$;
+CREATE INDEX tiny_l2 ON tiny USING cagra (v) WITH (storage = float16);
+SELECT pg_temp.tiny_same_order('<->') AS l2_same_order;
+DROP INDEX tiny_l2;
+CREATE INDEX tiny_l1 ON tiny USING cagra (v vector_l1_ops) WITH (storage = float16);
+SELECT pg_temp.tiny_same_order('<+>') AS l1_same_order;
+DROP INDEX tiny_l1;
+CREATE INDEX tiny_ip ON tiny USING cagra (v vector_ip_ops) WITH (storage = float16);
+SELECT pg_temp.tiny_same_order('<#>') AS ip_same_order;
+DROP INDEX tiny_ip;
+CREATE INDEX tiny_cos ON tiny USING cagra (v vector_cosine_ops) WITH (storage = float16);
+SELECT pg_temp.tiny_same_order('<=>') AS cosine_same_order;
+DROP TABLE fs, tiny, tiny_queries;
+
 DROP TABLE f16, queries;

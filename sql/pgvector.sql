@@ -99,6 +99,42 @@ SELECT vector_dims('[1,2,3]'::vector), round(vector_norm('[3,4]')::numeric, 3),
 SELECT avg(v), sum(v) FROM (VALUES ('[1,2]'::vector), ('[3,4]')) t(v);
 SELECT '[1,2]'::halfvec, '{1:1,3:2}/3'::sparsevec;
 
+-- float16 storage of elements it keeps as subnormals, on pgvector's vector
+-- and halfvec: data and queries in [0, 1e-6]^16, the index order is exact
+-- (distances compared: halfvec rows tie)
+SELECT setseed(0.25);
+CREATE TABLE tiny (id int, v vector(16), h halfvec(16));
+INSERT INTO tiny SELECT i, a::vector, a::halfvec
+  FROM (SELECT i, (SELECT array_agg(random() * 1e-6) FROM generate_series(1, 16) WHERE i > 0)::real[] AS a
+          FROM generate_series(1, 500) i) s;
+CREATE TABLE tiny_queries AS
+  SELECT (SELECT array_agg(random() * 1e-6) FROM generate_series(1, 16) WHERE q > 0)::vector(16) AS q
+  FROM generate_series(1, 20) q;
+CREATE INDEX ON tiny USING cagra (v) WITH (storage = float16);
+CREATE INDEX ON tiny USING cagra (h halfvec_l2_ops);
+CREATE FUNCTION pg_temp.tiny_same_order(col text, cast_to text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	r record; got float8[]; want float8[]; same int := 0; total int := 0;
+	query text := format('SELECT array_agg(d) FROM (SELECT %1$I <-> $1::%2$s AS d FROM tiny ORDER BY %1$I <-> $1::%2$s LIMIT 10) s',
+						 col, cast_to);
+BEGIN
+	FOR r IN SELECT q FROM tiny_queries LOOP
+		SET LOCAL enable_seqscan = off;
+		EXECUTE query INTO got USING r.q;
+		SET LOCAL enable_seqscan = on;
+		SET LOCAL enable_indexscan = off;
+		EXECUTE query INTO want USING r.q;
+		RESET enable_indexscan;
+		same := same + (got = want)::int;
+		total := total + 1;
+	END LOOP;
+	RETURN same || '/' || total;
+END
+$$;
+SELECT pg_temp.tiny_same_order('v', 'vector') AS vector_same_order,
+       pg_temp.tiny_same_order('h', 'halfvec') AS halfvec_same_order;
+DROP TABLE tiny, tiny_queries;
+
 -- DROP EXTENSION either way
 DROP EXTENSION vector;              -- cagra's operator classes depend on the type
 DROP EXTENSION cagra;               -- the indexes depend on its operator classes

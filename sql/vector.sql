@@ -196,3 +196,20 @@ SELECT avg(v), sum(v) FROM (VALUES ('[1,2]'::vector), ('[3,4]'), ('[5,9]')) t(v)
 SELECT avg(v) IS NULL AS avg_of_nothing, sum(v) IS NULL AS sum_of_nothing FROM (SELECT '[1]'::vector WHERE false) t(v);
 SELECT avg(v) FROM (VALUES ('[1,2]'::vector), ('[1,2,3]')) t(v);
 SELECT sum(v) FROM (VALUES ('[1,2]'::vector), ('[1,2,3]')) t(v);
+
+-- avg's state functions, called with states made by hand, make no vector
+-- the type's input refuses: none of no dimensions, of more than 16000, or
+-- with NaN or infinity
+SELECT vector_avg('{1}');
+SELECT vector_avg('{0}') IS NULL AS avg_of_nothing;
+SELECT vector_avg(array_agg(n)) FROM generate_series(1, 16002) n;
+SELECT vector_dims(vector_avg(array_fill(2::float8, ARRAY[16001])));
+SELECT vector_avg('{1,NaN}');
+SELECT vector_avg('{1,Infinity}');
+SELECT vector_avg('{1e-300,1e300}');
+SELECT vector_avg('{NaN,1}');
+SELECT vector_accum(array_fill(1::float8, ARRAY[16002]), '[1]');
+SELECT vector_accum('{0}', '[1,2]');
+SELECT vector_combine(array_fill(1::float8, ARRAY[16002]), '{0}');
+SELECT vector_combine('{0}', array_fill(1::float8, ARRAY[16002]));
+SELECT vector_combine('{1,2}', '{2,4}');

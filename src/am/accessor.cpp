@@ -17,15 +17,19 @@ extern "C" {
  *
  * Every search starts from the fixed entry nodes (up to 1,024): through the
  * entry index it measures its pivots and the members of a few groups, one
- * page access each.  Node vectors never change (slots are not reused;
- * REINDEX gives a new relfilenode), so each backend keeps, for the indexes
- * it searched, the entry index and, where they fit kEntryCacheBytes, the
- * entry vectors, contiguous in memory.  Flags can change (vacuum): they are
- * read from the page when the node is a result.
+ * page access each.  So each backend keeps, for the indexes it searched,
+ * the entry index and, where they fit kEntryCacheBytes, the entry vectors,
+ * contiguous in memory.  A node's vector changes only when an insert takes
+ * its slot after vacuum freed it, and each such insert counts itself in the
+ * meta page (`reused`, on standbys too: the meta page is WAL-logged whole)
+ * as the slot turns live; REINDEX and TRUNCATE give a new relfilenode; the
+ * entry list only grows (entry_count).  Those four are the key.  Flags can
+ * change (vacuum): they are read from the page when the node is a result.
  */
 struct CagraEntryVectors
 {
 	CagraRelFileId node;
+	uint64_t	reused = 0;
 	uint32_t	count = 0;
 	uint32_t	dims = 0;
 	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id; empty: not cached */
@@ -54,13 +58,14 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 	if (meta.entry_count == 0)
 		return nullptr;
 	for (const auto &e : cagra_entry_cache)
-		if (CAGRA_REL_FILE_ID_EQUALS(e->node, CAGRA_REL_FILE_ID(index)) && e->count == meta.entry_count &&
-			e->dims == meta.dims)
+		if (CAGRA_REL_FILE_ID_EQUALS(e->node, CAGRA_REL_FILE_ID(index)) && e->reused == meta.reused &&
+			e->count == meta.entry_count && e->dims == meta.dims)
 			return e;
 
 	auto		e = std::make_shared<CagraEntryVectors>();
 
 	e->node = CAGRA_REL_FILE_ID(index);
+	e->reused = meta.reused;
 	e->count = meta.entry_count;
 	e->dims = meta.dims;
 	if ((size_t) meta.entry_count * meta.dims * sizeof(float) <= kEntryCacheBytes)

@@ -386,9 +386,9 @@ cagra_check_meta(Relation index, const CagraMetaData *meta)
 	 * layout before it compares the blocks) */
 	BlockNumber need = meta->nodes_per_group != 0 ? cagra_blocks_for(meta, meta->n) : 1;
 
-	/* the node count only grows (deleted slots are not reused, the index
-	 * never shrinks), so blocks counted after the meta page was read hold
-	 * at least its nodes */
+	/* the node count only grows (an insert takes a slot vacuum freed or
+	 * appends one; the index never shrinks), so blocks counted after the
+	 * meta page was read hold at least its nodes */
 	cagra_validate_meta(meta, cagra_blocks_at_least(index, need), cagra_meta_error, &e);
 }
 

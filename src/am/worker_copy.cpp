@@ -94,6 +94,8 @@ cagra_copy_key(Relation index, const CagraMetaData *meta)
 	key.db = MyDatabaseId;
 	key.index = RelationGetRelid(index);
 	key.relfilenode = CAGRA_REL_FILE_NUMBER(index);
+	key.tablespace = CAGRA_REL_TABLESPACE(index);
+	key.backend = index->rd_backend;
 	key.generation = meta->generation;
 	key.n = meta->n;
 	key.reused = meta->reused;

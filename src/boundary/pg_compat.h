@@ -37,6 +37,7 @@ typedef RelFileLocator CagraRelFileId;
 
 #define CAGRA_REL_FILE_ID(rel)			((rel)->rd_locator)
 #define CAGRA_REL_FILE_NUMBER(rel)		((rel)->rd_locator.relNumber)
+#define CAGRA_REL_TABLESPACE(rel)		((rel)->rd_locator.spcOid)
 #define CAGRA_REL_FILE_ID_EQUALS(a, b)	RelFileLocatorEquals((a), (b))
 
 #else
@@ -45,6 +46,7 @@ typedef RelFileNode CagraRelFileId;
 
 #define CAGRA_REL_FILE_ID(rel)			((rel)->rd_node)
 #define CAGRA_REL_FILE_NUMBER(rel)		((rel)->rd_node.relNode)
+#define CAGRA_REL_TABLESPACE(rel)		((rel)->rd_node.spcNode)
 #define CAGRA_REL_FILE_ID_EQUALS(a, b)	RelFileNodeEquals((a), (b))
 
 #endif

@@ -105,14 +105,18 @@ struct VectorFormat {
 
     /*
      * A lower bound of the SQL operator's value on the vector before it was
-     * stored, from `distance` (this format's) to its stored copy: float16
-     * rounds each element x to h(x) with |x - h(x)| <= 2^-11 |x| (plus
-     * 2^-25 where h(x) is subnormal), so ||x - h(x)|| <= 2^-11 ||x||, and
-     *   L2 (operator ||q - x||):     ||q - x|| >= ||q - h(x)|| - 2^-11 (||q|| + ||q - x||)
-     *   inner product (-<q, x>):     -<q, x> >= -<q, h(x)> - 2^-11 ||q|| max ||x||
-     *   cosine (x of unit length):   1 - <q, x> >= 1 - <q, h(x)> - 2^-11 ||q||
- *   L1 (operator |q - x|_1):     |q - x|_1 >= |q - h(x)|_1 - 2^-11 (|q|_1 + |q - x|_1)
-     * The bound uses twice that constant, and adds the float rounding of
+     * stored, from `distance` (this format's) to its stored copy.  float16
+     * rounds each element x_i to h_i with |x_i - h_i| <= u |x_i| + a, where
+     * u = 2^-11 is the relative error on the normal range and a = 2^-25 the
+     * absolute error of an element stored as a subnormal (or as zero), which
+     * does not shrink with the query.  So e = x - h has ||e|| <= u ||x|| +
+     * a sqrt(dim) and |e|_1 <= u |x|_1 + a dim, and with ||x|| <= ||q|| +
+     * ||q - x|| (the same in L1):
+     *   L2 (||q - x||):        ||q - x|| >= (||q - h|| - u ||q|| - a sqrt(dim)) / (1 + u)
+     *   inner product (-<q, x>): -<q, x> >= -<q, h> - ||q|| (u max ||x|| + a sqrt(dim))
+     *   cosine (unit x and q):   1 - <q, x> >= 1 - <q, h> - (u + a sqrt(dim))
+     *   L1 (|q - x|_1):        |q - x|_1 >= (|q - h|_1 - u |q|_1 - a dim) / (1 + u)
+     * The bound uses twice each constant, and adds the float rounding of
      * sums over dim terms, so that a value computed another way (pgvector's
      * operators) is not below it either.  Monotone in `distance`.  Float32
      * storage is exact: the operator value itself.
@@ -123,17 +127,17 @@ struct VectorFormat {
         if (element != ElementType::Float16)
             return value;
         const double c = 2 * kHalfUnitRoundoff + 8 * std::sqrt((double)dim) * std::ldexp(1.0, -24);
-        const double subnormal = std::sqrt((double)dim) * std::ldexp(1.0, -24) * query_norm;
+        const double subnormal = 2 * kHalfSubnormalRoundoff * std::sqrt((double)dim); /* of ||e|| */
         switch (metric) {
         case Metric::L2:
-            value = (value - c * query_norm) / (1 + c) - subnormal;
+            value = (value - c * query_norm - subnormal) / (1 + c);
             return value > 0 ? value : 0;
         case Metric::InnerProduct:
-            return value - c * query_norm * max_norm - subnormal;
+            return value - c * query_norm * max_norm - subnormal * query_norm;
         case Metric::Cosine:
-            return value - c * query_norm - subnormal;
+            return value - c * query_norm - subnormal * query_norm;
         case Metric::L1:
-            value = (value - c * query_norm) / (1 + c) - (double)dim * std::ldexp(1.0, -25);
+            value = (value - c * query_norm - 2 * kHalfSubnormalRoundoff * (double)dim) / (1 + c);
             return value > 0 ? value : 0;
         }
         return value;

@@ -16,8 +16,10 @@ constexpr float kHalfMax = 65504.0f;
 constexpr float kHalfOverflow = 65520.0f;
 
 /* Relative rounding error of float_to_half on the normal range (unit
- * roundoff 2^-11); subnormal halves add at most 2^-25 absolute. */
+ * roundoff 2^-11); an element stored as a subnormal half (or as zero) is off
+ * by at most half the subnormal spacing, 2^-25, absolute. */
 constexpr double kHalfUnitRoundoff = 1.0 / 2048.0;
+constexpr double kHalfSubnormalRoundoff = 1.0 / 33554432.0;
 
 inline float half_to_float(uint16_t h)
 {

@@ -116,6 +116,8 @@ typedef struct CagraIndexKey
 	Oid			db;
 	Oid			index;
 	Oid			relfilenode;	/* changes on REINDEX, TRUNCATE */
+	Oid			tablespace;		/* with db, relfilenode and backend: its file */
+	int32		backend;		/* a temporary index's backend, else -1 */
 	uint64		generation;		/* meta page generation */
 	uint32		n;				/* nodes at that generation */
 	uint64		reused;			/* inserts into vacuumed slots by then (CagraMetaData) */

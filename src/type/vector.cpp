@@ -70,8 +70,8 @@ vector_check_same_dims(const Vector *a, const Vector *b)
 }
 
 /* NaN and infinity have no distance; reject them wherever a value enters. */
-static void
-check_element(float value)
+void
+vector_check_element(float value)
 {
 	if (std::isnan(value))
 		ereport(ERROR,
@@ -118,7 +118,7 @@ skip_spaces(const char *p)
 
 /*
  * Parse one element at *pp (leading blanks allowed) and advance past it.
- * strtof also accepts "nan" and "inf"; check_element() rejects those.
+ * strtof also accepts "nan" and "inf"; vector_check_element() rejects those.
  */
 static float
 parse_element(const char *input, const char **pp)
@@ -138,7 +138,7 @@ parse_element(const char *input, const char **pp)
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("\"%s\" is out of range for type real",
 						pnstrdup(start, end - start))));
-	check_element(value);
+	vector_check_element(value);
 	*pp = end;
 	return value;
 }
@@ -267,7 +267,7 @@ vector_recv(PG_FUNCTION_ARGS)
 	for (int i = 0; i < dim; i++)
 	{
 		result->x[i] = pq_getmsgfloat4(buf);
-		check_element(result->x[i]);
+		vector_check_element(result->x[i]);
 	}
 	PG_RETURN_VECTOR_P(result);
 }
@@ -362,7 +362,7 @@ array_to_vector(PG_FUNCTION_ARGS)
 	for (int i = 0; i < n; i++)
 	{
 		result->x[i] = element_to_float(elems[i], elemtype);
-		check_element(result->x[i]);
+		vector_check_element(result->x[i]);
 	}
 	pfree(elems);
 	PG_RETURN_VECTOR_P(result);

@@ -51,5 +51,8 @@ Vector	   *vector_new(int dim);
 /* ERROR unless `dim` is a valid number of dimensions (1..VECTOR_MAX_DIM). */
 void		vector_check_dim(int dim);
 
+/* ERROR when `value` is NaN or infinite, which no vector holds. */
+void		vector_check_element(float value);
+
 /* ERROR unless both vectors have the same number of dimensions. */
 void		vector_check_same_dims(const Vector *a, const Vector *b);

@@ -225,6 +225,12 @@ vector_combine(PG_FUNCTION_ARGS)
 	float8	   *a = accum_state(PG_GETARG_ARRAYTYPE_P(0), &na);
 	float8	   *b = accum_state(PG_GETARG_ARRAYTYPE_P(1), &nb);
 
+	/* a state made by hand may hold more sums than a vector has dimensions
+	 * (vector_accum refuses such a state: no vector matches it) */
+	if (na > 1)
+		vector_check_dim(na - 1);
+	if (nb > 1)
+		vector_check_dim(nb - 1);
 	if (na == 1)
 		PG_RETURN_ARRAYTYPE_P(make_state(b, nb));
 	if (nb == 1)
@@ -253,14 +259,15 @@ vector_avg(PG_FUNCTION_ARGS)
 
 	if (s[0] == 0.0)
 		PG_RETURN_NULL();
+	/* a state made by hand: nothing vector input refuses */
+	vector_check_dim(n - 1);
 
 	Vector	   *r = vector_new(n - 1);
 
 	for (int i = 1; i < n; i++)
 	{
 		r->x[i - 1] = (float) (s[i] / s[0]);
-		if (std::isinf(r->x[i - 1]))
-			float_overflow_error();
+		vector_check_element(r->x[i - 1]);
 	}
 	PG_RETURN_VECTOR_P(r);
 }

@@ -10,7 +10,10 @@
  * tail and the reused slots itself and merges.  Anything else is a miss: one backend
  * is told to upload the current contents (NEED_INDEX), concurrent askers
  * search on the CPU meanwhile (LOADING).  A copy larger than the limit is
- * remembered (TOO_LARGE) so that nobody uploads it again and again.
+ * remembered (TOO_LARGE) so that nobody uploads it again and again.  The
+ * copy of an index whose file is gone (dropped, or rewritten under a new
+ * relfilenode) is freed by the main loop within a second, searched again or
+ * not (cagra_cache_free_dropped).
  */
 #include "worker/cache.h"
 
@@ -21,7 +24,10 @@
 #include <map>
 #include <tuple>
 
+#include <sys/stat.h>
+
 extern "C" {
+#include "common/relpath.h"
 #include "utils/timestamp.h"
 }
 
@@ -312,6 +318,47 @@ cagra_cache_clear(void)
 
 	copies.clear();
 	return n;
+}
+
+/*
+ * Whether the index file a copy was made from is gone.  The worker has no
+ * database connection, so it looks at the file itself: a committed drop
+ * unlinks it, or (the main fork outside recovery) truncates it to nothing
+ * and unlinks it at the next checkpoint.  A cagra index always has its
+ * meta page, so an empty file is a dropped one.
+ */
+static bool
+cagra_copy_file_gone(const CagraIndexKey &key)
+{
+	char	   *path = GetRelationPath(key.db, key.tablespace, key.relfilenode, key.backend, MAIN_FORKNUM);
+	struct stat st;
+	bool		gone = stat(path, &st) != 0 ? errno == ENOENT : st.st_size == 0;
+
+	pfree(path);
+	return gone;
+}
+
+int
+cagra_cache_free_dropped(void (*wait_for_searches) (void))
+{
+	std::vector<CagraIndexId> gone;
+
+	try
+	{
+		for (auto &c : copies)
+			if (cagra_copy_file_gone(c.second->key))
+				gone.push_back(c.first);
+	}
+	catch (...)
+	{
+		return 0;				/* out of memory: next time */
+	}
+	if (gone.empty())
+		return 0;
+	wait_for_searches();
+	for (const CagraIndexId &id : gone)
+		copies.erase(id);
+	return (int) gone.size();
 }
 
 void

@@ -28,6 +28,13 @@ uint64_t	cagra_cache_limit(void);
  * many there were. */
 int			cagra_cache_clear(void);
 
+/* Free the copies of indexes whose file is gone: dropped (a table, schema
+ * or database with them), or given a new file (REINDEX, TRUNCATE, VACUUM
+ * FULL), here or, on a standby, by replay.  `wait_for_searches` is called
+ * first when there is any, so that no search still uses one.  Returns how
+ * many were freed. */
+int			cagra_cache_free_dropped(void (*wait_for_searches) (void));
+
 /* Forget which indexes were too large (the limit may have changed). */
 void		cagra_cache_forget_limits(void);
 

@@ -27,6 +27,9 @@ extern "C" {
 PGDLLEXPORT void cagra_worker_main(Datum arg);
 }
 
+/* How often the worker looks for copies of indexes that are gone. */
+#define CAGRA_DROPPED_CHECK_MS 1000
+
 static void
 cagra_worker_set_state(CagraWorkerState state, const char *message)
 {
@@ -175,6 +178,7 @@ cagra_worker_main(Datum arg)
 						 cagra_engine_device_count(), cagra_engine_device_count() == 1 ? "" : "s")));
 
 	WaitEventSet *wait = cagra_worker_wait_set();
+	TimestampTz dropped_checked = 0;
 
 	while (!ShutdownRequestPending)
 	{
@@ -189,6 +193,14 @@ cagra_worker_main(Datum arg)
 		}
 		bool		built = cagra_worker_poll_build();
 		bool		served = cagra_worker_serve_queue() > 0;
+
+		/* the copies of dropped and rewritten indexes, freed within a
+		 * second whether or not anyone searches again */
+		if (turn_started - dropped_checked >= CAGRA_DROPPED_CHECK_MS * 1000)
+		{
+			cagra_cache_free_dropped(cagra_worker_drain_searches);
+			dropped_checked = turn_started;
+		}
 		bool		counts_pending = cagra_cache_publish();
 
 		if (!served && !built && !cagra_worker_searches_running())

@@ -323,6 +323,61 @@ TEST(Format, Float16LowerBoundHolds)
     }
 }
 
+/* Elements float16 stores as subnormals (below 2^-14) or as zero carry an
+ * absolute rounding error, up to 2^-25, whatever the query: the bound holds
+ * for queries of zero, tiny and ordinary norm, on data of every scale down
+ * to 1e-9, for the four metrics. */
+TEST(Format, Float16LowerBoundHoldsOnSubnormals)
+{
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    std::uniform_real_distribution<float> exponent(-9.0f, 0.0f);
+    for (uint32_t d : {1u, 4u, 16u, 128u}) {
+        for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::Cosine, Metric::L1}) {
+            VectorFormat f;
+            f.element = ElementType::Float16;
+            f.dim = d;
+            f.metric = m;
+            std::vector<std::vector<float>> xs;
+            double max_norm = 0;
+            for (int i = 0; i < 60; i++) {
+                std::vector<float> x(d);
+                /* a third in [0, 1e-6]^d, the rest each element of its own scale */
+                for (float &v : x)
+                    v = unit(rng) * (i % 3 == 0 ? 1e-6f : std::pow(10.0f, exponent(rng)));
+                prepare_vector(m, x.data(), x.data(), d);
+                max_norm = std::max(max_norm, vector_norm(x.data(), d));
+                xs.push_back(x);
+            }
+            for (int t = 0; t < 9; t++) {
+                std::vector<float> q(d, 0.0f);
+                if (t % 3 == 0 && m == Metric::Cosine)
+                    q[0] = 1.0f; /* the cosine of a zero query is undefined */
+                for (float &v : q)
+                    v += t % 3 == 0 ? 0.0f : unit(rng) * (t % 3 == 1 ? 1e-6f : 1.0f);
+                prepare_vector(m, q.data(), q.data(), d);
+                double qn = f.bound_norm(q.data());
+                for (const auto &x : xs) {
+                    std::vector<uint16_t> h(d);
+                    f.store(x.data(), h.data());
+                    double lower = f.operator_lower_bound(f.distance(q.data(), h.data()), qn, max_norm);
+                    double exact = 0;
+                    for (uint32_t i = 0; i < d; i++) {
+                        double qi = q[i], xi = x[i];
+                        exact += m == Metric::L2   ? (qi - xi) * (qi - xi)
+                                 : m == Metric::L1 ? std::fabs(qi - xi)
+                                                   : -qi * xi;
+                    }
+                    exact = m == Metric::L2 ? std::sqrt(exact) : m == Metric::Cosine ? 1.0 + exact : exact;
+                    double fast = operator_value(m, distance(m, q.data(), x.data(), d));
+                    ASSERT_LE(lower, exact) << "dim " << d << " metric " << (int)m << " query " << t;
+                    ASSERT_LE(lower, fast) << "dim " << d << " metric " << (int)m << " query " << t;
+                }
+            }
+        }
+    }
+}
+
 /* The dispatched array conversions agree with float_to_half and
  * half_to_float element by element, tails and overflow included. */
 TEST(Format, ArrayConversionsMatchScalar)
