@@ -21,7 +21,8 @@
  *      CPU; the search measures every allowed node when they are few, else
  *      traverses the graph returning only them (cagra::plan_filtered_search);
  *   3. the results, in distance order, are fetched from the heap under the
- *      statement's snapshot, and every condition of the WHERE clause
+ *      statement's snapshot into the scan slot, a tuple of the table with
+ *      its ctid and tableoid, and every condition of the WHERE clause
  *      (row-level security's too) is checked on them again (ExecScan), so
  *      a lossy bitmap or a condition no index answers never lets a row
  *      through that fails it;
@@ -316,7 +317,6 @@ typedef struct CagraFilteredScanState
 	Relation	index;
 	ExprState  *query_expr;		/* the ORDER BY's right side */
 	IndexFetchTableData *fetch;
-	TupleTableSlot *heap_slot;	/* the scan slot is virtual (nodeCustom.c) */
 	MemoryContext search_cxt;	/* one search: reset by every rescan */
 	int32		limit;			/* the planner's LIMIT, 0 unknown */
 
@@ -371,6 +371,26 @@ cagra_fs_private(const CustomScan *cs, int which)
 	return (Const *) list_nth(cs->custom_private, which);
 }
 
+/*
+ * The scan slot made a tuple of the table's own kind, filled by its access
+ * method's fetch, so a row keeps its identity (ctid, tableoid, xmin): row
+ * locks (LockRows locks the ctid the plan returns), WHERE CURRENT OF (which
+ * reads the cursor's scan slot) and ctid joins need it.  ExecInitCustomScan
+ * made a virtual slot (PostgreSQL 15 lets a custom scan ask for no other)
+ * and compiled the qual and the projection for it, which read a virtual
+ * slot's values without deforming: they are compiled again for this one.
+ */
+static void
+cagra_fs_init_table_slot(CustomScanState *node, EState *estate)
+{
+	Relation	heap = node->ss.ss_currentRelation;
+	Scan	   *scan = (Scan *) node->ss.ps.plan;
+
+	ExecInitScanTupleSlot(estate, &node->ss, RelationGetDescr(heap), table_slot_callbacks(heap));
+	node->ss.ps.qual = ExecInitQual(scan->plan.qual, &node->ss.ps);
+	ExecAssignScanProjectionInfoWithVarno(&node->ss, scan->scanrelid);
+}
+
 static void
 cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
 {
@@ -379,6 +399,7 @@ cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
 	OpExpr	   *orderby = (OpExpr *) linitial(cs->custom_exprs);
 	Relation	heap = node->ss.ss_currentRelation;
 
+	cagra_fs_init_table_slot(node, estate);
 	s->index = index_open(DatumGetObjectId(cagra_fs_private(cs, CAGRA_FS_INDEX)->constvalue), AccessShareLock);
 	s->limit = DatumGetInt32(cagra_fs_private(cs, CAGRA_FS_LIMIT)->constvalue);
 	s->query_expr = ExecInitExpr((Expr *) lsecond(orderby->args), &node->ss.ps);
@@ -386,7 +407,6 @@ cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
 	s->fetch = table_index_fetch_begin(heap);
-	s->heap_slot = table_slot_create(heap, &estate->es_tupleTable);
 	s->search_cxt = AllocSetContextCreate(estate->es_query_cxt, "cagra filtered scan", ALLOCSET_DEFAULT_SIZES);
 	/* as index_beginscan does for an access method without predicate locks */
 	PredicateLockRelation(s->index, estate->es_snapshot);
@@ -664,6 +684,8 @@ cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
 	return false;
 }
 
+/* The scan's next row into its scan slot, a tuple of the table (see
+ * cagra_fs_init_table_slot). */
 static TupleTableSlot *
 cagra_fs_next(ScanState *ss)
 {
@@ -680,8 +702,8 @@ cagra_fs_next(ScanState *ss)
 	}
 	while (!s->done)
 	{
-		if (cagra_fs_next_in_round(s, s->heap_slot))
-			return ExecCopySlot(slot, s->heap_slot);
+		if (cagra_fs_next_in_round(s, slot))
+			return slot;
 
 		/* the round ran out: a wider one, unless it was short (no more) or the widest */
 		CagraCandidates *c = &s->round;
@@ -701,7 +723,13 @@ cagra_fs_next(ScanState *ss)
 	return ExecClearTuple(slot);
 }
 
-/* EvalPlanQual: the row came from the heap; ExecScan checks the qual. */
+/*
+ * EvalPlanQual's recheck of a newer version of a row the scan returned
+ * (FOR UPDATE, UPDATE or DELETE after a concurrent update): the scan has no
+ * condition of its own to check, as an index scan has its index quals;
+ * every condition of the WHERE clause is in the scan's qual, which ExecScan
+ * checks on the version after this returns.
+ */
 static bool
 cagra_fs_recheck(ScanState *ss, TupleTableSlot *slot)
 {
