@@ -29,14 +29,18 @@
  *   4. when the executor wants more rows than a round gave, the next round
  *      asks for twice as many, skipping rows already returned; past what
  *      the worker answers in one search, every allowed node is measured on
- *      the CPU, up to cagra.max_scan_tuples rows in all.
+ *      the CPU, up to cagra.max_scan_tuples rows in all;
+ *   5. when the rounds stop and the executor still wants rows, every
+ *      allowed node not yet returned follows in distance order (the
+ *      exhaustive pass, exhaustive.h), so LIMIT k returns k rows while k
+ *      rows pass.
  *
  * Indexes that round vectors to float16 (whose order is a lower bound the
  * executor rechecks, xs_recheckorderby) are left to the index scan: this
  * scan returns rows in the index's order as exact.
  */
 #include "am/accessor.h"
-#include "am/search_resolve.h"
+#include "am/exhaustive.h"
 
 #include <algorithm>
 #include <cmath>
@@ -322,6 +326,7 @@ typedef struct CagraFilteredScanState
 
 	/* the search of the current rescan */
 	bool		started;
+	bool		rounds_done;	/* the search's rounds found all they could */
 	bool		done;			/* no row left */
 	CagraMetaData meta;
 	float	   *query;			/* prepared */
@@ -329,15 +334,15 @@ typedef struct CagraFilteredScanState
 	uint32		cap;			/* most candidates a round may ask for */
 	CagraCandidates round;		/* nq 1: ids, dists, copy TIDs of one round */
 	uint32		pos;
-	HTAB	   *returned;		/* root TIDs the rounds returned */
-	uint64		nreturned;
-	float		last_distance;
+	CagraReturnedRows returned;
+	CagraExhaustivePass *pass;	/* after the rounds, when the executor wants more */
 
 	/* for EXPLAIN ANALYZE, over all rescans */
 	uint64		searches;
 	uint64		rounds;
 	uint64		worker_rounds;
 	uint64		allowed_rows;
+	uint64		exhaustive_passes;
 } CagraFilteredScanState;
 
 static void cagra_fs_begin(CustomScanState *node, EState *estate, int eflags);
@@ -618,12 +623,7 @@ cagra_fs_start(CagraFilteredScanState *s)
 	if (s->allowed->rows.count == 0)
 		return false;
 
-	HASHCTL		ctl;
-
-	ctl.keysize = sizeof(ItemPointerData);
-	ctl.entrysize = sizeof(ItemPointerData);
-	ctl.hcxt = CurrentMemoryContext;
-	s->returned = hash_create("cagra filtered scan rows", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	cagra_returned_init(&s->returned, CurrentMemoryContext);
 	s->cap = (uint32) Min((uint64) s->allowed->rows.count,
 						  Min((uint64) s->meta.live, (uint64) cagra_max_scan_tuples));
 
@@ -633,20 +633,32 @@ cagra_fs_start(CagraFilteredScanState *s)
 	return true;
 }
 
+/* The row at `root` into `slot` when the snapshot sees a version of it;
+ * the scan returns it either way. */
+static bool
+cagra_fs_fetch(CagraFilteredScanState *s, ItemPointer root, float distance, TupleTableSlot *slot)
+{
+	bool		call_again = false;
+	bool		all_dead = false;
+	ItemPointerData tid = *root;
+
+	cagra_returned_add(&s->returned, root, distance);
+	return table_index_fetch_tuple(s->fetch, &tid, s->css.ss.ps.state->es_snapshot, slot, &call_again,
+								   &all_dead);
+}
+
 /* The next candidate's visible heap tuple into `slot`; false when the round
  * has none left. */
 static bool
 cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
 {
 	CagraCandidates *c = &s->round;
-	Snapshot	snapshot = s->css.ss.ps.state->es_snapshot;
 
 	while (s->pos < c->kk)
 	{
 		uint32		i = s->pos++;
 		uint32		id = c->ids[i];
 		ItemPointerData root;
-		bool		found;
 
 		if (id == cagra::kInvalidNode)
 		{
@@ -666,20 +678,42 @@ cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
 			root = hdr.heap_tid;
 		}
 		/* a later round may find rows an earlier one did not: keep the order */
-		if (s->nreturned > 0 && cagra_before_returned(c->dists[i], s->last_distance))
+		if (!cagra_returned_admits(&s->returned, &root, c->dists[i]))
 			continue;
-		hash_search(s->returned, &root, HASH_ENTER, &found);
-		if (found)
-			continue;
-		s->nreturned++;
-		s->last_distance = c->dists[i];
-
-		bool		call_again = false;
-		bool		all_dead = false;
-		ItemPointerData tid = root;
-
-		if (table_index_fetch_tuple(s->fetch, &tid, snapshot, slot, &call_again, &all_dead))
+		if (cagra_fs_fetch(s, &root, c->dists[i], slot))
 			return true;
+	}
+	return false;
+}
+
+/*
+ * After the rounds: every allowed node they did not return, nearest first
+ * (exhaustive.h), unless they returned every allowed row already.  The
+ * rounds stop at cagra.max_scan_tuples rows, or when a traversal finds no
+ * more, which a traversal may do while allowed rows are left.
+ */
+static bool
+cagra_fs_next_exhaustive(CagraFilteredScanState *s, TupleTableSlot *slot)
+{
+	ItemPointerData root;
+	float		distance;
+
+	if (!s->pass)
+	{
+		if (s->returned.count >= s->allowed->rows.count)
+			return false;
+
+		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
+
+		s->pass = cagra_exhaustive_begin(s->index, &s->meta, s->query, s->allowed);
+		s->exhaustive_passes++;
+		MemoryContextSwitchTo(old);
+	}
+	while (cagra_exhaustive_next(s->pass, &s->returned, &root, &distance))
+	{
+		if (cagra_fs_fetch(s, &root, distance, slot))
+			return true;
+		CHECK_FOR_INTERRUPTS();
 	}
 	return false;
 }
@@ -702,6 +736,13 @@ cagra_fs_next(ScanState *ss)
 	}
 	while (!s->done)
 	{
+		if (s->pass || s->rounds_done)
+		{
+			if (cagra_fs_next_exhaustive(s, slot))
+				return slot;
+			s->done = true;
+			break;
+		}
 		if (cagra_fs_next_in_round(s, slot))
 			return slot;
 
@@ -710,8 +751,8 @@ cagra_fs_next(ScanState *ss)
 
 		if (c->ids[c->kk - 1] == cagra::kInvalidNode || c->kk >= s->cap)
 		{
-			s->done = true;
-			break;
+			s->rounds_done = true;
+			continue;
 		}
 
 		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
@@ -750,8 +791,9 @@ cagra_fs_reset(CagraFilteredScanState *s)
 	s->query = NULL;
 	s->allowed = NULL;
 	memset(&s->round, 0, sizeof(s->round));
-	s->returned = NULL;
-	s->nreturned = 0;
+	memset(&s->returned, 0, sizeof(s->returned));
+	s->pass = NULL;
+	s->rounds_done = false;
 	s->pos = 0;
 	if (s->search_cxt)
 		MemoryContextReset(s->search_cxt);
@@ -800,6 +842,8 @@ cagra_fs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	{
 		ExplainPropertyFloat("Actual Allowed Rows", NULL, (double) s->allowed_rows / s->searches, 0, es);
 		ExplainPropertyInteger("Search Rounds", NULL, (int64) s->rounds, es);
+		if (s->exhaustive_passes > 0)
+			ExplainPropertyInteger("Exhaustive Passes", NULL, (int64) s->exhaustive_passes, es);
 		if (es->verbose)
 			ExplainPropertyInteger("Worker Rounds", NULL, (int64) s->worker_rounds, es);
 	}
