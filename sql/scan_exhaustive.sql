@@ -63,6 +63,10 @@ SELECT * FROM pg_temp.against_exact('tag IN (11, 12)', 5);
 SELECT * FROM pg_temp.against_exact('tag = -1', 3);
 SET cagra.max_scan_tuples = 1000;
 SELECT * FROM pg_temp.against_exact('tag = 4999 AND id > 0', 10);
+-- the default: the CPU search stops at live rows / graph_degree results
+RESET cagra.max_scan_tuples;
+SELECT * FROM pg_temp.against_exact('tag = 7', 10);
+SELECT * FROM pg_temp.against_exact('tag IN (11, 12)', 10);
 
 -- every row, in distance order, past cagra.max_scan_tuples
 SET cagra.max_scan_tuples = 50;

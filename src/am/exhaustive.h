@@ -3,8 +3,9 @@
  * (filtered_scan.cpp) do when their graph search stops (cagra.max_scan_tuples
  * rows returned, or no more found) while the executor still wants rows:
  * every node not yet returned, in distance order, so that LIMIT k returns
- * as many rows as pass its filter, up to k.  And the rows a scan returned,
- * which every later row is checked against.
+ * as many rows as pass its filter, up to k, less any the search missed
+ * closer than the last row it returned (they would break the order).  And
+ * the rows a scan returned, which every later row is checked against.
  */
 #pragma once
 

@@ -32,8 +32,8 @@
  *      the CPU, up to cagra.max_scan_tuples rows in all;
  *   5. when the rounds stop and the executor still wants rows, every
  *      allowed node not yet returned follows in distance order (the
- *      exhaustive pass, exhaustive.h), so LIMIT k returns k rows while k
- *      rows pass.
+ *      exhaustive pass, exhaustive.h), so the scan does not end while
+ *      allowed rows are left.
  *
  * Indexes that round vectors to float16 (whose order is a lower bound the
  * executor rechecks, xs_recheckorderby) are left to the index scan: this

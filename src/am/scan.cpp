@@ -8,10 +8,11 @@
  * never returned.  When the GPU worker serves the search, its results come
  * first, in rounds of growing itopk_size up to the kernel's 512, and the
  * CPU Searcher takes over if the executor wants more still.  When the
- * search stops (cagra.max_scan_tuples, or it finds no more) and the
- * executor still asks, every node not yet returned follows in distance
- * order (exhaustive.h): a filter the index cannot see never makes LIMIT k
- * return fewer rows than pass it.
+ * search stops (cagra_search_stops, or it finds no more) and the executor
+ * still asks, every node not yet returned follows in distance order
+ * (exhaustive.h), so a filter the index cannot see does not end the scan
+ * early; only rows the search missed closer than the last row it returned
+ * are left out, as they would break the order.
  */
 #include "am/accessor.h"
 #include "am/exhaustive.h"
@@ -126,6 +127,7 @@ typedef struct CagraScanOpaqueData
 	CagraOrderValues order;
 	MemoryContext cxt;			/* the scan's: what follows lives until a rescan */
 	CagraReturnedRows returned;	/* every row returned since the last rescan */
+	uint64		cpu_results;	/* results the CPU search gave since then */
 	CagraExhaustivePass *pass;	/* after the search stopped */
 } CagraScanOpaqueData;
 
@@ -411,6 +413,7 @@ cagra_rescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int 
 	cagra_worker_round_end(so->worker);
 	so->worker = NULL;
 	so->empty = false;
+	so->cpu_results = 0;
 	so->pass = NULL;
 	MemoryContextReset(so->cxt);
 	cagra_returned_init(&so->returned, so->cxt);
@@ -542,6 +545,24 @@ cagra_return_tuple(IndexScanDesc scan, ItemPointer tid, float distance)
 	return true;
 }
 
+/*
+ * Whether the graph search stops here for the exhaustive pass: at
+ * cagra.max_scan_tuples rows, or once the CPU search has given live /
+ * graph_degree results.  By then it has measured about graph_degree vectors
+ * a result, as many as the pass measures in all (reading them in order, not
+ * at random), and the farther a search goes the more rows it misses, which
+ * the pass must skip when they lie before the last row returned.
+ */
+static bool
+cagra_search_stops(CagraScanOpaque so)
+{
+	uint64		cpu_budget = Max((uint64) so->meta.live / Max(so->meta.graph_degree, 1),
+								 (uint64) so->state->batch_size);
+
+	return so->returned.count >= (uint64) cagra_max_scan_tuples ||
+		(so->state->searcher && so->cpu_results >= cpu_budget);
+}
+
 /* After the search stopped: the next node it did not return; false when
  * the scan returned every live node. */
 static bool
@@ -590,7 +611,7 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 		float		distance;
 
 		/* cagra.max_scan_tuples bounds the search, not the answer */
-		if (so->pass || so->returned.count >= (uint64) cagra_max_scan_tuples)
+		if (so->pass || cagra_search_stops(so))
 		{
 			if (cagra_next_exhaustive(scan, &tid, &distance))
 				return cagra_return_tuple(scan, &tid, distance);
@@ -610,6 +631,7 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 		{
 			if (!cagra_take_result(s, &tid, &distance))
 				elog(ERROR, "cagra scan lost the heap TID of a result");
+			so->cpu_results++;
 			/* after the worker's rounds: what they returned, or the order, skips it */
 			if (so->worker && !cagra_returned_admits(&so->returned, &tid, distance))
 				continue;
