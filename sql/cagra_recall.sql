@@ -80,9 +80,10 @@ SELECT count(*) >= 9 AS filtered_recall_ok FROM (SELECT id FROM items WHERE id %
   ORDER BY v <-> (SELECT v FROM queries WHERE qid = 3) LIMIT 10) s JOIN filtered_exact USING (id);
 EXPLAIN (COSTS OFF) SELECT id FROM items WHERE id % 17 = 3 ORDER BY v <-> '[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]' LIMIT 10;
 RESET enable_seqscan;
--- cagra.max_scan_tuples bounds what one scan returns
+-- cagra.max_scan_tuples bounds the graph search, not what one scan returns:
+-- past it the scan goes on with the nodes not returned, in distance order
 SET cagra.max_scan_tuples = 100;
-SELECT count(*) AS rows FROM
+SELECT count(*) AS rows, count(DISTINCT id) AS distinct_rows FROM
   (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 2) LIMIT 500) s;
 RESET cagra.max_scan_tuples;
 RESET cagra.itopk_size;

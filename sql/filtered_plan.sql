@@ -1,8 +1,10 @@
 -- The planner chooses between the cagra index scan (which checks a WHERE
--- filter on the rows it returns, up to cagra.max_scan_tuples of them) and an
--- exact search of the rows that pass the filter, by cost: the scan's run
--- cost grows as the filter's selectivity falls, and a scan that would stop
--- before finding the LIMIT's rows is never chosen.  Whichever plan it picks,
+-- filter on the rows it returns: its graph search's, up to
+-- cagra.max_scan_tuples of them, then every other node in distance order)
+-- and an exact search of the rows that pass the filter, by cost: the scan's
+-- run cost grows as the filter's selectivity falls, and a scan whose graph
+-- search would stop before finding the LIMIT's rows (leaving them to a pass
+-- over the whole index) is never chosen.  Whichever plan it picks,
 -- LIMIT k returns min(k, matching rows) rows.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS cagra;
@@ -22,8 +24,9 @@ EXPLAIN (COSTS OFF) SELECT id FROM fp ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 1
 -- a filter that passes half the rows: the index, filtering what it returns
 EXPLAIN (COSTS OFF) SELECT id FROM fp WHERE category < 50 ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10;
 -- a filter that passes 4 rows of 20,000, fewer than the LIMIT: the index
--- scan would stop before finding them (cagra.max_scan_tuples); the rows
--- that pass are found through their own index and sorted
+-- scan's graph search would stop before finding them
+-- (cagra.max_scan_tuples); the rows that pass are found through their own
+-- index and sorted
 EXPLAIN (COSTS OFF) SELECT id FROM fp WHERE rare ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10;
 SELECT count(*) FROM (SELECT id FROM fp WHERE rare ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10) s;
 -- the same with a smaller max_scan_tuples, where 1% is too selective too

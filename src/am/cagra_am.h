@@ -258,6 +258,13 @@ void		cagra_group_copy_out(const CagraMetaData *meta, const char *group, uint32 
 void		cagra_group_copy_in(const CagraMetaData *meta, char *group, uint32 j, uint32 offset,
 								const void *src, uint32 len);
 
+/* The pages of node group `g` that hold nodes (the last group's used pages
+ * only) into `group` (cagra_group_bytes), one share-locked page at a time,
+ * through `strategy` (NULL: none); the next group's pages are prefetched
+ * meanwhile. */
+void		cagra_read_node_group(Relation index, const CagraMetaData *meta, uint64 g, char *group,
+								  BufferAccessStrategy strategy);
+
 /* Number of blocks (meta page included) that hold nodes 0..n-1: whole
  * groups, and of the last group the pages up to node n-1's last byte. */
 BlockNumber cagra_blocks_for(const CagraMetaData *meta, uint32 n);

@@ -19,10 +19,12 @@
  * predicate implies) are checked on the rows it returns, so a LIMIT k needs
  * k / selectivity of them; the planner's LIMIT fraction scales the run cost
  * by that, and rows past what the worker's rounds give cost a node read
- * each.  A scan stops after cagra.max_scan_tuples rows: when the rows
- * that pass the filter among those are fewer than the LIMIT asks for, the
- * path would return too few rows, and is costed as disabled so that a plan
- * that finds them all (a bitmap or sequential scan and a sort) wins.
+ * each.  A scan's graph search stops after cagra.max_scan_tuples rows, and
+ * the scan then measures every node it has not returned (exhaustive.h):
+ * when the rows that pass the filter among those are fewer than the LIMIT
+ * asks for, the path would end in that pass over the whole index, and is
+ * costed as disabled so that a plan that reads only the rows that pass (a
+ * bitmap or sequential scan and a sort) wins.
  */
 #include "am/cagra_am.h"
 

@@ -21,21 +21,26 @@
  *      CPU; the search measures every allowed node when they are few, else
  *      traverses the graph returning only them (cagra::plan_filtered_search);
  *   3. the results, in distance order, are fetched from the heap under the
- *      statement's snapshot, and every condition of the WHERE clause
+ *      statement's snapshot into the scan slot, a tuple of the table with
+ *      its ctid and tableoid, and every condition of the WHERE clause
  *      (row-level security's too) is checked on them again (ExecScan), so
  *      a lossy bitmap or a condition no index answers never lets a row
  *      through that fails it;
  *   4. when the executor wants more rows than a round gave, the next round
  *      asks for twice as many, skipping rows already returned; past what
  *      the worker answers in one search, every allowed node is measured on
- *      the CPU, up to cagra.max_scan_tuples rows in all.
+ *      the CPU, up to cagra.max_scan_tuples rows in all;
+ *   5. when the rounds stop and the executor still wants rows, every
+ *      allowed node not yet returned follows in distance order (the
+ *      exhaustive pass, exhaustive.h), so the scan does not end while
+ *      allowed rows are left.
  *
  * Indexes that round vectors to float16 (whose order is a lower bound the
  * executor rechecks, xs_recheckorderby) are left to the index scan: this
  * scan returns rows in the index's order as exact.
  */
 #include "am/accessor.h"
-#include "am/search_resolve.h"
+#include "am/exhaustive.h"
 
 #include <algorithm>
 #include <cmath>
@@ -316,12 +321,12 @@ typedef struct CagraFilteredScanState
 	Relation	index;
 	ExprState  *query_expr;		/* the ORDER BY's right side */
 	IndexFetchTableData *fetch;
-	TupleTableSlot *heap_slot;	/* the scan slot is virtual (nodeCustom.c) */
 	MemoryContext search_cxt;	/* one search: reset by every rescan */
 	int32		limit;			/* the planner's LIMIT, 0 unknown */
 
 	/* the search of the current rescan */
 	bool		started;
+	bool		rounds_done;	/* the search's rounds found all they could */
 	bool		done;			/* no row left */
 	CagraMetaData meta;
 	float	   *query;			/* prepared */
@@ -329,15 +334,15 @@ typedef struct CagraFilteredScanState
 	uint32		cap;			/* most candidates a round may ask for */
 	CagraCandidates round;		/* nq 1: ids, dists, copy TIDs of one round */
 	uint32		pos;
-	HTAB	   *returned;		/* root TIDs the rounds returned */
-	uint64		nreturned;
-	float		last_distance;
+	CagraReturnedRows returned;
+	CagraExhaustivePass *pass;	/* after the rounds, when the executor wants more */
 
 	/* for EXPLAIN ANALYZE, over all rescans */
 	uint64		searches;
 	uint64		rounds;
 	uint64		worker_rounds;
 	uint64		allowed_rows;
+	uint64		exhaustive_passes;
 } CagraFilteredScanState;
 
 static void cagra_fs_begin(CustomScanState *node, EState *estate, int eflags);
@@ -371,6 +376,26 @@ cagra_fs_private(const CustomScan *cs, int which)
 	return (Const *) list_nth(cs->custom_private, which);
 }
 
+/*
+ * The scan slot made a tuple of the table's own kind, filled by its access
+ * method's fetch, so a row keeps its identity (ctid, tableoid, xmin): row
+ * locks (LockRows locks the ctid the plan returns), WHERE CURRENT OF (which
+ * reads the cursor's scan slot) and ctid joins need it.  ExecInitCustomScan
+ * made a virtual slot (PostgreSQL 15 lets a custom scan ask for no other)
+ * and compiled the qual and the projection for it, which read a virtual
+ * slot's values without deforming: they are compiled again for this one.
+ */
+static void
+cagra_fs_init_table_slot(CustomScanState *node, EState *estate)
+{
+	Relation	heap = node->ss.ss_currentRelation;
+	Scan	   *scan = (Scan *) node->ss.ps.plan;
+
+	ExecInitScanTupleSlot(estate, &node->ss, RelationGetDescr(heap), table_slot_callbacks(heap));
+	node->ss.ps.qual = ExecInitQual(scan->plan.qual, &node->ss.ps);
+	ExecAssignScanProjectionInfoWithVarno(&node->ss, scan->scanrelid);
+}
+
 static void
 cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
 {
@@ -379,6 +404,7 @@ cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
 	OpExpr	   *orderby = (OpExpr *) linitial(cs->custom_exprs);
 	Relation	heap = node->ss.ss_currentRelation;
 
+	cagra_fs_init_table_slot(node, estate);
 	s->index = index_open(DatumGetObjectId(cagra_fs_private(cs, CAGRA_FS_INDEX)->constvalue), AccessShareLock);
 	s->limit = DatumGetInt32(cagra_fs_private(cs, CAGRA_FS_LIMIT)->constvalue);
 	s->query_expr = ExecInitExpr((Expr *) lsecond(orderby->args), &node->ss.ps);
@@ -386,7 +412,6 @@ cagra_fs_begin(CustomScanState *node, EState *estate, int eflags)
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
 	s->fetch = table_index_fetch_begin(heap);
-	s->heap_slot = table_slot_create(heap, &estate->es_tupleTable);
 	s->search_cxt = AllocSetContextCreate(estate->es_query_cxt, "cagra filtered scan", ALLOCSET_DEFAULT_SIZES);
 	/* as index_beginscan does for an access method without predicate locks */
 	PredicateLockRelation(s->index, estate->es_snapshot);
@@ -598,12 +623,7 @@ cagra_fs_start(CagraFilteredScanState *s)
 	if (s->allowed->rows.count == 0)
 		return false;
 
-	HASHCTL		ctl;
-
-	ctl.keysize = sizeof(ItemPointerData);
-	ctl.entrysize = sizeof(ItemPointerData);
-	ctl.hcxt = CurrentMemoryContext;
-	s->returned = hash_create("cagra filtered scan rows", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	cagra_returned_init(&s->returned, CurrentMemoryContext);
 	s->cap = (uint32) Min((uint64) s->allowed->rows.count,
 						  Min((uint64) s->meta.live, (uint64) cagra_max_scan_tuples));
 
@@ -613,20 +633,32 @@ cagra_fs_start(CagraFilteredScanState *s)
 	return true;
 }
 
+/* The row at `root` into `slot` when the snapshot sees a version of it;
+ * the scan returns it either way. */
+static bool
+cagra_fs_fetch(CagraFilteredScanState *s, ItemPointer root, float distance, TupleTableSlot *slot)
+{
+	bool		call_again = false;
+	bool		all_dead = false;
+	ItemPointerData tid = *root;
+
+	cagra_returned_add(&s->returned, root, distance);
+	return table_index_fetch_tuple(s->fetch, &tid, s->css.ss.ps.state->es_snapshot, slot, &call_again,
+								   &all_dead);
+}
+
 /* The next candidate's visible heap tuple into `slot`; false when the round
  * has none left. */
 static bool
 cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
 {
 	CagraCandidates *c = &s->round;
-	Snapshot	snapshot = s->css.ss.ps.state->es_snapshot;
 
 	while (s->pos < c->kk)
 	{
 		uint32		i = s->pos++;
 		uint32		id = c->ids[i];
 		ItemPointerData root;
-		bool		found;
 
 		if (id == cagra::kInvalidNode)
 		{
@@ -646,24 +678,48 @@ cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
 			root = hdr.heap_tid;
 		}
 		/* a later round may find rows an earlier one did not: keep the order */
-		if (s->nreturned > 0 && cagra_before_returned(c->dists[i], s->last_distance))
+		if (!cagra_returned_admits(&s->returned, &root, c->dists[i]))
 			continue;
-		hash_search(s->returned, &root, HASH_ENTER, &found);
-		if (found)
-			continue;
-		s->nreturned++;
-		s->last_distance = c->dists[i];
-
-		bool		call_again = false;
-		bool		all_dead = false;
-		ItemPointerData tid = root;
-
-		if (table_index_fetch_tuple(s->fetch, &tid, snapshot, slot, &call_again, &all_dead))
+		if (cagra_fs_fetch(s, &root, c->dists[i], slot))
 			return true;
 	}
 	return false;
 }
 
+/*
+ * After the rounds: every allowed node they did not return, nearest first
+ * (exhaustive.h), unless they returned every allowed row already.  The
+ * rounds stop at cagra.max_scan_tuples rows, or when a traversal finds no
+ * more, which a traversal may do while allowed rows are left.
+ */
+static bool
+cagra_fs_next_exhaustive(CagraFilteredScanState *s, TupleTableSlot *slot)
+{
+	ItemPointerData root;
+	float		distance;
+
+	if (!s->pass)
+	{
+		if (s->returned.count >= s->allowed->rows.count)
+			return false;
+
+		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
+
+		s->pass = cagra_exhaustive_begin(s->index, &s->meta, s->query, s->allowed);
+		s->exhaustive_passes++;
+		MemoryContextSwitchTo(old);
+	}
+	while (cagra_exhaustive_next(s->pass, &s->returned, &root, &distance))
+	{
+		if (cagra_fs_fetch(s, &root, distance, slot))
+			return true;
+		CHECK_FOR_INTERRUPTS();
+	}
+	return false;
+}
+
+/* The scan's next row into its scan slot, a tuple of the table (see
+ * cagra_fs_init_table_slot). */
 static TupleTableSlot *
 cagra_fs_next(ScanState *ss)
 {
@@ -680,16 +736,23 @@ cagra_fs_next(ScanState *ss)
 	}
 	while (!s->done)
 	{
-		if (cagra_fs_next_in_round(s, s->heap_slot))
-			return ExecCopySlot(slot, s->heap_slot);
+		if (s->pass || s->rounds_done)
+		{
+			if (cagra_fs_next_exhaustive(s, slot))
+				return slot;
+			s->done = true;
+			break;
+		}
+		if (cagra_fs_next_in_round(s, slot))
+			return slot;
 
 		/* the round ran out: a wider one, unless it was short (no more) or the widest */
 		CagraCandidates *c = &s->round;
 
 		if (c->ids[c->kk - 1] == cagra::kInvalidNode || c->kk >= s->cap)
 		{
-			s->done = true;
-			break;
+			s->rounds_done = true;
+			continue;
 		}
 
 		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
@@ -701,7 +764,13 @@ cagra_fs_next(ScanState *ss)
 	return ExecClearTuple(slot);
 }
 
-/* EvalPlanQual: the row came from the heap; ExecScan checks the qual. */
+/*
+ * EvalPlanQual's recheck of a newer version of a row the scan returned
+ * (FOR UPDATE, UPDATE or DELETE after a concurrent update): the scan has no
+ * condition of its own to check, as an index scan has its index quals;
+ * every condition of the WHERE clause is in the scan's qual, which ExecScan
+ * checks on the version after this returns.
+ */
 static bool
 cagra_fs_recheck(ScanState *ss, TupleTableSlot *slot)
 {
@@ -722,8 +791,9 @@ cagra_fs_reset(CagraFilteredScanState *s)
 	s->query = NULL;
 	s->allowed = NULL;
 	memset(&s->round, 0, sizeof(s->round));
-	s->returned = NULL;
-	s->nreturned = 0;
+	memset(&s->returned, 0, sizeof(s->returned));
+	s->pass = NULL;
+	s->rounds_done = false;
 	s->pos = 0;
 	if (s->search_cxt)
 		MemoryContextReset(s->search_cxt);
@@ -772,6 +842,8 @@ cagra_fs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	{
 		ExplainPropertyFloat("Actual Allowed Rows", NULL, (double) s->allowed_rows / s->searches, 0, es);
 		ExplainPropertyInteger("Search Rounds", NULL, (int64) s->rounds, es);
+		if (s->exhaustive_passes > 0)
+			ExplainPropertyInteger("Exhaustive Passes", NULL, (int64) s->exhaustive_passes, es);
 		if (es->verbose)
 			ExplainPropertyInteger("Worker Rounds", NULL, (int64) s->worker_rounds, es);
 	}

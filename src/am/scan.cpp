@@ -7,9 +7,15 @@
  * up to cagra.max_scan_tuples rows in all.  Deleted nodes are traversed,
  * never returned.  When the GPU worker serves the search, its results come
  * first, in rounds of growing itopk_size up to the kernel's 512, and the
- * CPU Searcher takes over if the executor wants more still.
+ * CPU Searcher takes over if the executor wants more still.  When the
+ * search stops (cagra_search_stops, or it finds no more) and the executor
+ * still asks, every node not yet returned follows in distance order
+ * (exhaustive.h), so a filter the index cannot see does not end the scan
+ * early; only rows the search missed closer than the last row it returned
+ * are left out, as they would break the order.
  */
 #include "am/accessor.h"
+#include "am/exhaustive.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,7 +47,6 @@ struct CagraScanState
 	std::vector<cagra::Neighbor> batch;
 	size_t		pos = 0;
 	uint32		batch_size = 0; /* itopk_size the searcher was started with */
-	uint64		returned = 0;
 	bool		exhausted = false;
 
 	/* Normal paths only (rescan, a new search, endscan): unpins the pages.
@@ -54,7 +59,6 @@ struct CagraScanState
 		accessor.reset();
 		batch.clear();
 		pos = 0;
-		returned = 0;
 		exhausted = false;
 	}
 };
@@ -85,10 +89,7 @@ typedef struct CagraWorkerRound
 	uint32	   *ids;
 	float	   *dists;
 	uint64	   *tids;
-	ItemPointerData *returned;	/* every row the rounds returned */
-	uint32		nreturned;
-	uint32		returned_size;
-	double		last_value;
+	uint32		nreturned;		/* rows the rounds returned */
 } CagraWorkerRound;
 
 /*
@@ -124,6 +125,10 @@ typedef struct CagraScanOpaqueData
 	bool		null_query;		/* ORDER BY v <-> NULL: any order, NULL values */
 	CagraWorkerRound *worker;	/* the GPU worker's results, returned first */
 	CagraOrderValues order;
+	MemoryContext cxt;			/* the scan's: what follows lives until a rescan */
+	CagraReturnedRows returned;	/* every row returned since the last rescan */
+	uint64		cpu_results;	/* results the CPU search gave since then */
+	CagraExhaustivePass *pass;	/* after the search stopped */
 } CagraScanOpaqueData;
 
 typedef CagraScanOpaqueData *CagraScanOpaque;
@@ -248,7 +253,6 @@ cagra_worker_round_end(CagraWorkerRound *w)
 	cagra_remember_returned(w->index, w->nreturned);
 	cagra_worker_round_clear(w);
 	pfree(w->query);
-	pfree(w->returned);
 	pfree(w);
 }
 
@@ -319,8 +323,6 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 	w->query = (float *) palloc(sizeof(float) * meta->dims);
 	cagra_prepare((cagra::Metric) meta->metric, raw, w->query, meta->dims);
 	w->mvcc_snapshot = mvcc_snapshot;
-	w->returned_size = k;
-	w->returned = (ItemPointerData *) palloc(sizeof(ItemPointerData) * w->returned_size);
 	if (!cagra_worker_round_ask(w, index, meta, k))
 	{
 		cagra_worker_round_end(w);
@@ -329,26 +331,11 @@ cagra_worker_round_begin(Relation index, const CagraMetaData *meta, const float 
 	return w;
 }
 
-/* Whether a result must be skipped: the worker's rounds returned it, or
- * one farther than it. */
-static bool
-cagra_worker_round_skips(const CagraWorkerRound *w, ItemPointer tid, double value)
-{
-	if (w->nreturned == 0)
-		return false;
-	if (cagra_before_returned(value, w->last_value))
-		return true;
-	for (uint32 i = 0; i < w->nreturned; i++)
-		if (ItemPointerEquals(&w->returned[i], tid))
-			return true;
-	return false;
-}
-
-/* The rounds' next result to return (TID and operator value); false when
- * this round has none left. */
+/* The rounds' next result to return (TID and distance) that the scan's
+ * `returned` rows admit; false when this round has none left. */
 static bool
 cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData *meta,
-						const CagraOrderValues *order, ItemPointer tid, double *value)
+						const CagraReturnedRows *returned, ItemPointer tid, float *distance)
 {
 	while (w->pos < w->count)
 	{
@@ -369,17 +356,11 @@ cagra_worker_round_next(CagraWorkerRound *w, Relation index, const CagraMetaData
 			if (!cagra_node_is_live(hdr.flags))
 				continue;
 		}
-		*value = cagra_order_value(order, d);
-		if (cagra_worker_round_skips(w, &hdr.heap_tid, *value))
+		if (!cagra_returned_admits(returned, &hdr.heap_tid, d))
 			continue;
-		if (w->nreturned == w->returned_size)
-		{
-			w->returned_size *= 2;
-			w->returned = (ItemPointerData *) repalloc(w->returned, sizeof(ItemPointerData) * w->returned_size);
-		}
 		*tid = hdr.heap_tid;
-		w->returned[w->nreturned++] = hdr.heap_tid;
-		w->last_value = *value;
+		*distance = d;
+		w->nreturned++;
 		return true;
 	}
 	w->pos = w->count;
@@ -405,6 +386,8 @@ cagra_beginscan(Relation index, int nkeys, int norderbys)
 
 	cagra_guard_or_error([so] { so->state = new CagraScanState(); });
 	so->owner = cagra_owner_new(CurrentMemoryContext, so->state, cagra_delete_object<CagraScanState>);
+	so->cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra scan", ALLOCSET_DEFAULT_SIZES);
+	cagra_returned_init(&so->returned, so->cxt);
 	scan->opaque = so;
 	/* the AM provides the ORDER BY value arrays */
 	if (norderbys > 0)
@@ -430,6 +413,10 @@ cagra_rescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int 
 	cagra_worker_round_end(so->worker);
 	so->worker = NULL;
 	so->empty = false;
+	so->cpu_results = 0;
+	so->pass = NULL;
+	MemoryContextReset(so->cxt);
+	cagra_returned_init(&so->returned, so->cxt);
 }
 
 /* Set up the searcher for a prepared copy of `raw`; ERROR on failure. */
@@ -483,9 +470,9 @@ cagra_next_batch(CagraScanState *s, uint32 want)
 	cagra_report_status(&st);
 }
 
-/* Heap TID and operator value of the batch's next result. */
+/* Heap TID and distance of the batch's next result. */
 static bool
-cagra_take_result(CagraScanState *s, const CagraOrderValues *order, ItemPointer tid, double *value) noexcept
+cagra_take_result(CagraScanState *s, ItemPointer tid, float *distance) noexcept
 {
 	CagraPageAccessor::NodeInfo info;
 	const cagra::Neighbor &nb = s->batch[s->pos++];
@@ -493,8 +480,7 @@ cagra_take_result(CagraScanState *s, const CagraOrderValues *order, ItemPointer 
 	if (!s->accessor->node_info(nb.id, &info))
 		return false;
 	*tid = info.heap_tid;
-	*value = cagra_order_value(order, nb.distance);
-	s->returned++;
+	*distance = nb.distance;
 	return true;
 }
 
@@ -545,16 +531,58 @@ cagra_setup_scan(IndexScanDesc scan, CagraScanOpaque so)
 }
 
 static bool
-cagra_return_tuple(IndexScanDesc scan, ItemPointer tid, double value, bool null_value)
+cagra_return_tuple(IndexScanDesc scan, ItemPointer tid, float distance)
 {
 	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
+	bool		null_value = so->null_query;
 
+	cagra_returned_add(&so->returned, tid, distance);
 	scan->xs_heaptid = *tid;
 	scan->xs_recheck = false;
 	scan->xs_recheckorderby = so->order.lossy && !null_value;
-	scan->xs_orderbyvals[0] = null_value ? (Datum) 0 : Float8GetDatum(value);
+	scan->xs_orderbyvals[0] = null_value ? (Datum) 0 : Float8GetDatum(cagra_order_value(&so->order, distance));
 	scan->xs_orderbynulls[0] = null_value;
 	return true;
+}
+
+/*
+ * Whether the graph search stops here for the exhaustive pass: at
+ * cagra.max_scan_tuples rows, or once the CPU search has given live /
+ * graph_degree results.  By then it has measured about graph_degree vectors
+ * a result, as many as the pass measures in all (reading them in order, not
+ * at random), and the farther a search goes the more rows it misses, which
+ * the pass must skip when they lie before the last row returned.
+ */
+static bool
+cagra_search_stops(CagraScanOpaque so)
+{
+	uint64		cpu_budget = Max((uint64) so->meta.live / Max(so->meta.graph_degree, 1),
+								 (uint64) so->state->batch_size);
+
+	return so->returned.count >= (uint64) cagra_max_scan_tuples ||
+		(so->state->searcher && so->cpu_results >= cpu_budget);
+}
+
+/* After the search stopped: the next node it did not return; false when
+ * the scan returned every live node. */
+static bool
+cagra_next_exhaustive(IndexScanDesc scan, ItemPointer tid, float *distance)
+{
+	CagraScanOpaque so = (CagraScanOpaque) scan->opaque;
+
+	if (!so->pass)
+	{
+		if (so->returned.count >= so->meta.live)
+			return false;
+
+		MemoryContext old = MemoryContextSwitchTo(so->cxt);
+		float	   *query = (float *) palloc(sizeof(float) * so->meta.dims);
+
+		cagra_prepare((cagra::Metric) so->meta.metric, so->raw_query, query, so->meta.dims);
+		so->pass = cagra_exhaustive_begin(scan->indexRelation, &so->meta, query, NULL);
+		MemoryContextSwitchTo(old);
+	}
+	return cagra_exhaustive_next(so->pass, &so->returned, tid, distance);
 }
 
 bool
@@ -580,15 +608,20 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 	for (;;)
 	{
 		ItemPointerData tid;
-		double		value;
-		uint64		returned = s->returned + (so->worker ? so->worker->nreturned : 0);
+		float		distance;
 
-		if (returned >= (uint64) cagra_max_scan_tuples)
+		/* cagra.max_scan_tuples bounds the search, not the answer */
+		if (so->pass || cagra_search_stops(so))
+		{
+			if (cagra_next_exhaustive(scan, &tid, &distance))
+				return cagra_return_tuple(scan, &tid, distance);
 			return false;
+		}
 		if (so->worker && !s->searcher)
 		{
-			if (cagra_worker_round_next(so->worker, scan->indexRelation, &so->meta, &so->order, &tid, &value))
-				return cagra_return_tuple(scan, &tid, value, false);
+			if (cagra_worker_round_next(so->worker, scan->indexRelation, &so->meta, &so->returned, &tid,
+										&distance))
+				return cagra_return_tuple(scan, &tid, distance);
 			/* the round ran out: a wider one, then the CPU search */
 			if (cagra_worker_round_widen(so->worker, scan->indexRelation, &so->meta))
 				continue;
@@ -596,16 +629,22 @@ cagra_gettuple(IndexScanDesc scan, ScanDirection dir)
 		}
 		if (s->pos < s->batch.size())
 		{
-			if (!cagra_take_result(s, &so->order, &tid, &value))
+			if (!cagra_take_result(s, &tid, &distance))
 				elog(ERROR, "cagra scan lost the heap TID of a result");
-			if (so->worker && cagra_worker_round_skips(so->worker, &tid, value))
+			so->cpu_results++;
+			/* after the worker's rounds: what they returned, or the order, skips it */
+			if (so->worker && !cagra_returned_admits(&so->returned, &tid, distance))
 				continue;
-			return cagra_return_tuple(scan, &tid, value, so->null_query);
+			return cagra_return_tuple(scan, &tid, distance);
 		}
 		if (s->exhausted)
+		{
+			if (cagra_next_exhaustive(scan, &tid, &distance))
+				return cagra_return_tuple(scan, &tid, distance);
 			return false;
+		}
 
-		uint64		left = (uint64) cagra_max_scan_tuples - returned;
+		uint64		left = (uint64) cagra_max_scan_tuples - so->returned.count;
 
 		cagra_next_batch(s, (uint32) Min(left, (uint64) s->batch_size));
 		CHECK_FOR_INTERRUPTS();
@@ -619,6 +658,7 @@ cagra_endscan(IndexScanDesc scan)
 
 	cagra_reset_scan_state(so->state);
 	cagra_worker_round_end(so->worker);
+	MemoryContextDelete(so->cxt);
 	cagra_owner_free(so->owner);
 	pfree(so);
 	scan->opaque = NULL;

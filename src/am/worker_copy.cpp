@@ -22,26 +22,22 @@ typedef struct CagraPageSource
 	BufferAccessStrategy strategy;
 } CagraPageSource;
 
-/* The pages of node group `g` that hold nodes (the last group's used
- * pages only) into src->group, one share-locked page at a time; the next
- * group's pages are prefetched meanwhile. */
-static void
-cagra_read_group(CagraPageSource *src, uint64 g)
+void
+cagra_read_node_group(Relation index, const CagraMetaData *meta, uint64 g, char *group, BufferAccessStrategy strategy)
 {
-	const CagraMetaData *meta = src->meta;
 	BlockNumber nblocks = cagra_blocks_for(meta, meta->n);
 	BlockNumber first = (BlockNumber) (1 + g * meta->pages_per_group);
 	BlockNumber end = Min(first + meta->pages_per_group, nblocks);
 
 	for (BlockNumber blkno = end; blkno < Min(end + meta->pages_per_group, nblocks); blkno++)
-		PrefetchBuffer(src->index, MAIN_FORKNUM, blkno);
-	memset(src->group, 0, cagra_group_bytes(meta));
+		PrefetchBuffer(index, MAIN_FORKNUM, blkno);
+	memset(group, 0, cagra_group_bytes(meta));
 	for (BlockNumber blkno = first; blkno < end; blkno++)
 	{
-		Buffer		buf = ReadBufferExtended(src->index, MAIN_FORKNUM, blkno, RBM_NORMAL, src->strategy);
+		Buffer		buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, strategy);
 
 		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		memcpy(src->group + (uint64) (blkno - first) * CAGRA_PAGE_USABLE,
+		memcpy(group + (uint64) (blkno - first) * CAGRA_PAGE_USABLE,
 			   (char *) BufferGetPage(buf) + CAGRA_PAGE_DATA_START, CAGRA_PAGE_USABLE);
 		UnlockReleaseBuffer(buf);
 	}
@@ -66,7 +62,7 @@ cagra_fill_from_pages(void *arg, uint32 n, CagraUploadPayload *p)
 		uint32		in_group = id % per_group;
 
 		if (i == 0 || in_group == 0)
-			cagra_read_group(src, id / per_group);
+			cagra_read_node_group(src->index, meta, id / per_group, src->group, src->strategy);
 
 		CagraNodeHeader hdr;
 		uint32	   *row = rows + (uint64) i * degree;
