@@ -295,6 +295,9 @@ void		cagra_check_meta(Relation index, const CagraMetaData *meta);
  * the index as PostgreSQL's commands do) and returned there.
  */
 Relation	cagra_open_sql_index(Oid relid, bool need_valid, Relation *heap_out);
+/* ERROR unless the user may read the rows of the index's table: USAGE on
+ * its schema, SELECT on it or on every column the index reads. */
+void		cagra_check_read_access(Relation index, Relation heap);
 
 /* Initialise an empty node page (all slots zero). */
 void		cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno);

@@ -42,13 +42,10 @@ extern "C" {
 #include "access/visibilitymap.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "nodes/bitmapset.h"
-#include "optimizer/optimizer.h"
 #include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
-#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/arrayaccess.h"
 #include "utils/lsyscache.h"
@@ -93,45 +90,17 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 }
 
 /*
- * What cagra_search asks of the caller, beyond what opening the index
- * checks: SELECT on the table or on every column the index reads (its key,
- * the columns of its expressions and predicate), as the equivalent
- * SELECT ... ORDER BY would need; and no row-level security on the table
- * for this user, since the function returns rows without applying the
- * policies.  Owners and roles with BYPASSRLS (RLS_NONE_ENV) search.
+ * What cagra_search asks of the caller, beyond reading the table
+ * (cagra_check_read_access): no row-level security on the table for this
+ * user, since the function returns rows without applying the policies.
+ * Owners and roles with BYPASSRLS (RLS_NONE_ENV) search.
  */
 static void
 cagra_check_search_privileges(Relation index, Relation heap)
 {
 	Oid			relid = RelationGetRelid(heap);
-	Oid			userid = GetUserId();
 
-	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
-	{
-		Bitmapset  *cols = NULL;
-		List	   *exprs = RelationGetIndexExpressions(index);
-		List	   *pred = RelationGetIndexPredicate(index);
-		int			col = -1;
-
-		for (int i = 0; i < index->rd_index->indnatts; i++)
-			if (index->rd_index->indkey.values[i] != 0)
-				cols = bms_add_member(cols, index->rd_index->indkey.values[i] -
-									  FirstLowInvalidHeapAttributeNumber);
-		pull_varattnos((Node *) exprs, 1, &cols);
-		pull_varattnos((Node *) pred, 1, &cols);
-		/* no column at all: the table's message, as a query would give */
-		if (bms_is_empty(cols) ||
-			pg_attribute_aclcheck_all(relid, userid, ACL_SELECT, ACLMASK_ANY) != ACLCHECK_OK)
-			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, RelationGetRelationName(heap));
-		while ((col = bms_next_member(cols, col)) >= 0)
-		{
-			AttrNumber	attno = (AttrNumber) (col + FirstLowInvalidHeapAttributeNumber);
-
-			if (pg_attribute_aclcheck(relid, attno, userid, ACL_SELECT) != ACLCHECK_OK)
-				aclcheck_error_col(ACLCHECK_NO_PRIV, OBJECT_COLUMN, RelationGetRelationName(heap),
-								   get_attname(relid, attno, false));
-		}
-	}
+	cagra_check_read_access(index, heap);
 	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
