@@ -585,6 +585,7 @@ cagra_complete_short_queries(Relation index, const CagraMetaData *meta, Relation
 		const uint8 *st = c->state + (Size) q * c->kk;
 		const uint32 *row = c->ids + (Size) q * c->kk;
 		uint32		visible = 0,
+					distinct = 0,
 					seen = 0;
 
 		if (!present[q])
@@ -594,31 +595,41 @@ cagra_complete_short_queries(Relation index, const CagraMetaData *meta, Relation
 		if (visible >= k)
 			continue;
 		if (!covered)
-		{
-			cagra_allowed_nodes(index, meta, allowed);
 			covered = (uint64 *) palloc_extended(sizeof(uint64) * Max(cagra_node_bitset_words(meta->n), (Size) 1),
 												 MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
-		}
-		/* distinct allowed nodes among the candidates (a reused slot may
-		 * come both from the worker's copy and from the pages) */
+		/* distinct candidates (a reused slot may come both from the
+		 * worker's copy and from the pages), all of allowed rows; as many
+		 * as the allowed rows (one live node a row at most): all of them,
+		 * without reading the node headers */
 		for (uint32 i = 0; i < c->kk; i++)
-			if (row[i] < meta->n && cagra_node_bit(allowed->bits, row[i]) && !cagra_node_bit(covered, row[i]))
+			if (row[i] < meta->n && !cagra_node_bit(covered, row[i]))
 			{
 				covered[row[i] >> 6] |= UINT64CONST(1) << (row[i] & 63);
-				seen++;
+				distinct++;
 			}
+		if (distinct < allowed->rows.count)
+		{
+			cagra_allowed_nodes(index, meta, allowed);
+			for (uint32 i = 0; i < c->kk; i++)
+				if (row[i] < meta->n && cagra_node_bit(covered, row[i]) && cagra_node_bit(allowed->bits, row[i]))
+				{
+					covered[row[i] >> 6] &= ~(UINT64CONST(1) << (row[i] & 63));
+					seen++;
+				}
+			if (seen < allowed->count)
+				short_queries[nshort++] = q;
+		}
 		for (uint32 i = 0; i < c->kk; i++)
 			if (row[i] < meta->n)
 				covered[row[i] >> 6] &= ~(UINT64CONST(1) << (row[i] & 63));
-		if (seen < allowed->count)
-			short_queries[nshort++] = q;
 	}
+	if (covered)
+		pfree(covered);
 	if (nshort == 0)
 	{
 		pfree(short_queries);
 		return;
 	}
-	pfree(covered);
 
 	CagraCandidates all;
 	uint32		kk = allowed->count;
