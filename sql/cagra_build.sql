@@ -222,7 +222,8 @@ RESET cagra.itopk_size;
 RESET cagra.search_width;
 RESET enable_seqscan;
 
--- the check is for superusers unless granted
+-- the check is for superusers unless granted; the info shows the table's
+-- row counts, to those who may read the table
 CREATE ROLE regress_cagra_nobody;
 SET ROLE regress_cagra_nobody;
 SELECT * FROM cagra_index_check('t_small_idx');

@@ -2,7 +2,9 @@
 --  * cagra_search returns rows without row-level security policies: when
 --    they apply to the caller it refuses (owners and BYPASSRLS roles
 --    search); the ORDER BY query applies them.
---  * it needs SELECT on the table, or on every column the index reads.
+--  * it needs SELECT on the table, or on every column the index reads, and
+--    USAGE on the table's schema (an index's OID skips the name lookup);
+--    cagra_index_info, which shows the table's row counts, needs the same.
 --  * cagra_status, cagra_worker_status() and cagra_worker_cache() are for
 --    pg_monitor, as PostgreSQL's statistics views.
 SET client_min_messages = warning;
@@ -88,6 +90,37 @@ RESET ROLE;
 SET ROLE regress_cagra_other;
 SELECT * FROM cagra_search('rls_t_v', ARRAY['[100,2,0]']::vector[], 3);
 RESET ROLE;
+
+-- cagra_index_info shows the table's row counts: the same privileges as a
+-- search (SELECT on the table or the index's columns)
+SET ROLE regress_cagra_other;
+SELECT live_nodes FROM cagra_index_info('rls_t_v');
+RESET ROLE;
+SET ROLE regress_cagra_cols;
+SELECT live_nodes FROM cagra_index_info('rls_t_v');
+RESET ROLE;
+
+-- an index in a schema without USAGE: its name does not resolve, and its
+-- OID reaches neither the rows nor the counts (as a query of the table
+-- would not)
+CREATE SCHEMA regress_cagra_hidden;
+CREATE TABLE regress_cagra_hidden.h (id int, v vector(3));
+INSERT INTO regress_cagra_hidden.h SELECT i, ARRAY[i, 0, 0] FROM generate_series(1, 50) i;
+CREATE INDEX h_v ON regress_cagra_hidden.h USING cagra (v);
+GRANT SELECT ON regress_cagra_hidden.h TO regress_cagra_other;
+SELECT 'regress_cagra_hidden.h_v'::regclass::oid AS h_v \gset
+SET ROLE regress_cagra_other;
+SELECT count(*) FROM cagra_search('regress_cagra_hidden.h_v', ARRAY['[1,0,0]']::vector[], 3);
+SELECT count(*) FROM cagra_search(:h_v, ARRAY['[1,0,0]']::vector[], 3);
+SELECT count(*) FROM cagra_search(:h_v, ARRAY['[1,0,0]']::vector[], 3, ARRAY['(0,1)']::tid[]);
+SELECT live_nodes FROM cagra_index_info(:h_v);
+RESET ROLE;
+GRANT USAGE ON SCHEMA regress_cagra_hidden TO regress_cagra_other;
+SET ROLE regress_cagra_other;
+SELECT count(*) FROM cagra_search(:h_v, ARRAY['[1,0,0]']::vector[], 3);
+SELECT live_nodes FROM cagra_index_info(:h_v);
+RESET ROLE;
+DROP SCHEMA regress_cagra_hidden CASCADE;
 
 -- the worker's status: pg_monitor, not PUBLIC; the function like the view
 SET ROLE regress_cagra_other;

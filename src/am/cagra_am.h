@@ -279,13 +279,15 @@ CagraMetaData *cagra_meta_of(Page page);
 void		cagra_read_meta(Relation index, CagraMetaData *out);	/* checks it */
 
 /*
- * The one validation of a meta page: magic, version, metric, dimensions,
- * degree, layout, entry nodes, and the blocks its node count needs against
- * `nblocks`.  Each problem goes to `report` (with `arg`); `fatal` ones make
- * the pages unreadable by this meta page (reads would go astray), the rest
- * (a live count greater than the node count) do not.  Returns false after a
- * fatal problem.  cagra_check_meta raises ERRCODE_INDEX_CORRUPTED on the
- * first fatal problem; cagra_index_check lists them all.
+ * The one validation of a meta page: every field against its limits
+ * (core/types.h) and the others (magic, version, metric, dimensions,
+ * degrees, layout, entry nodes, the blocks its node count needs against
+ * `nblocks`, search parameters, reused slots, ...).  Each problem goes to
+ * `report` (with `arg`); `fatal` ones stop every reader, the rest (a live
+ * count greater than the node count, a build field out of range) do not.
+ * Returns false when the nodes cannot be read by this meta page (reads
+ * would go astray).  cagra_check_meta raises ERRCODE_INDEX_CORRUPTED on
+ * the first fatal problem; cagra_index_check lists them all.
  */
 typedef void (*CagraMetaProblemFn) (void *arg, bool fatal, const char *problem);
 bool		cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks,
@@ -302,6 +304,9 @@ void		cagra_check_meta(Relation index, const CagraMetaData *meta);
  * the index as PostgreSQL's commands do) and returned there.
  */
 Relation	cagra_open_sql_index(Oid relid, bool need_valid, Relation *heap_out);
+/* ERROR unless the user may read the rows of the index's table: USAGE on
+ * its schema, SELECT on it or on every column the index reads. */
+void		cagra_check_read_access(Relation index, Relation heap);
 
 /* Initialise an empty node page (all slots zero). */
 void		cagra_init_node_page(Page page, const CagraMetaData *meta, BlockNumber blkno);

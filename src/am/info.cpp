@@ -1,7 +1,9 @@
 /*
  * info.cpp — SQL functions that inspect a cagra index:
  *   cagra_index_info(regclass)   what the meta page says, plus the size;
- *   cagra_index_check(regclass)  every broken invariant, one text row each.
+ *   cagra_index_check(regclass)  every broken invariant, one text row each;
+ * and what every SQL function taking an index asks before it opens and
+ * reads one.
  */
 #include "am/cagra_am.h"
 
@@ -21,8 +23,12 @@ extern "C" {
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/bitmapset.h"
 #include "nodes/pg_list.h"
+#include "optimizer/optimizer.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(cagra_index_info);
@@ -95,14 +101,59 @@ cagra_open_sql_index(Oid relid, bool need_valid, Relation *heap_out)
 	return index;
 }
 
+/*
+ * What reading the index's rows asks of the caller, as the equivalent
+ * SELECT ... ORDER BY would: USAGE on the table's schema (an OID reaches
+ * the index without the name lookup that checks it), and SELECT on the
+ * table or on every column the index reads (its key, the columns of its
+ * expressions and predicate).
+ */
+void
+cagra_check_read_access(Relation index, Relation heap)
+{
+	Oid			relid = RelationGetRelid(heap);
+	Oid			nspid = RelationGetNamespace(heap);
+	Oid			userid = GetUserId();
+
+	if (pg_namespace_aclcheck(nspid, userid, ACL_USAGE) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(nspid));
+	if (pg_class_aclcheck(relid, userid, ACL_SELECT) == ACLCHECK_OK)
+		return;
+
+	Bitmapset  *cols = NULL;
+	List	   *exprs = RelationGetIndexExpressions(index);
+	List	   *pred = RelationGetIndexPredicate(index);
+	int			col = -1;
+
+	for (int i = 0; i < index->rd_index->indnatts; i++)
+		if (index->rd_index->indkey.values[i] != 0)
+			cols = bms_add_member(cols, index->rd_index->indkey.values[i] - FirstLowInvalidHeapAttributeNumber);
+	pull_varattnos((Node *) exprs, 1, &cols);
+	pull_varattnos((Node *) pred, 1, &cols);
+	/* no column at all: the table's message, as a query would give */
+	if (bms_is_empty(cols) || pg_attribute_aclcheck_all(relid, userid, ACL_SELECT, ACLMASK_ANY) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, RelationGetRelationName(heap));
+	while ((col = bms_next_member(cols, col)) >= 0)
+	{
+		AttrNumber	attno = (AttrNumber) (col + FirstLowInvalidHeapAttributeNumber);
+
+		if (pg_attribute_aclcheck(relid, attno, userid, ACL_SELECT) != ACLCHECK_OK)
+			aclcheck_error_col(ACLCHECK_NO_PRIV, OBJECT_COLUMN, RelationGetRelationName(heap),
+							   get_attname(relid, attno, false));
+	}
+}
+
 Datum
 cagra_index_info(PG_FUNCTION_ARGS)
 {
 	Oid			relid = PG_GETARG_OID(0);
 	TupleDesc	tupdesc;
-	Relation	index = cagra_open_sql_index(relid, false, NULL);
+	Relation	heap;
+	Relation	index = cagra_open_sql_index(relid, false, &heap);
 	CagraMetaData meta;
 
+	/* its counts are the table's: for those who may read it */
+	cagra_check_read_access(index, heap);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	cagra_read_meta(index, &meta);
@@ -134,6 +185,7 @@ cagra_index_info(PG_FUNCTION_ARGS)
 		nulls[0] = nulls[9] = nulls[10] = true;
 
 	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

@@ -344,11 +344,14 @@ cagra_check_visibility(Relation heap, Snapshot snapshot, CagraCandidates *c, con
  * Settle the first candidates of every query until each has k visible ones
  * (or has no more candidates).  The first round takes k per query; a query
  * that lost some to deletions or invisibility asks for as many more in the
- * next round.  Each round reads its headers and heap pages in page order.
+ * next round, or, widening, for at least as many as it took so far (a
+ * long list of mostly dead candidates then takes a few rounds, not one
+ * per k of them).  Each round reads its headers and heap pages in page
+ * order.
  */
-void
-cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
-			  const bool *present, uint32 k, CagraCandidates *c)
+static void
+cagra_resolve_rounds(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
+					 const bool *present, uint32 k, CagraCandidates *c, bool widening)
 {
 	uint32	   *next = (uint32 *) palloc0(sizeof(uint32) * Max(c->nq, 1));	/* candidates taken */
 	uint32	   *want = (uint32 *) palloc(sizeof(uint32) * Max(c->nq, 1));
@@ -385,11 +388,25 @@ cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot
 				continue;
 			for (uint32 i = 0; i < next[q]; i++)
 				visible += st[i] == CAGRA_CAND_VISIBLE;
-			want[q] = visible < k ? k - visible : 0;
+			want[q] = visible >= k ? 0 : widening ? Max(k - visible, next[q]) : k - visible;
 		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_index_fetch_end(fetch);
 	pfree(next);
 	pfree(want);
+}
+
+void
+cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
+			  const bool *present, uint32 k, CagraCandidates *c)
+{
+	cagra_resolve_rounds(index, meta, heap, snapshot, present, k, c, false);
+}
+
+void
+cagra_resolve_widening(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
+					   const bool *present, uint32 k, CagraCandidates *c)
+{
+	cagra_resolve_rounds(index, meta, heap, snapshot, present, k, c, true);
 }

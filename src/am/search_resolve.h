@@ -88,6 +88,11 @@ void	   *cagra_scratch_of(int set, CagraScratchKind kind, Size size);
  */
 void		cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
 						  const bool *present, uint32 k, CagraCandidates *c);
+/* As cagra_resolve, for long candidate lists of which many may be dead:
+ * each round after the first takes at least as many candidates as the
+ * rounds before it. */
+void		cagra_resolve_widening(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
+								   const bool *present, uint32 k, CagraCandidates *c);
 
 /*
  * Candidates of every present query into c->ids/dists (c->kk each, sorted,

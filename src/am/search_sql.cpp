@@ -42,13 +42,10 @@ extern "C" {
 #include "access/visibilitymap.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "nodes/bitmapset.h"
-#include "optimizer/optimizer.h"
 #include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
-#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/arrayaccess.h"
 #include "utils/lsyscache.h"
@@ -93,45 +90,17 @@ cagra_cpu_search_query(Relation index, const CagraMetaData *meta, const float *q
 }
 
 /*
- * What cagra_search asks of the caller, beyond what opening the index
- * checks: SELECT on the table or on every column the index reads (its key,
- * the columns of its expressions and predicate), as the equivalent
- * SELECT ... ORDER BY would need; and no row-level security on the table
- * for this user, since the function returns rows without applying the
- * policies.  Owners and roles with BYPASSRLS (RLS_NONE_ENV) search.
+ * What cagra_search asks of the caller, beyond reading the table
+ * (cagra_check_read_access): no row-level security on the table for this
+ * user, since the function returns rows without applying the policies.
+ * Owners and roles with BYPASSRLS (RLS_NONE_ENV) search.
  */
 static void
 cagra_check_search_privileges(Relation index, Relation heap)
 {
 	Oid			relid = RelationGetRelid(heap);
-	Oid			userid = GetUserId();
 
-	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
-	{
-		Bitmapset  *cols = NULL;
-		List	   *exprs = RelationGetIndexExpressions(index);
-		List	   *pred = RelationGetIndexPredicate(index);
-		int			col = -1;
-
-		for (int i = 0; i < index->rd_index->indnatts; i++)
-			if (index->rd_index->indkey.values[i] != 0)
-				cols = bms_add_member(cols, index->rd_index->indkey.values[i] -
-									  FirstLowInvalidHeapAttributeNumber);
-		pull_varattnos((Node *) exprs, 1, &cols);
-		pull_varattnos((Node *) pred, 1, &cols);
-		/* no column at all: the table's message, as a query would give */
-		if (bms_is_empty(cols) ||
-			pg_attribute_aclcheck_all(relid, userid, ACL_SELECT, ACLMASK_ANY) != ACLCHECK_OK)
-			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, RelationGetRelationName(heap));
-		while ((col = bms_next_member(cols, col)) >= 0)
-		{
-			AttrNumber	attno = (AttrNumber) (col + FirstLowInvalidHeapAttributeNumber);
-
-			if (pg_attribute_aclcheck(relid, attno, userid, ACL_SELECT) != ACLCHECK_OK)
-				aclcheck_error_col(ACLCHECK_NO_PRIV, OBJECT_COLUMN, RelationGetRelationName(heap),
-								   get_attname(relid, attno, false));
-		}
-	}
+	cagra_check_read_access(index, heap);
 	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -331,16 +300,21 @@ cagra_allowed_packed(uint64 *packed, uint32 count)
 }
 
 /* The live nodes of the allowed rows, for a search in the backend: the node
- * headers read page by page, each page share-locked once. */
+ * headers read page by page, each page share-locked once.  They live as
+ * long as `a` (every part of a call's queries uses them). */
 static void
 cagra_allowed_nodes(Relation index, const CagraMetaData *meta, CagraAllowed *a)
 {
 	if (a->bits)
 		return;
-	a->bits = (uint64 *) palloc_extended(sizeof(uint64) * Max(cagra_node_bitset_words(meta->n), (Size) 1),
-										 MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
-	a->ids = (uint32 *) palloc_extended(sizeof(uint32) * (Size) Max(Min(a->rows.count, meta->n), 1),
-										MCXT_ALLOC_HUGE);
+
+	MemoryContext cxt = GetMemoryChunkContext(a);
+
+	a->bits = (uint64 *) MemoryContextAllocExtended(cxt, sizeof(uint64) *
+													Max(cagra_node_bitset_words(meta->n), (Size) 1),
+													MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	a->ids = (uint32 *) MemoryContextAllocExtended(cxt, sizeof(uint32) * (Size) Max(Min(a->rows.count, meta->n), 1),
+												   MCXT_ALLOC_HUGE);
 	a->count = 0;
 	for (uint32 first = 0, end; first < meta->n && a->count < a->rows.count; first = end)
 	{
@@ -393,40 +367,43 @@ cagra_merge_sorted(uint32 *row, float *rowd, uint32 kk, const uint32 *ids, const
 	memcpy(rowd, scratchd, kk * sizeof(float));
 }
 
+/* Allowed nodes measured at a time: as many vectors as fit work_mem,
+ * min_block at least. */
+static uint32
+cagra_allowed_block(const CagraMetaData *meta, const CagraAllowed *allowed, uint32 min_block)
+{
+	Size		fit = (Size) work_mem * 1024 / cagra_format_of(meta).vector_bytes();
+
+	return (uint32) Max(Min((Size) allowed->count, Max(fit, (Size) min_block)), (Size) 1);
+}
+
 /*
- * Every query against every allowed node: the kk nearest of them.  The
- * nodes are taken a block at a time (their vectors, read once for all
- * queries, fit work_mem), so the memory does not grow with their number.
+ * The distances of every present query to every allowed node, the nodes
+ * taken a block at a time (their vectors, read once for all queries, fit
+ * work_mem, min_block nodes at least), so the memory does not grow with
+ * their number: measured(first, nblock, q, d) gets query q's distances to
+ * allowed->ids[first .. first + nblock).
  */
+template <typename Measured>
 static void
-cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *queries, const bool *present,
-					const CagraAllowed *allowed, CagraCandidates *c)
+cagra_measure_allowed(Relation index, const CagraMetaData *meta, const float *queries, const bool *present, int nq,
+					  const CagraAllowed *allowed, uint32 min_block, Measured measured)
 {
 	cagra::VectorFormat format = cagra_format_of(meta);
 	uint32		vbytes = format.vector_bytes();
 	uint32		voff = cagra_vector_offset(meta->graph_degree);
-	uint32		block = (uint32) Min((Size) allowed->count, Max((Size) work_mem * 1024 / vbytes, (Size) c->kk));
+	uint32		block = cagra_allowed_block(meta, allowed, min_block);
 	char	   *vecs = (char *) palloc_extended((Size) block * vbytes, MCXT_ALLOC_HUGE);
 	float	   *d = (float *) palloc_extended(sizeof(float) * block, MCXT_ALLOC_HUGE);
-	uint32	   *order = (uint32 *) palloc_extended(sizeof(uint32) * block, MCXT_ALLOC_HUGE);
-	uint32	   *best = (uint32 *) palloc(sizeof(uint32) * c->kk * 2);
-	float	   *bestd = (float *) palloc(sizeof(float) * c->kk * 2);
 	CagraStatus st;
 
-	/* empty rows (a worker that failed half way may have written into them) */
-	for (Size i = 0; i < (Size) c->nq * c->kk; i++)
-	{
-		c->ids[i] = cagra::kInvalidNode;
-		c->dists[i] = INFINITY;
-	}
 	for (uint32 first = 0; first < allowed->count; first += block)
 	{
 		uint32		nblock = Min(block, allowed->count - first);
-		uint32		take = Min(nblock, c->kk);
 
 		for (uint32 i = 0; i < nblock; i++)
 			cagra_read_record_bytes(index, meta, allowed->ids[first + i], voff, vbytes, vecs + (Size) i * vbytes);
-		for (int q = 0; q < c->nq; q++)
+		for (int q = 0; q < nq; q++)
 		{
 			const float *query = queries + (Size) q * meta->dims;
 
@@ -434,26 +411,49 @@ cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *quer
 				continue;
 			if (!cagra_guard(&st, [&] {
 					for (uint32 i = 0; i < nblock; i++)
-					{
 						d[i] = format.distance(query, vecs + (Size) i * vbytes);
-						order[i] = i;
-					}
-					std::partial_sort(order, order + take, order + nblock,
-									  [d](uint32 a, uint32 b) { return d[a] < d[b]; });
 				}))
 				cagra_report_status(&st);
-			for (uint32 i = 0; i < take; i++)
-			{
-				best[i] = allowed->ids[first + order[i]];
-				bestd[i] = d[order[i]];
-			}
-			cagra_merge_sorted(c->ids + (Size) q * c->kk, c->dists + (Size) q * c->kk, c->kk, best, bestd, take,
-							   best + c->kk, bestd + c->kk);
+			measured(first, nblock, q, d);
 			CHECK_FOR_INTERRUPTS();
 		}
 	}
 	pfree(vecs);
 	pfree(d);
+}
+
+/* Every query against every allowed node: the kk nearest of them. */
+static void
+cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *queries, const bool *present,
+					const CagraAllowed *allowed, CagraCandidates *c)
+{
+	uint32	   *order = (uint32 *) palloc_extended(sizeof(uint32) * cagra_allowed_block(meta, allowed, c->kk),
+											   MCXT_ALLOC_HUGE);
+	uint32	   *best = (uint32 *) palloc(sizeof(uint32) * c->kk * 2);
+	float	   *bestd = (float *) palloc(sizeof(float) * c->kk * 2);
+
+	/* empty rows (a worker that failed half way may have written into them) */
+	for (Size i = 0; i < (Size) c->nq * c->kk; i++)
+	{
+		c->ids[i] = cagra::kInvalidNode;
+		c->dists[i] = INFINITY;
+	}
+	cagra_measure_allowed(index, meta, queries, present, c->nq, allowed, c->kk,
+						  [&](uint32 first, uint32 nblock, int q, const float *d) {
+							  uint32	  take = Min(nblock, c->kk);
+
+							  for (uint32 i = 0; i < nblock; i++)
+								  order[i] = i;
+							  std::partial_sort(order, order + take, order + nblock,
+												[d](uint32 a, uint32 b) { return d[a] < d[b]; });
+							  for (uint32 i = 0; i < take; i++)
+							  {
+								  best[i] = allowed->ids[first + order[i]];
+								  bestd[i] = d[order[i]];
+							  }
+							  cagra_merge_sorted(c->ids + (Size) q * c->kk, c->dists + (Size) q * c->kk, c->kk,
+												 best, bestd, take, best + c->kk, bestd + c->kk);
+						  });
 	pfree(order);
 	pfree(best);
 	pfree(bestd);
@@ -559,6 +559,159 @@ cagra_search_candidates_in(Relation index, const CagraMetaData *meta, const floa
 			cagra_report_status(&st);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+
+/*
+ * A query's candidates are its kk nearest allowed nodes at most: when the
+ * nearest are dead or invisible to the snapshot, settling them leaves it
+ * short of k rows while other allowed rows may be visible.  Such a query
+ * measures every allowed node and settles them in distance order until k
+ * are visible or none is left; a query whose candidates already covered
+ * every allowed node has all there is.  Queries go in groups whose
+ * candidate lists fit work_mem (one at least).
+ */
+static void
+cagra_complete_short_queries(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
+							 const float *queries, const bool *present, uint32 k, CagraAllowed *allowed,
+							 CagraCandidates *c)
+{
+	int		   *short_queries = (int *) palloc(sizeof(int) * Max(c->nq, 1));
+	int			nshort = 0;
+	uint64	   *covered = NULL;
+
+	for (int q = 0; q < c->nq; q++)
+	{
+		const uint8 *st = c->state + (Size) q * c->kk;
+		const uint32 *row = c->ids + (Size) q * c->kk;
+		uint32		visible = 0,
+					distinct = 0,
+					seen = 0;
+
+		if (!present[q])
+			continue;
+		for (uint32 i = 0; i < c->kk; i++)
+			visible += st[i] == CAGRA_CAND_VISIBLE;
+		if (visible >= k)
+			continue;
+		if (!covered)
+			covered = (uint64 *) palloc_extended(sizeof(uint64) * Max(cagra_node_bitset_words(meta->n), (Size) 1),
+												 MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		/* distinct candidates (a reused slot may come both from the
+		 * worker's copy and from the pages), all of allowed rows; as many
+		 * as the allowed rows (one live node a row at most): all of them,
+		 * without reading the node headers */
+		for (uint32 i = 0; i < c->kk; i++)
+			if (row[i] < meta->n && !cagra_node_bit(covered, row[i]))
+			{
+				covered[row[i] >> 6] |= UINT64CONST(1) << (row[i] & 63);
+				distinct++;
+			}
+		if (distinct < allowed->rows.count)
+		{
+			cagra_allowed_nodes(index, meta, allowed);
+			for (uint32 i = 0; i < c->kk; i++)
+				if (row[i] < meta->n && cagra_node_bit(covered, row[i]) && cagra_node_bit(allowed->bits, row[i]))
+				{
+					covered[row[i] >> 6] &= ~(UINT64CONST(1) << (row[i] & 63));
+					seen++;
+				}
+			if (seen < allowed->count)
+				short_queries[nshort++] = q;
+		}
+		for (uint32 i = 0; i < c->kk; i++)
+			if (row[i] < meta->n)
+				covered[row[i] >> 6] &= ~(UINT64CONST(1) << (row[i] & 63));
+	}
+	if (covered)
+		pfree(covered);
+	if (nshort == 0)
+	{
+		pfree(short_queries);
+		return;
+	}
+
+	CagraCandidates all;
+	uint32		kk = allowed->count;
+	Size		per_query = (Size) kk * (2 * sizeof(uint32) + sizeof(float) + 1 + sizeof(ItemPointerData));
+	int			group = (int) Max((Size) 1, Min(Min((Size) nshort, (Size) work_mem * 1024 / per_query),
+											  (Size) PG_UINT32_MAX / kk));
+	float	   *group_queries = (float *) palloc_extended(sizeof(float) * group * meta->dims, MCXT_ALLOC_HUGE);
+	bool	   *group_present = (bool *) palloc(sizeof(bool) * group);
+	uint32	   *order = (uint32 *) palloc_extended(sizeof(uint32) * kk, MCXT_ALLOC_HUGE);
+	float	   *sorted = (float *) palloc_extended(sizeof(float) * kk, MCXT_ALLOC_HUGE);
+
+	memset(group_present, true, sizeof(bool) * group);
+	all.kk = kk;
+	all.ids = (uint32 *) palloc_extended(sizeof(uint32) * group * kk, MCXT_ALLOC_HUGE);
+	all.dists = (float *) palloc_extended(sizeof(float) * group * kk, MCXT_ALLOC_HUGE);
+	all.state = (uint8 *) palloc_extended((Size) group * kk, MCXT_ALLOC_HUGE);
+	all.tids = (ItemPointerData *) palloc_extended(sizeof(ItemPointerData) * group * kk, MCXT_ALLOC_HUGE);
+	all.copy_tids = NULL;
+	all.by_worker = false;
+	all.scratch_set = c->scratch_set;
+	for (int g = 0; g < nshort; g += group)
+	{
+		all.nq = Min(group, nshort - g);
+		for (int q = 0; q < all.nq; q++)
+			memcpy(group_queries + (Size) q * meta->dims, queries + (Size) short_queries[g + q] * meta->dims,
+				   sizeof(float) * meta->dims);
+		cagra_measure_allowed(index, meta, group_queries, group_present, all.nq, allowed, 1,
+							  [&](uint32 first, uint32 nblock, int q, const float *d) {
+								  memcpy(all.dists + (Size) q * kk + first, d, sizeof(float) * nblock);
+							  });
+		for (int q = 0; q < all.nq; q++)
+		{
+			uint32	   *ids = all.ids + (Size) q * kk;
+			float	   *dists = all.dists + (Size) q * kk;
+
+			for (uint32 i = 0; i < kk; i++)
+				order[i] = i;
+			std::sort(order, order + kk, [dists](uint32 a, uint32 b) {
+				return dists[a] < dists[b] || (dists[a] == dists[b] && a < b);
+			});
+			for (uint32 i = 0; i < kk; i++)
+			{
+				ids[i] = allowed->ids[order[i]];
+				sorted[i] = dists[order[i]];
+			}
+			memcpy(dists, sorted, sizeof(float) * kk);
+		}
+		memset(all.state, CAGRA_CAND_UNKNOWN, (Size) all.nq * kk);
+		cagra_resolve_widening(index, meta, heap, snapshot, group_present, k, &all);
+
+		/* the query's row becomes its visible rows, nearest first */
+		for (int q = 0; q < all.nq; q++)
+		{
+			Size		from = (Size) q * kk;
+			Size		to = (Size) short_queries[g + q] * c->kk;
+			uint32		j = 0;
+
+			for (uint32 i = 0; i < kk && j < k; i++)
+				if (all.state[from + i] == CAGRA_CAND_VISIBLE)
+				{
+					c->ids[to + j] = all.ids[from + i];
+					c->dists[to + j] = all.dists[from + i];
+					c->tids[to + j] = all.tids[from + i];
+					c->state[to + j++] = CAGRA_CAND_VISIBLE;
+				}
+			for (; j < c->kk; j++)
+			{
+				c->ids[to + j] = cagra::kInvalidNode;
+				c->state[to + j] = CAGRA_CAND_DROPPED;
+			}
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	pfree(all.ids);
+	pfree(all.dists);
+	pfree(all.state);
+	pfree(all.tids);
+	pfree(group_queries);
+	pfree(group_present);
+	pfree(order);
+	pfree(sorted);
+	pfree(short_queries);
 }
 
 
@@ -814,11 +967,13 @@ cagra_part_search(CagraSearchPart *p, Relation index, const CagraMetaData *meta,
  * tuplestore, which lives outside the part's context). */
 static void
 cagra_part_settle(CagraSearchPart *p, ReturnSetInfo *rsinfo, CagraRowFormer *former, Relation index,
-				  const CagraMetaData *meta, Relation heap, Snapshot snapshot, uint32 k)
+				  const CagraMetaData *meta, Relation heap, Snapshot snapshot, uint32 k, CagraAllowed *allowed)
 {
 	MemoryContext old = MemoryContextSwitchTo(p->cxt);
 
 	cagra_resolve(index, meta, heap, snapshot, p->present, k, &p->c);
+	if (allowed)
+		cagra_complete_short_queries(index, meta, heap, snapshot, p->queries, p->present, k, allowed, &p->c);
 	cagra_emit_results(rsinfo, former, meta, p->present, p->first, k, &p->c);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(p->cxt);
@@ -890,13 +1045,13 @@ cagra_search(PG_FUNCTION_ARGS)
 				cagra_part_collect(cur, n % CAGRA_SCRATCH_SETS, index, &meta, &qa, first, Min(part, nitems - first),
 								   kk, pipelined && prev);
 				if (prev)
-					cagra_part_settle(prev, rsinfo, &former, index, &meta, heap, snapshot, (uint32) k);
+					cagra_part_settle(prev, rsinfo, &former, index, &meta, heap, snapshot, (uint32) k, allowed);
 				cagra_part_search(cur, index, &meta, allowed);
 				prev = cur;
 				CHECK_FOR_INTERRUPTS();
 			}
 			if (prev)
-				cagra_part_settle(prev, rsinfo, &former, index, &meta, heap, snapshot, (uint32) k);
+				cagra_part_settle(prev, rsinfo, &former, index, &meta, heap, snapshot, (uint32) k, allowed);
 		}
 		PG_FINALLY();
 		{

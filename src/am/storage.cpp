@@ -308,6 +308,44 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 	if (meta->live > meta->n)
 		cagra_meta_problem(report, arg, false, "meta page: live count %u is greater than node count %u",
 						   meta->live, meta->n);
+
+	/*
+	 * The fields below do not place the nodes, so the pages stay readable
+	 * (the check goes on), but scans, inserts and the worker's copies use
+	 * them: out of their limits they stop every reader, with this problem
+	 * named, rather than with a confusing error of their own or a wrong
+	 * answer.
+	 */
+	if (meta->search_itopk > cagra::kMaxItopk)
+		cagra_meta_problem(report, arg, true, "meta page: search_itopk %u out of range (0 to %u)",
+						   meta->search_itopk, cagra::kMaxItopk);
+	if (meta->search_probes > cagra::kMaxStoredEntries)
+		cagra_meta_problem(report, arg, true, "meta page: search_probes %u out of range (0 to %u)",
+						   meta->search_probes, cagra::kMaxStoredEntries);
+	if (!std::isfinite(meta->max_norm) || meta->max_norm < 0)
+		cagra_meta_problem(report, arg, true, "meta page: max_norm %g is not a finite non-negative number",
+						   (double) meta->max_norm);
+	for (uint64 r = meta->reused > CAGRA_REUSE_LOG ? meta->reused - CAGRA_REUSE_LOG : 0; r < meta->reused; r++)
+		if (meta->reuse_log[r % CAGRA_REUSE_LOG] >= meta->n)
+		{
+			cagra_meta_problem(report, arg, true, "meta page: reused slot %u out of range (%u nodes)",
+							   meta->reuse_log[r % CAGRA_REUSE_LOG], meta->n);
+			break;
+		}
+
+	/* what the build recorded and the insert cursor: the check reports
+	 * them, readers do not depend on them */
+	if (meta->intermediate_degree < meta->graph_degree || meta->intermediate_degree > CAGRA_MAX_INTERMEDIATE_DEGREE)
+		cagra_meta_problem(report, arg, false,
+						   "meta page: intermediate_graph_degree %u out of range (%u, the graph degree, to %u)",
+						   meta->intermediate_degree, meta->graph_degree, CAGRA_MAX_INTERMEDIATE_DEGREE);
+	if (meta->build_device != CAGRA_DEVICE_CPU && meta->build_device != CAGRA_DEVICE_GPU)
+		cagra_meta_problem(report, arg, false, "meta page: unknown build device %u", meta->build_device);
+	if (meta->build_flags & ~CAGRA_BUILT_LONG_EDGES)
+		cagra_meta_problem(report, arg, false, "meta page: unknown build flags %04x", meta->build_flags);
+	if (meta->reuse_next > meta->n)
+		cagra_meta_problem(report, arg, false, "meta page: reuse cursor %u beyond the %u nodes",
+						   meta->reuse_next, meta->n);
 	return true;
 }
 

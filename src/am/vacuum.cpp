@@ -8,6 +8,14 @@
  * the generation in the meta page, before returning, so that no cached copy
  * can hand out a TID the heap is about to release, and point inserts back
  * at the first deleted slot for inserts to reuse (insert.cpp).
+ *
+ * A slot becomes reusable only after its repair is durable: phase 1's
+ * first marks move the reuse cursor past every slot, in the same WAL
+ * record, and only phase 3, logged after every rewrite of phase 2, moves it
+ * back.  A crash or an error in between leaves marked, unrepaired slots
+ * that no insert takes (inserts append) until a vacuum completes; else the
+ * slot's next occupant would inherit edges that meant the deleted row, and
+ * nothing on the pages could tell them from good ones (docs/storage.md).
  */
 #include "am/accessor.h"
 
@@ -86,6 +94,8 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 				hdr->flags = (hdr->flags & ~CAGRA_NODE_LIVE) | CAGRA_NODE_DELETED;
 			}
 			m->live -= Min(m->live, (uint32) ndead);
+			/* no deleted slot is reusable until phase 3 (see the header) */
+			m->reuse_next = m->n;
 			GenericXLogFinish(state);
 			UnlockReleaseBuffer(metabuf);
 			newly += ndead;

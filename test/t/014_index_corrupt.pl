@@ -1,7 +1,10 @@
 # test/t/014_index_corrupt.pl — a corrupted meta page (or node header) of a
 # cagra index gives a clear error (ERRCODE_INDEX_CORRUPTED, XX002, with a
 # REINDEX hint) from every reader, never a crash; cagra_index_check lists
-# the problem as a row.  An index of an older on-disk format is refused by
+# the problem as a row.  Every meta field is checked against its limits
+# (search parameters, the float16 norm bound and the reused slots too,
+# which searches and inserts use); a field no reader depends on is listed
+# by the check only.  An index of an older on-disk format is refused by
 # every reader with ERRCODE_FEATURE_NOT_SUPPORTED (0A000) and a REINDEX
 # INDEX hint.  The server is stopped, bytes of the index file are
 # patched, and it is started again.
@@ -34,7 +37,12 @@ my %field = (
 	n => 24 + 40,
 	entry_count => 24 + 56,
 	entry0 => 24 + 60,
-	row_stride => 24 + 4160);
+	build_device => 24 + 24,
+	row_stride => 24 + 4160,
+	max_norm => 24 + 4184,
+	reused => 24 + 4192,
+	search_itopk => 24 + 5224,
+	search_probes => 24 + 5228);
 
 sub read_bytes
 {
@@ -81,7 +89,13 @@ my @cases = (
 	[ 'dimensions', $field{dims}, pack('V', 100000), qr/100000 dimensions, more than/ ],
 	[ 'graph degree', $field{graph_degree}, pack('V', 0), qr/graph_degree 0 out of range/ ],
 	[ 'record size', $field{record_size}, pack('V', $record_size + 4), qr/does not match 4 dimensions and degree 8/ ],
-	[ 'node count beyond the blocks', $field{n}, pack('V', 300000), qr/index has $pages blocks, 300000 nodes need/ ]);
+	[ 'node count beyond the blocks', $field{n}, pack('V', 300000), qr/index has $pages blocks, 300000 nodes need/ ],
+	# fields that do not place the nodes, but that searches and inserts use
+	[ 'search_itopk', $field{search_itopk}, pack('V', 99999), qr/search_itopk 99999 out of range \(0 to 1024\)/ ],
+	[ 'search_probes', $field{search_probes}, pack('V', 99999), qr/search_probes 99999 out of range \(0 to 1024\)/ ],
+	[ 'max_norm', $field{max_norm}, pack('V', 0x7fc00000), qr/max_norm nan is not a finite non-negative number/ ],
+	# one reused slot (reused = 1), logged beyond the nodes
+	[ 'reused slot', $field{reused}, pack('VVV', 1, 0, 5000), qr/reused slot 5000 out of range \(300 nodes\)/ ]);
 
 for my $c (@cases)
 {
@@ -101,6 +115,14 @@ for my $c (@cases)
 		$problem, "$what: cagra_index_check lists it");
 	is($node->safe_psql('postgres', 'SELECT 1'), '1', "$what: the server runs");
 }
+
+# A field only the build reads back (the device it ran on): listed by the
+# check, and no reader stops for it.
+corrupt($field{build_device}, pack('V', 7));
+like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"), qr/meta page: unknown build device 7/,
+	'build device: cagra_index_check lists it');
+is($node->safe_psql('postgres', "SET enable_seqscan = off; SELECT id FROM t ORDER BY v <-> '[10,3,0,1]' LIMIT 1"),
+	'10', 'build device: searches go on');
 
 # An index of on-disk format 1 (rows and vectors interleaved): every reader
 # refuses it, naming the formats and the REINDEX that rebuilds it.

@@ -10,7 +10,9 @@
 # the worker the rows the filter's bitmap allows; cancel works while a
 # filtered request waits; with
 # rows inserted, deleted and vacuumed by another session meanwhile, no row
-# that fails the filter or that the snapshot cannot see comes back.
+# that fails the filter or that the snapshot cannot see comes back; when
+# the nearest allowed rows are dead but not yet vacuumed, cagra_search still
+# returns min(k, visible allowed rows).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -372,6 +374,50 @@ cmp_ok($checks, '>=', 5, "searches ran while the writer worked ($checks rounds)"
 is($bad, 0, 'no invisible row, no row failing the filter, never fewer rows than asked');
 cmp_ok(status('queries') - $served0, '>', 0, 'the worker served searches meanwhile');
 is(check_search('cat = 7', 10), '20|10.0|t|t', 'after the writer: exact filtered answers');
+
+# --- allowed rows whose nearest are dead, not yet vacuumed ---------------------
+# the worker's candidates for the query are all dead: the backend measures
+# every allowed row and still returns min(k, visible allowed rows), exactly
+# the nearest (the 1,000 rows nearest to query 1, the 990 nearest of them
+# deleted: every allowed node measured; 15,000 nearest to query 2, its
+# 1,000 nearest deleted: a traversal)
+$node->safe_psql('postgres', q{
+	CREATE TABLE near1 AS SELECT i.ctid t, id FROM items i, queries q WHERE q.qno = 1
+	  ORDER BY i.v <-> q.v, id LIMIT 1000;
+	DELETE FROM items WHERE id IN (SELECT id FROM near1 LIMIT 990);
+	CREATE TABLE near2 AS SELECT i.ctid t, id FROM items i, queries q WHERE q.qno = 2
+	  ORDER BY i.v <-> q.v, id LIMIT 15000;
+	DELETE FROM items WHERE id IN (SELECT id FROM near2 LIMIT 1000);
+});
+for my $c ([ 'near1', 1, 'every allowed row measured' ], [ 'near2', 2, 'a traversal' ])
+{
+	my ($allowed, $qno, $what) = @$c;
+	my ($q0, $f0) = split /\|/, status('queries, fallbacks');
+	my $got = $node->safe_psql('postgres', qq{
+		SELECT string_agg(t.id::text, ',' ORDER BY s.distance, t.id)
+		  FROM cagra_search('items_v', ARRAY(SELECT v FROM queries WHERE qno = $qno), 10,
+		                    ARRAY(SELECT t FROM $allowed)) s JOIN items t ON t.ctid = s.ctid});
+	my $want = $node->safe_psql('postgres', qq{
+		SELECT string_agg(id::text, ',' ORDER BY d, id) FROM (
+		  SELECT i.id, i.v <-> q.v AS d FROM items i, queries q
+		   WHERE q.qno = $qno AND i.ctid IN (SELECT t FROM $allowed) ORDER BY 2, 1 LIMIT 10) x});
+	my @got = split /,/, $got;
+	my %want = map { $_ => 1 } split /,/, $want;
+	is(scalar(@got), 10, "nearest allowed rows dead ($what): 10 rows");
+	cmp_ok(scalar(grep { $want{$_} } @got), '>=', 9, "nearest allowed rows dead ($what): the nearest visible ones");
+	my ($q1, $f1) = split /\|/, status('queries, fallbacks');
+	is($q1 - $q0, 1, "nearest allowed rows dead ($what): the worker served the query");
+	is($f1, $f0, "nearest allowed rows dead ($what): no fallback");
+}
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(t.id::text, ',' ORDER BY s.distance, t.id)
+	  FROM cagra_search('items_v', ARRAY(SELECT v FROM queries WHERE qno = 1), 10, ARRAY(SELECT t FROM near1)) s
+	  JOIN items t ON t.ctid = s.ctid}),
+	$node->safe_psql('postgres', q{
+	SELECT string_agg(id::text, ',' ORDER BY d, id) FROM (
+	  SELECT i.id, i.v <-> q.v AS d FROM items i, queries q
+	   WHERE q.qno = 1 AND i.ctid IN (SELECT t FROM near1) ORDER BY 2, 1 LIMIT 10) x}),
+	'every allowed row measured: exactly the nearest visible rows');
 
 $node->stop;
 done_testing();
