@@ -19,7 +19,10 @@
  * worker when it runs, which maps them to its copy's nodes; in the backend
  * the node headers are read to find them.  Either way the search is exact
  * over the allowed nodes when they are few, else a traversal that returns
- * only them, widened for their pass rate (cagra::plan_filtered_search).
+ * only them, widened for their pass rate (cagra::plan_filtered_search).  A
+ * query whose candidates settle short of k while allowed nodes remain
+ * unseen measures them all (cagra_complete_short_queries), so it returns
+ * min(k, visible allowed rows) however many of them are dead.
  */
 #include "am/accessor.h"
 #include "am/search_resolve.h"
