@@ -69,6 +69,7 @@ struct CagraExhaustivePass
 	Relation	index;
 	CagraMetaData meta;
 	CagraMeasured *nodes;
+	uint32		size;			/* room in nodes */
 	uint32		count;
 	uint32		sorted;			/* nodes[0, sorted) are in order ... */
 	uint32		pos;			/* ... and those before pos handed out */
@@ -94,8 +95,9 @@ cagra_exhaustive_begin(Relation index, const CagraMetaData *meta, const float *q
 
 	p->index = index;
 	p->meta = *meta;
-	p->nodes = (CagraMeasured *) palloc_extended(sizeof(CagraMeasured) * (Size) Max(meta->n, 1),
-												 MCXT_ALLOC_HUGE);
+	/* an allowed row has one live node at most: the room grows if not */
+	p->size = Max(allowed ? Min(meta->n, allowed->rows.count) : meta->n, 1);
+	p->nodes = (CagraMeasured *) palloc_extended(sizeof(CagraMeasured) * (Size) p->size, MCXT_ALLOC_HUGE);
 	for (uint64 g = 0; g < groups; g++)
 	{
 		uint32		first = (uint32) (g * per_group);
@@ -113,6 +115,11 @@ cagra_exhaustive_begin(Relation index, const CagraMetaData *meta, const float *q
 				continue;
 			cagra_group_copy_out(meta, group, j, voff, vbytes, vecs + (Size) nmeasure * vbytes);
 			ids[nmeasure++] = first + j;
+		}
+		if (p->count + nmeasure > p->size)
+		{
+			p->size = meta->n;
+			p->nodes = (CagraMeasured *) repalloc_huge(p->nodes, sizeof(CagraMeasured) * (Size) p->size);
 		}
 		if (!cagra_guard(&st, [&] {
 				for (uint32 i = 0; i < nmeasure; i++)
