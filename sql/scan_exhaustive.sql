@@ -106,6 +106,14 @@ SELECT count(*) AS queries, bool_and(got = want) AS exact
 		  FROM sx q WHERE q.id % 2000 = 1) t;
 EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
 	SELECT id FROM sx WHERE grp = 7 AND (id / 100) % 50 = 3 ORDER BY v <-> '[1,1,1,1,0,0,0,0]' LIMIT 10;
+-- more rows than one traversal keeps: rounds up to 1,024, then the pass
+RESET cagra.max_scan_tuples;
+SELECT count(*) AS rows, count(DISTINCT id) AS distinct_rows, bool_and(d >= prev) AS in_order,
+	   bool_and(grp < 10 AND id % 2 = 0) AS all_pass
+  FROM (SELECT id, grp, d, lag(d, 1, 0::float8) OVER (ORDER BY n) AS prev
+		  FROM (SELECT id, grp, v <-> '[1,1,1,1,0,0,0,0]' AS d, row_number() OVER () AS n
+				  FROM (SELECT id, grp, v FROM sx WHERE grp < 10 AND id % 2 = 0
+						 ORDER BY v <-> '[1,1,1,1,0,0,0,0]' LIMIT 1000) o) s) t;
 RESET enable_bitmapscan;
 RESET enable_indexscan;
 
