@@ -20,7 +20,7 @@ cagra_returned_init(CagraReturnedRows *r, MemoryContext cxt)
 	r->cxt = cxt;
 	r->tids = NULL;
 	r->count = 0;
-	r->last_distance = 0;
+	r->farthest = 0;
 }
 
 bool
@@ -30,7 +30,7 @@ cagra_returned_admits(const CagraReturnedRows *r, ItemPointer tid, float distanc
 
 	if (r->count == 0)
 		return true;
-	if (cagra_before_returned(distance, r->last_distance))
+	if (cagra_before_returned(distance, r->farthest))
 		return false;
 	hash_search(r->tids, tid, HASH_FIND, &found);
 	return !found;
@@ -51,9 +51,10 @@ cagra_returned_add(CagraReturnedRows *r, ItemPointer tid, float distance)
 		r->tids = hash_create("cagra returned rows", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
 	hash_search(r->tids, tid, HASH_ENTER, &found);
-	if (!found)
-		r->count++;
-	r->last_distance = distance;
+	if (found)
+		return;
+	r->farthest = r->count == 0 ? distance : Max(r->farthest, distance);
+	r->count++;
 }
 
 /* ---- the exhaustive pass ---- */
