@@ -67,7 +67,6 @@ extern "C" {
 #include "optimizer/restrictinfo.h"
 #include "storage/predicate.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/ruleutils.h"
