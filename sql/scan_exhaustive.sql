@@ -68,6 +68,18 @@ RESET cagra.max_scan_tuples;
 SELECT * FROM pg_temp.against_exact('tag = 7', 10);
 SELECT * FROM pg_temp.against_exact('tag IN (11, 12)', 10);
 
+-- rescans (a scan per outer row) start each search and pass afresh
+SET cagra.max_scan_tuples = 50;
+EXPLAIN (COSTS OFF) SELECT q.id, (SELECT array_agg(id) FROM (SELECT s.id FROM sx s WHERE s.tag = 7
+															 ORDER BY s.v <-> q.v LIMIT 3) g)
+  FROM sx q WHERE q.id % 2000 = 1;
+SELECT count(*) AS queries, bool_and(got = want) AS exact
+  FROM (SELECT q.id, (SELECT array_agg(id) FROM (SELECT s.id FROM sx s WHERE s.tag = 7
+											   ORDER BY s.v <-> q.v LIMIT 3) g) AS got,
+			   (SELECT array_agg(id) FROM (SELECT s.id FROM sx s WHERE s.tag = 7
+										   ORDER BY (s.v <-> q.v) + 0 LIMIT 3) w) AS want
+		  FROM sx q WHERE q.id % 2000 = 1) t;
+
 -- every row, in distance order, past cagra.max_scan_tuples
 SET cagra.max_scan_tuples = 50;
 SELECT count(*) AS rows, count(DISTINCT id) AS distinct_rows, bool_and(d >= prev) AS in_order
@@ -83,8 +95,25 @@ SET cagra.max_scan_tuples = 20;
 SELECT * FROM pg_temp.against_exact('grp = 7 AND (id / 100) % 50 = 3', 3);
 SELECT * FROM pg_temp.against_exact('grp = 7 AND (id / 100) % 50 = 3', 10);
 SELECT * FROM pg_temp.against_exact('grp = 8 AND id % 2 = 1', 5);
+EXPLAIN (COSTS OFF) SELECT q.id, (SELECT array_agg(id) FROM (SELECT s.id FROM sx s WHERE s.grp = 7 AND (s.id / 100) % 50 = 3
+															 ORDER BY s.v <-> q.v LIMIT 3) g)
+  FROM sx q WHERE q.id % 2000 = 1;
+SELECT count(*) AS queries, bool_and(got = want) AS exact
+  FROM (SELECT q.id, (SELECT array_agg(id) FROM (SELECT s.id FROM sx s WHERE s.grp = 7 AND (s.id / 100) % 50 = 3
+											   ORDER BY s.v <-> q.v LIMIT 3) g) AS got,
+			   (SELECT array_agg(id) FROM (SELECT s.id FROM sx s WHERE s.grp = 7 AND (s.id / 100) % 50 = 3
+										   ORDER BY (s.v <-> q.v) + 0 LIMIT 3) w) AS want
+		  FROM sx q WHERE q.id % 2000 = 1) t;
 EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
 	SELECT id FROM sx WHERE grp = 7 AND (id / 100) % 50 = 3 ORDER BY v <-> '[1,1,1,1,0,0,0,0]' LIMIT 10;
+-- more rows than one traversal keeps: rounds up to 1,024, then the pass
+RESET cagra.max_scan_tuples;
+SELECT count(*) AS rows, count(DISTINCT id) AS distinct_rows, bool_and(d >= prev) AS in_order,
+	   bool_and(grp < 10 AND id % 2 = 0) AS all_pass
+  FROM (SELECT id, grp, d, lag(d, 1, 0::float8) OVER (ORDER BY n) AS prev
+		  FROM (SELECT id, grp, v <-> '[1,1,1,1,0,0,0,0]' AS d, row_number() OVER () AS n
+				  FROM (SELECT id, grp, v FROM sx WHERE grp < 10 AND id % 2 = 0
+						 ORDER BY v <-> '[1,1,1,1,0,0,0,0]' LIMIT 1000) o) s) t;
 RESET enable_bitmapscan;
 RESET enable_indexscan;
 

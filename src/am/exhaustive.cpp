@@ -20,7 +20,7 @@ cagra_returned_init(CagraReturnedRows *r, MemoryContext cxt)
 	r->cxt = cxt;
 	r->tids = NULL;
 	r->count = 0;
-	r->last_distance = 0;
+	r->farthest = 0;
 }
 
 bool
@@ -30,7 +30,7 @@ cagra_returned_admits(const CagraReturnedRows *r, ItemPointer tid, float distanc
 
 	if (r->count == 0)
 		return true;
-	if (cagra_before_returned(distance, r->last_distance))
+	if (cagra_before_returned(distance, r->farthest))
 		return false;
 	hash_search(r->tids, tid, HASH_FIND, &found);
 	return !found;
@@ -51,9 +51,10 @@ cagra_returned_add(CagraReturnedRows *r, ItemPointer tid, float distance)
 		r->tids = hash_create("cagra returned rows", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
 	hash_search(r->tids, tid, HASH_ENTER, &found);
-	if (!found)
-		r->count++;
-	r->last_distance = distance;
+	if (found)
+		return;
+	r->farthest = r->count == 0 ? distance : Max(r->farthest, distance);
+	r->count++;
 }
 
 /* ---- the exhaustive pass ---- */
@@ -69,6 +70,7 @@ struct CagraExhaustivePass
 	Relation	index;
 	CagraMetaData meta;
 	CagraMeasured *nodes;
+	uint32		size;			/* room in nodes */
 	uint32		count;
 	uint32		sorted;			/* nodes[0, sorted) are in order ... */
 	uint32		pos;			/* ... and those before pos handed out */
@@ -94,8 +96,9 @@ cagra_exhaustive_begin(Relation index, const CagraMetaData *meta, const float *q
 
 	p->index = index;
 	p->meta = *meta;
-	p->nodes = (CagraMeasured *) palloc_extended(sizeof(CagraMeasured) * (Size) Max(meta->n, 1),
-												 MCXT_ALLOC_HUGE);
+	/* an allowed row has one live node at most: the room grows if not */
+	p->size = Max(allowed ? Min(meta->n, allowed->rows.count) : meta->n, 1);
+	p->nodes = (CagraMeasured *) palloc_extended(sizeof(CagraMeasured) * (Size) p->size, MCXT_ALLOC_HUGE);
 	for (uint64 g = 0; g < groups; g++)
 	{
 		uint32		first = (uint32) (g * per_group);
@@ -113,6 +116,11 @@ cagra_exhaustive_begin(Relation index, const CagraMetaData *meta, const float *q
 				continue;
 			cagra_group_copy_out(meta, group, j, voff, vbytes, vecs + (Size) nmeasure * vbytes);
 			ids[nmeasure++] = first + j;
+		}
+		if (p->count + nmeasure > p->size)
+		{
+			p->size = meta->n;
+			p->nodes = (CagraMeasured *) repalloc_huge(p->nodes, sizeof(CagraMeasured) * (Size) p->size);
 		}
 		if (!cagra_guard(&st, [&] {
 				for (uint32 i = 0; i < nmeasure; i++)

@@ -16,13 +16,14 @@ extern "C" {
 }
 
 /* The rows a scan returned: their heap TIDs (HOT chains' roots, as the
- * index holds them) and the distance of the last one. */
+ * index holds them) and the distance of the farthest (the last, as they
+ * come in order). */
 typedef struct CagraReturnedRows
 {
 	MemoryContext cxt;
 	HTAB	   *tids;			/* made by the first row (rescans are many) */
 	uint64		count;
-	float		last_distance;
+	float		farthest;
 } CagraReturnedRows;
 
 /* An empty set, to live in `cxt`. */

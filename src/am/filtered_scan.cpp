@@ -27,9 +27,9 @@
  *      a lossy bitmap or a condition no index answers never lets a row
  *      through that fails it;
  *   4. when the executor wants more rows than a round gave, the next round
- *      asks for twice as many, skipping rows already returned; past what
- *      the worker answers in one search, every allowed node is measured on
- *      the CPU, up to cagra.max_scan_tuples rows in all;
+ *      asks for twice as many, skipping rows already returned (past what
+ *      the worker answers in one search, on the CPU), up to what one
+ *      traversal keeps (cagra::kMaxItopk) or cagra.max_scan_tuples rows;
  *   5. when the rounds stop and the executor still wants rows, every
  *      allowed node not yet returned follows in distance order (the
  *      exhaustive pass, exhaustive.h), so the scan does not end while
@@ -67,7 +67,6 @@ extern "C" {
 #include "optimizer/restrictinfo.h"
 #include "storage/predicate.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/ruleutils.h"
@@ -624,8 +623,10 @@ cagra_fs_start(CagraFilteredScanState *s)
 		return false;
 
 	cagra_returned_init(&s->returned, CurrentMemoryContext);
-	s->cap = (uint32) Min((uint64) s->allowed->rows.count,
-						  Min((uint64) s->meta.live, (uint64) cagra_max_scan_tuples));
+	/* past what one traversal keeps, the exhaustive pass measures them once,
+	 * rather than rounds of every allowed node for twice as many each */
+	s->cap = (uint32) Min(Min((uint64) s->allowed->rows.count, (uint64) s->meta.live),
+						  Min((uint64) cagra_max_scan_tuples, (uint64) cagra::kMaxItopk));
 
 	uint32		kk = Max(cagra_search_params(&s->meta).itopk_size, (uint32) s->limit);
 
