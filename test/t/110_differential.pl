@@ -82,10 +82,13 @@ my $max_reports = $ENV{CAGRA_DIFF_REPORTS} || 5;    # failures printed per check
 my %failures;           # cluster => check => [messages]
 my %counted;            # cluster => check => times checked
 my ($cluster, $round, $context);    # where the checks are: for their messages
+my @new_failures;       # [check, index] of the failures of the statement being checked
+my $explainable;        # [settings, statement] whose plan a failure message shows
 
 sub fail_check
 {
 	my ($check, $what) = @_;
+	push @new_failures, [ $check, scalar @{ $failures{$cluster}{$check} // [] } ];
 	push @{ $failures{$cluster}{$check} },
 	  "CAGRA_DIFF_SEED=$seed CAGRA_DIFF_ONLY=$cluster CAGRA_DIFF_ROUND=$round: $what\n  $context";
 }
@@ -395,9 +398,12 @@ sub query_select
 	my $with_distance = rand() < 0.5;
 	my $with_xmin = rand() < 0.3;
 	my $lock = pick('', '', '', ' FOR UPDATE', ' FOR UPDATE SKIP LOCKED', ' FOR SHARE');
-	my $sql = 'BEGIN; ' . plan_settings($t)
-	  . "SELECT $columns, " . ($with_xmin ? 't.xmin' : 'NULL') . ', ' . ($with_distance ? "t.v $t->{op} $q" : 'NULL')
-	  . " FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} $q LIMIT $k$lock; ROLLBACK;";
+	my $settings = plan_settings($t);
+	my $select = "SELECT $columns, " . ($with_xmin ? 't.xmin' : 'NULL') . ', '
+	  . ($with_distance ? "t.v $t->{op} $q" : 'NULL')
+	  . " FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} $q LIMIT $k$lock";
+	$explainable = [ $settings, $select ];
+	my $sql = "BEGIN; $settings$select; ROLLBACK;";
 	my ($rows, $err) = run_sql($session, $sql);
 	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $k, ordered => 1);
@@ -410,9 +416,11 @@ sub query_cursor
 	my @fetches = map { random_k() } 1 .. 1 + int(rand(3));
 	my $k = 0;
 	$k += $_ for @fetches;
-	my $sql = 'BEGIN; ' . plan_settings($t)
-	  . "DECLARE c CURSOR FOR SELECT $columns, NULL, t.v $t->{op} $q FROM $t->{name} t WHERE $filter"
-	  . " ORDER BY t.v $t->{op} $q; " . join('', map { "FETCH $_ FROM c; " } @fetches) . 'COMMIT;';
+	my $settings = plan_settings($t);
+	my $select = "SELECT $columns, NULL, t.v $t->{op} $q FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} $q";
+	$explainable = [ $settings, $select ];
+	my $sql = "BEGIN; ${settings}DECLARE c CURSOR FOR $select; " . join('', map { "FETCH $_ FROM c; " } @fetches)
+	  . 'COMMIT;';
 	my ($rows, $err) = run_sql($session, $sql);
 	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $k, ordered => 1);
@@ -425,9 +433,10 @@ sub query_current_of
 {
 	my ($session, $ref, $t) = @_;
 	my ($filter, $q, $n) = (random_filter($t), query_vector($t), random_k());
-	my $sql = 'BEGIN; ' . plan_settings($t)
-	  . "DECLARE c CURSOR FOR SELECT $columns, NULL, NULL FROM $t->{name} t WHERE $filter"
-	  . " ORDER BY t.v $t->{op} $q FOR UPDATE; FETCH $n FROM c;";
+	my $settings = plan_settings($t);
+	my $select = "SELECT $columns, NULL, NULL FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} $q FOR UPDATE";
+	$explainable = [ $settings, $select ];
+	my $sql = "BEGIN; ${settings}DECLARE c CURSOR FOR $select; FETCH $n FROM c;";
 	my ($rows, $err) = run_sql($session, $sql);
 	if (!$err && @$rows == $n)
 	{
@@ -452,10 +461,11 @@ sub query_lateral
 	my ($filter, $k) = (random_filter($t), random_k());
 	my @q = map { query_vector($t) } 1 .. 2 + int(rand(3));
 	my $values = join ', ', map { '(' . ($_ + 1) . ", $q[$_])" } 0 .. $#q;
-	my $sql = 'BEGIN; ' . plan_settings($t)
-	  . "SELECT qq.n, x.* FROM (VALUES $values) qq(n, q) CROSS JOIN LATERAL ("
-	  . "SELECT $columns, NULL, t.v $t->{op} qq.q FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} qq.q LIMIT $k) x;"
-	  . ' COMMIT;';
+	my $settings = plan_settings($t);
+	my $select = "SELECT qq.n, x.* FROM (VALUES $values) qq(n, q) CROSS JOIN LATERAL ("
+	  . "SELECT $columns, NULL, t.v $t->{op} qq.q FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} qq.q LIMIT $k) x";
+	$explainable = [ $settings, $select ];
+	my $sql = "BEGIN; $settings$select; COMMIT;";
 	my ($rows, $err) = run_sql($session, $sql);
 	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
 	for my $n (1 .. @q)
@@ -471,11 +481,11 @@ sub query_ctid_delete
 {
 	my ($session, $ref, $t) = @_;
 	my ($filter, $q, $k) = (random_filter($t), query_vector($t), random_k());
-	# the rows as they were: look them up before the delete, in the same
-	# transaction, in the reference's terms
-	my $sql = 'BEGIN; ' . plan_settings($t)
-	  . "WITH nn AS (SELECT t.ctid FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} $q LIMIT $k)"
-	  . " DELETE FROM $t->{name} t USING nn WHERE t.ctid = nn.ctid RETURNING $columns, NULL, NULL; ROLLBACK;";
+	my $settings = plan_settings($t);
+	my $delete = "WITH nn AS (SELECT t.ctid FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} $q LIMIT $k)"
+	  . " DELETE FROM $t->{name} t USING nn WHERE t.ctid = nn.ctid RETURNING $columns, NULL, NULL";
+	$explainable = [ $settings, $delete ];
+	my $sql = "BEGIN; $settings$delete; ROLLBACK;";
 	my ($rows, $err) = run_sql($session, $sql);
 	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $k, ordered => 0);
@@ -511,11 +521,23 @@ $total_weight += $_->[1] for @kinds;
 
 sub random_query
 {
+	my ($session) = @_;
+	@new_failures = ();
+	$explainable = undef;
 	my $r = rand($total_weight);
 	for my $kind (@kinds)
 	{
-		return $kind->[0]->(@_) if ($r -= $kind->[1]) < 0;
+		next if ($r -= $kind->[1]) >= 0;
+		$kind->[0]->(@_);
+		last;
 	}
+	return unless @new_failures && $explainable;
+	# the plan that gave the wrong answer, in the failure's message
+	my ($settings, $statement) = @$explainable;
+	my ($plan, $err) = run_sql($session, "BEGIN; ${settings}EXPLAIN (COSTS OFF) $statement; ROLLBACK;");
+	my $nodes = $err ? "EXPLAIN failed: $err" : join(' > ',
+		map { $_->[0] =~ s/^\s*(?:->\s*)?//r } grep { $_->[0] !~ /^\s+[A-Z][a-zA-Z ]+: / } @$plan);
+	$failures{$cluster}{ $_->[0] }[ $_->[1] ] .= "\n  plan: $nodes" for @new_failures;
 }
 
 # --- rounds -----------------------------------------------------------------------------
