@@ -150,12 +150,14 @@ sub vector_sql
 	return "array(SELECT $e FROM generate_series(1, $t->{dim}) j WHERE $row > 0)::vector";
 }
 
-# A query vector near the data (or a stored row's vector).
+# A query vector near the data (or a stored row's vector, unless $literal;
+# or, after the rows nearest a vector were deleted, often that vector).
 sub query_vector
 {
-	my ($t) = @_;
+	my ($t, $literal) = @_;
+	return $t->{deleted_near} if $t->{deleted_near} && !$literal && rand() < 0.4;
 	return "(SELECT v FROM $t->{name} WHERE v IS NOT NULL ORDER BY id OFFSET " . int(rand(50)) . ' LIMIT 1)'
-	  if rand() < 0.2;
+	  if !$literal && rand() < 0.2;
 	my @x;
 	for my $j (1 .. $t->{dim})
 	{
@@ -232,6 +234,7 @@ sub new_table
 	$node->safe_psql('postgres', "
 		CREATE TABLE $name (id int PRIMARY KEY, cat int, v vector($t->{dim})) WITH (autovacuum_enabled = off);
 		CREATE TABLE ${name}_picks AS SELECT c FROM generate_series(0, 99) c WHERE c % " . (2 + int(rand(30))) . " = 0;
+		CREATE TABLE ${name}_deleted (c tid);
 		" . ($t->{cat_index} ? "CREATE INDEX ON $name (cat);" : '') . "
 		" . ($t->{build_empty} ? "$index; $load" : "$load $index;") . "
 		ANALYZE $name;");
@@ -249,8 +252,11 @@ sub mutate
 	my ($node, $t) = @_;
 	my $name = $t->{name};
 	my @steps = @{ pick([qw(delete_random vacuum insert)], [qw(delete_all vacuum insert)], ['delete_near'],
-			[qw(delete_near vacuum)], ['insert'], ['update_vectors'], [qw(update_cat vacuum)], ['vacuum'],
-			['delete_random'], [qw(delete_near vacuum insert)]) };
+			['delete_near'], [qw(delete_near vacuum)], ['insert'], ['update_vectors'], [qw(update_cat vacuum)],
+			['vacuum'], ['delete_random'], [qw(delete_near vacuum insert)]) };
+	# the rows a delete_near deletes, for the queries of the next phase only
+	$node->safe_psql('postgres', "TRUNCATE ${name}_deleted");
+	delete $t->{deleted_near};
 	for my $step (@steps)
 	{
 		my $sql = "SELECT setseed(" . rand() . "); ";
@@ -264,10 +270,13 @@ sub mutate
 		}
 		elsif ($step eq 'delete_near')
 		{
-			my $q = query_vector($t);
+			my $q = query_vector($t, 1);
+			$t->{deleted_near} = $q;
 			$sql .= "SET enable_indexscan = off; SET cagra.enable_filtered_scan = off;
-				DELETE FROM $name WHERE id IN (SELECT id FROM $name WHERE v IS NOT NULL ORDER BY v $t->{op} $q LIMIT "
-			  . pick(10, 100, 500) . ')';
+				WITH d AS (DELETE FROM $name WHERE id IN (
+					SELECT id FROM $name WHERE v IS NOT NULL ORDER BY v $t->{op} $q LIMIT " . pick(10, 100, 500) . ")
+					RETURNING ctid)
+				INSERT INTO ${name}_deleted SELECT ctid FROM d";
 		}
 		elsif ($step eq 'vacuum')
 		{
@@ -494,14 +503,21 @@ sub query_ctid_delete
 sub query_search
 {
 	my ($session, $ref, $t) = @_;
-	my @q = map { query_vector($t) } 1 .. 1 + int(rand(4));
+	my @q = map { $t->{deleted_near} && rand() < 0.5 ? $t->{deleted_near} : query_vector($t) } 1 .. 1 + int(rand(4));
 	my $k = random_k();
 	my $allowed = rand() < 0.5;
 	my $filter = $allowed ? random_filter($t) : 'true';
+	my $allowed_sql = "ARRAY(SELECT t.ctid FROM $t->{name} t WHERE $filter)";
+	# the TIDs of rows deleted since (dead, not yet vacuumed, or slots that
+	# VACUUM freed for new rows) allowed too, as a list made earlier is
+	if ($allowed && $t->{deleted_near} && rand() < 0.8)
+	{
+		$allowed_sql .= " || ARRAY(SELECT c FROM $t->{name}_deleted)";
+		$filter = "($filter) OR t.ctid IN (SELECT c FROM $t->{name}_deleted)";
+	}
 	my $sql = 'BEGIN; ' . (rand() < 0.3 ? 'SET LOCAL cagra.itopk_size = ' . pick(16, 32) . '; ' : '')
 	  . "SELECT s.query, s.ctid, NULL, t.id, NULL, s.distance FROM cagra_search('$t->{name}_v', ARRAY["
-	  . join(', ', @q) . "]::vector[], $k"
-	  . ($allowed ? ", ARRAY(SELECT t.ctid FROM $t->{name} t WHERE $filter)" : '')
+	  . join(', ', @q) . "]::vector[], $k" . ($allowed ? ", $allowed_sql" : '')
 	  . ") s LEFT JOIN $t->{name} t ON t.ctid = s.ctid; COMMIT;";
 	my ($rows, $err) = run_sql($session, $sql);
 	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
@@ -566,7 +582,7 @@ sub run_round
 		$changes = mutate($node, $t) if $phase < $phases;
 	}
 	$_->quit for $ref, $long;
-	$node->safe_psql('postgres', "DROP TABLE $t->{name}, $t->{name}_picks");
+	$node->safe_psql('postgres', "DROP TABLE $t->{name}, $t->{name}_picks, $t->{name}_deleted");
 }
 
 my $started = time();
