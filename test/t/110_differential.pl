@@ -29,7 +29,8 @@
 #                   (cagra_search: the index's own, within float32 summing
 #                   and, with float16 storage, the rounding of the stored
 #                   vector, as documented)
-#   distance_order  rows come in nondecreasing exact distance
+#   distance_order  rows come in nondecreasing exact distance, but for
+#                   the float32 rounding of the index's own distance
 #                   (cagra_search: nondecreasing returned distance)
 #   row_count       LIMIT k gives min(k, matching rows); cagra_search gives
 #                   min(k, allowed visible rows), and without allowed rows
@@ -330,7 +331,7 @@ sub check_answer
 	my ($indexed, $matching) = @{ shift(@$ref_rows) };
 
 	my %seen;
-	my $previous;
+	my ($previous, $previous_tolerance);
 	for my $i (0 .. $#$rows)
 	{
 		my ($ctid, $tableoid, $id, $xmin, $distance) = @{ $rows->[$i] };
@@ -355,9 +356,10 @@ sub check_answer
 		# a NULL vector's NULL distance sorts last, as in the sequential scan
 		my $key = $a{search} ? $distance : $exact;
 		$key = 'Inf' if $key eq '';
-		check('distance_order', !defined $previous || $key >= $previous,
+		check('distance_order', !defined $previous || $key >= $previous - $previous_tolerance,
 			"$row: distance $key after $previous\n  $what");
 		$previous = $key;
+		$previous_tolerance = $exact eq '' ? 0 : summing_tolerance($t, $exact, $norm, $query_norm);
 	}
 	if (defined $a{k})
 	{
@@ -370,28 +372,35 @@ sub check_answer
 	}
 }
 
-# How far cagra_search's distance may be from the exact one. Its distance
-# is the index's own, summed in float32 in the index's order (a few ulps
-# from the operator's own sum: relative for l2 and l1, against the norms for
-# ip, and absolute for cosine, whose unit vectors the index rounds once
-# more); with float16 storage it is the distance to the stored vector, each
+# How far the index's own distance may be from the operator's: summed in
+# float32 in the index's order, a few ulps (relative for l2 and l1, against
+# the norms for ip, and absolute for cosine, whose unit vectors the index
+# rounds once more). Rows whose exact distances differ by less may come in
+# either order.
+sub summing_tolerance
+{
+	my ($t, $exact, $norm, $query_norm) = @_;
+	my $d = $t->{dim};
+	return $d * 2**-23 * $norm * $query_norm if $t->{metric} eq 'ip';
+	return $d * 2**-23 if $t->{metric} eq 'cosine';
+	return $d * 2**-23 * abs($exact);
+}
+
+# How far cagra_search's distance may be from the exact one: the index's
+# own, and with float16 storage the distance to the stored vector, each
 # element rounded to half precision (relative 2^-11, or 2^-25 absolute
 # below the normal range), as documented.
 sub search_tolerance
 {
 	my ($t, $exact, $norm, $query_norm) = @_;
 	my $d = $t->{dim};
-	my $metric = $t->{metric};
-	my $summing =
-		$metric eq 'ip' ? $d * 2**-23 * $norm * $query_norm
-	  : $metric eq 'cosine' ? $d * 2**-23
-	  : $d * 2**-23 * abs($exact);
+	my $summing = summing_tolerance(@_);
 	return $summing if $t->{storage} eq 'float32';
 	my $rounding = 2**-11 * $norm + sqrt($d) * 2**-25;    # |x - half(x)|, Euclidean
 	my $bound =
-		$metric eq 'l2' ? $rounding
-	  : $metric eq 'ip' ? $query_norm * $rounding
-	  : $metric eq 'cosine' ? 2 * (2**-11 + sqrt($d) * 2**-25)
+		$t->{metric} eq 'l2' ? $rounding
+	  : $t->{metric} eq 'ip' ? $query_norm * $rounding
+	  : $t->{metric} eq 'cosine' ? 2 * (2**-11 + sqrt($d) * 2**-25)
 	  : sqrt($d) * $rounding;
 	return 2 * $bound + $summing;
 }
@@ -568,18 +577,19 @@ sub run_round
 		'cagra.enable_filtered_scan = off', 'enable_indexonlyscan = off');
 	my $long = open_session($node);
 	my $phases = 2 + int(rand(3));
-	my $changes = 'none yet';
+	my @changes;
 	for my $phase (1 .. $phases)
 	{
 		my $fresh = open_session($node);
 		for my $i (1 .. 8)
 		{
 			my ($session, $which) = rand() < 0.5 ? ($long, 'long-lived session') : ($fresh, 'fresh session');
-			$context = "$table_context; phase $phase, changes before it: $changes; $which";
+			$context = "$table_context; phase $phase, after changes: "
+			  . (@changes ? join('; ', @changes) : 'none') . "; $which";
 			random_query($session, $ref, $t);
 		}
 		$fresh->quit;
-		$changes = mutate($node, $t) if $phase < $phases;
+		push @changes, mutate($node, $t) if $phase < $phases;
 	}
 	$_->quit for $ref, $long;
 	$node->safe_psql('postgres', "DROP TABLE $t->{name}, $t->{name}_picks, $t->{name}_deleted");
