@@ -11,7 +11,8 @@
 # across the other sessions' changes) and in one opened after each change:
 # ORDER BY ... LIMIT with filters of every selectivity down to one row and
 # LIMIT 1 to 100, under a forced index scan, a forced Cagra Filtered Scan or
-# the planner's choice; cursors read by several FETCHes; FOR UPDATE; a
+# the planner's choice; cursors read by several FETCHes; FOR UPDATE (SKIP
+# LOCKED while another session holds some of the rows); a
 # LATERAL join of several queries; a semi-join filter; a ctid-based DELETE
 # fed by the nearest rows; WHERE CURRENT OF; cagra_search with and without
 # allowed rows. A reference session that cannot use the index looks up
@@ -43,7 +44,8 @@
 # never has) are not indexed, as documented: an answer may leave them out,
 # or give them last (NULL distance), as the sequential scan does.
 #
-# Everything runs twice: on a server without the worker, and on one with
+# Everything runs twice: on a server without the worker (and with a
+# streaming standby, whose long-lived session reads too), and on one with
 # the worker's CPU engine (shared_preload_libraries = 'cagra',
 # cagra.worker_backend = cpu). Environment: CAGRA_DIFF_SEED (else random;
 # printed first and in every failure), CAGRA_DIFF_SECONDS (default 70, both
@@ -415,7 +417,14 @@ sub query_select
 	my ($filter, $q, $k) = (random_filter($t), query_vector($t), random_k());
 	my $with_distance = rand() < 0.5;
 	my $with_xmin = rand() < 0.3;
-	my $lock = pick('', '', '', ' FOR UPDATE', ' FOR UPDATE SKIP LOCKED', ' FOR SHARE');
+	my $lock = $t->{read_only} ? '' : pick('', '', '', ' FOR UPDATE', ' FOR UPDATE SKIP LOCKED', ' FOR SHARE');
+	# SKIP LOCKED while another session holds some rows: those do not match
+	my $locked;
+	if ($lock =~ /SKIP LOCKED/ && rand() < 0.7)
+	{
+		$locked = 't.id % ' . (2 + int(rand(9))) . ' = ' . int(rand(2));
+		run_sql($t->{locker}, "BEGIN; SELECT count(*) FROM (SELECT FROM $t->{name} t WHERE $locked FOR UPDATE) s;");
+	}
 	my $settings = plan_settings($t);
 	my $select = "SELECT $columns, " . ($with_xmin ? 't.xmin' : 'NULL') . ', '
 	  . ($with_distance ? "t.v $t->{op} $q" : 'NULL')
@@ -423,6 +432,12 @@ sub query_select
 	$explainable = [ $settings, $select ];
 	my $sql = "BEGIN; $settings$select; ROLLBACK;";
 	my ($rows, $err) = run_sql($session, $sql);
+	if ($locked)
+	{
+		run_sql($t->{locker}, 'ROLLBACK');
+		$sql .= " (another session holding the rows WHERE $locked FOR UPDATE)";
+		$filter = "($filter) AND NOT ($locked)";
+	}
 	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $k, ordered => 1);
 }
@@ -541,16 +556,20 @@ sub query_search
 my @kinds = (
 	[ \&query_select, 8 ], [ \&query_cursor, 2 ], [ \&query_current_of, 1 ], [ \&query_lateral, 2 ],
 	[ \&query_ctid_delete, 1 ], [ \&query_search, 4 ]);
-my $total_weight = 0;
-$total_weight += $_->[1] for @kinds;
+
+# A standby's session runs only what reads.
+my %reads = map { $_ => 1 } (\&query_select, \&query_cursor, \&query_lateral, \&query_search);
 
 sub random_query
 {
-	my ($session) = @_;
+	my ($session, $ref, $t) = @_;
 	@new_failures = ();
 	$explainable = undef;
-	my $r = rand($total_weight);
-	for my $kind (@kinds)
+	my @mine = grep { !$t->{read_only} || $reads{ $_->[0] } } @kinds;
+	my $weight = 0;
+	$weight += $_->[1] for @mine;
+	my $r = rand($weight);
+	for my $kind (@mine)
 	{
 		next if ($r -= $kind->[1]) >= 0;
 		$kind->[0]->(@_);
@@ -569,13 +588,20 @@ sub random_query
 
 sub run_round
 {
-	my ($node, $cluster_index) = @_;
+	my ($node, $cluster_index, $standby) = @_;
 	srand(($seed * 1_000_003 + $round * 7_919 + $cluster_index * 104_729) % 2**31);
 	my $t = new_table($node);
 	my $table_context = $context;
 	my $ref = open_session($node, 'enable_indexscan = off', 'enable_bitmapscan = off',
 		'cagra.enable_filtered_scan = off', 'enable_indexonlyscan = off');
 	my $long = open_session($node);
+	$t->{locker} = open_session($node);
+	my $standby_long;
+	if ($standby)
+	{
+		$node->wait_for_catchup($standby);
+		$standby_long = open_session($standby);
+	}
 	my $phases = 2 + int(rand(3));
 	my @changes;
 	for my $phase (1 .. $phases)
@@ -583,15 +609,22 @@ sub run_round
 		my $fresh = open_session($node);
 		for my $i (1 .. 8)
 		{
-			my ($session, $which) = rand() < 0.5 ? ($long, 'long-lived session') : ($fresh, 'fresh session');
+			my $r = rand();
+			my ($session, $which) =
+				$standby && $r < 0.3 ? ($standby_long, 'long-lived session on the standby')
+			  : $r < 0.65 ? ($long, 'long-lived session')
+			  : ($fresh, 'fresh session');
 			$context = "$table_context; phase $phase, after changes: "
 			  . (@changes ? join('; ', @changes) : 'none') . "; $which";
+			$t->{read_only} = $session == ($standby_long // 0);
 			random_query($session, $ref, $t);
 		}
 		$fresh->quit;
-		push @changes, mutate($node, $t) if $phase < $phases;
+		next if $phase == $phases;
+		push @changes, mutate($node, $t);
+		$node->wait_for_catchup($standby) if $standby;
 	}
-	$_->quit for $ref, $long;
+	$_->quit for grep { defined } $ref, $long, $t->{locker}, $standby_long;
 	$node->safe_psql('postgres', "DROP TABLE $t->{name}, $t->{name}_picks, $t->{name}_deleted");
 }
 
@@ -603,19 +636,27 @@ for my $i (0 .. $#clusters)
 	  $cluster eq 'worker'
 	  ? CagraGpuNode::cpu_worker('diffworker', "max_parallel_maintenance_workers = 0\n")
 	  : PostgreSQL::Test::Cluster->new('diffplain');
+	my $standby;
 	if ($cluster eq 'plain')
 	{
-		$node->init;
+		# with a streaming standby whose sessions query the replayed index
+		# (never cancelled by replay: it waits for them)
+		$node->init(allows_streaming => 1);
 		$node->append_conf('postgresql.conf', "max_parallel_maintenance_workers = 0\n");
 		$node->start;
 		$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
+		$node->backup('diffbackup');
+		$standby = PostgreSQL::Test::Cluster->new('diffstandby');
+		$standby->init_from_backup($node, 'diffbackup', has_streaming => 1);
+		$standby->append_conf('postgresql.conf', "max_standby_streaming_delay = -1\n");
+		$standby->start;
 	}
 	# each server gets its share of what is left of the time
 	my $deadline = time() + ($started + $seconds - time()) / (@clusters - $i);
 	my $rounds = 0;
 	for ($round = $only_round // 1;; $round++)
 	{
-		run_round($node, $i);
+		run_round($node, $i, $standby);
 		$rounds++;
 		last if defined $only_round;
 		last if defined $rounds_wanted ? $rounds >= $rounds_wanted : time() >= $deadline;
@@ -633,6 +674,7 @@ for my $i (0 .. $#clusters)
 			  . scalar(@$failed) . ' failed)');
 		diag($_) for grep { defined } @$failed[ 0 .. $max_reports - 1 ];
 	}
+	$standby->stop if $standby;
 	$node->stop;
 }
 
