@@ -39,6 +39,7 @@
 #                   (fewer is documented when invisible rows crowd it)
 #   current_of      UPDATE ... WHERE CURRENT OF updates the fetched row
 #   mutation        the random changes themselves succeed
+#   reference       the reference session reads the rows and the table
 #
 # Rows whose vector is NULL (and zero vectors under cosine, which the data
 # never has) are not indexed, as documented: an answer may leave them out,
@@ -79,7 +80,7 @@ diag("CAGRA_DIFF_SEED=$seed");
 
 my %operator = (l2 => '<->', ip => '<#>', cosine => '<=>', l1 => '<+>');
 my @checks = qw(no_error row_visible row_identity passes_filter no_duplicate exact_distance distance_order
-  row_count current_of mutation);
+  row_count current_of mutation reference);
 my $max_reports = $ENV{CAGRA_DIFF_REPORTS} || 5;    # failures printed per check and cluster
 
 my %failures;           # cluster => check => [messages]
@@ -305,7 +306,8 @@ sub mutate
 		check('mutation', $ret == 0, "$step failed: $err\n  statement: $sql");
 		$t->{dirty} = $step eq 'vacuum' ? 0 : $step eq 'insert' ? $t->{dirty} : 1;
 	}
-	$node->safe_psql('postgres', "ANALYZE $name");
+	my ($ret, $out, $err) = $node->psql('postgres', "ANALYZE $name");
+	check('mutation', $ret == 0, "ANALYZE failed: $err");
 	return join ', ', @steps;
 }
 
@@ -329,7 +331,16 @@ sub check_answer
 		  LEFT JOIN $name c ON c.ctid = u.c
 		  LEFT JOIN $name t ON t.id = u.i
 		 ORDER BY u.n");
-	die "reference query failed: $err\n  $what" if $err;
+	if ($err)
+	{
+		# a table a sequential scan cannot read: name the relation of the
+		# file the error names
+		my ($file) = $err =~ m{relation base/\d+/(\d+)};
+		my ($name) = $file ? @{ (run_sql($ref, "SELECT oid::regclass FROM pg_class WHERE relfilenode = $file"))[0] // [] } : ();
+		check('reference', 0, "the reference query failed: $err" . ($name ? "  (relation $name->[0])" : '')
+			  . "\n  $what");
+		return;
+	}
 	my ($indexed, $matching) = @{ shift(@$ref_rows) };
 
 	my %seen;
@@ -359,7 +370,7 @@ sub check_answer
 		my $key = $a{search} ? $distance : $exact;
 		$key = 'Inf' if $key eq '';
 		check('distance_order', !defined $previous || $key >= $previous - $previous_tolerance,
-			"$row: distance $key after $previous\n  $what");
+			"$row: distance $key after " . ($previous // '') . "\n  $what");
 		$previous = $key;
 		$previous_tolerance = $exact eq '' ? 0 : summing_tolerance($t, $exact, $norm, $query_norm);
 	}
@@ -438,7 +449,7 @@ sub query_select
 		$sql .= " (another session holding the rows WHERE $locked FOR UPDATE)";
 		$filter = "($filter) AND NOT ($locked)";
 	}
-	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
+	return unless check('no_error', !defined $err, ($err // '') . "\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $k, ordered => 1);
 }
 
@@ -455,7 +466,7 @@ sub query_cursor
 	my $sql = "BEGIN; ${settings}DECLARE c CURSOR FOR $select; " . join('', map { "FETCH $_ FROM c; " } @fetches)
 	  . 'COMMIT;';
 	my ($rows, $err) = run_sql($session, $sql);
-	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
+	return unless check('no_error', !defined $err, ($err // '') . "\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $k, ordered => 1);
 }
 
@@ -483,7 +494,7 @@ sub query_current_of
 	}
 	run_sql($session, 'ROLLBACK');
 	$sql .= ' ROLLBACK;';
-	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
+	return unless check('no_error', !defined $err, ($err // '') . "\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $n, ordered => 1);
 }
 
@@ -500,7 +511,7 @@ sub query_lateral
 	$explainable = [ $settings, $select ];
 	my $sql = "BEGIN; $settings$select; COMMIT;";
 	my ($rows, $err) = run_sql($session, $sql);
-	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
+	return unless check('no_error', !defined $err, ($err // '') . "\n  statement: $sql");
 	for my $n (1 .. @q)
 	{
 		my @mine = map { [ @$_[ 1 .. 5 ] ] } grep { $_->[0] == $n } @$rows;
@@ -520,7 +531,7 @@ sub query_ctid_delete
 	$explainable = [ $settings, $delete ];
 	my $sql = "BEGIN; $settings$delete; ROLLBACK;";
 	my ($rows, $err) = run_sql($session, $sql);
-	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
+	return unless check('no_error', !defined $err, ($err // '') . "\n  statement: $sql");
 	check_answer($ref, $t, $sql, $rows, filter => $filter, query => $q, k => $k, ordered => 0);
 }
 
@@ -544,7 +555,7 @@ sub query_search
 	  . join(', ', @q) . "]::vector[], $k" . ($allowed ? ", $allowed_sql" : '')
 	  . ") s LEFT JOIN $t->{name} t ON t.ctid = s.ctid; COMMIT;";
 	my ($rows, $err) = run_sql($session, $sql);
-	return unless check('no_error', !defined $err, "$err\n  statement: $sql");
+	return unless check('no_error', !defined $err, ($err // '') . "\n  statement: $sql");
 	for my $n (1 .. @q)
 	{
 		my @mine = map { [ @$_[ 1 .. 5 ] ] } grep { $_->[0] == $n } @$rows;
