@@ -476,7 +476,7 @@ sub query_cursor
 sub query_current_of
 {
 	my ($session, $ref, $t) = @_;
-	my ($filter, $q, $n) = (random_filter($t), query_vector($t), random_k());
+	my ($filter, $q, $n) = (random_filter($t), query_vector($t), 1 + int(rand(5)));
 	my $settings = plan_settings($t);
 	my $select = "SELECT $columns, NULL, NULL FROM $t->{name} t WHERE $filter ORDER BY t.v $t->{op} $q FOR UPDATE";
 	$explainable = [ $settings, $select ];
