@@ -599,8 +599,11 @@ sub random_query
 
 sub run_round
 {
-	my ($node, $cluster_index, $standby) = @_;
-	srand(($seed * 1_000_003 + $round * 7_919 + $cluster_index * 104_729) % 2**31);
+	my ($node, $standby) = @_;
+	# a round's choices follow from the seed, the server and the round alone,
+	# so that CAGRA_DIFF_ONLY and CAGRA_DIFF_ROUND repeat it
+	my $server = $cluster eq 'worker' ? 1 : 0;
+	srand(($seed * 1_000_003 + $round * 7_919 + $server * 104_729) % 2**31);
 	my $t = new_table($node);
 	my $table_context = $context;
 	my $ref = open_session($node, 'enable_indexscan = off', 'enable_bitmapscan = off',
@@ -667,7 +670,7 @@ for my $i (0 .. $#clusters)
 	my $rounds = 0;
 	for ($round = $only_round // 1;; $round++)
 	{
-		run_round($node, $i, $standby);
+		run_round($node, $standby);
 		$rounds++;
 		last if defined $only_round;
 		last if defined $rounds_wanted ? $rounds >= $rounds_wanted : time() >= $deadline;
