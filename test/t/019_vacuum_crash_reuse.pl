@@ -1,4 +1,4 @@
-# test/t/018_vacuum_crash_reuse.pl — after an immediate stop in the middle
+# test/t/019_vacuum_crash_reuse.pl — after an immediate stop in the middle
 # of VACUUM's index pass (nodes marked deleted, the rows that point at them
 # not yet repaired), inserts take no such slot: a slot becomes reusable only
 # once a vacuum has repaired every edge into it (docs/storage.md), so no

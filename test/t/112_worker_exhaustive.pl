@@ -1,4 +1,4 @@
-# test/t/110_worker_exhaustive.pl — scans served by the worker (its CPU
+# test/t/112_worker_exhaustive.pl — scans served by the worker (its CPU
 # engine) never return fewer rows than asked while enough rows pass the
 # filter: the index scan with a filter the index cannot see and the
 # filtered scan, with cagra.max_scan_tuples low so that their searches

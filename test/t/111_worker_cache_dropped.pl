@@ -1,4 +1,4 @@
-# test/t/110_worker_cache_dropped.pl — the worker frees the copies of
+# test/t/111_worker_cache_dropped.pl — the worker frees the copies of
 # indexes that are gone, without a search asking: a dropped index's (DROP
 # INDEX, DROP TABLE, DROP DATABASE), and a rebuilt one's older file's
 # (REINDEX, TRUNCATE), so that cagra_worker_cache() lists only copies of
