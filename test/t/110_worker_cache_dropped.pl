@@ -1,7 +1,8 @@
 # test/t/110_worker_cache_dropped.pl — the worker frees the copies of
 # indexes that are gone, without a search asking: a dropped index's (DROP
-# INDEX, DROP TABLE, DROP DATABASE), and a rebuilt one's older file's
-# (REINDEX, TRUNCATE), so that cagra_worker_cache() lists only copies of
+# INDEX, DROP TABLE, DROP DATABASE, a temporary index at the session's
+# end), and a rebuilt or moved one's older file's (REINDEX, TRUNCATE, SET
+# TABLESPACE), so that cagra_worker_cache() lists only copies of
 # live indexes, one per index; a drop rolled back keeps the copy.  With
 # the worker's CPU engine.
 use strict;
@@ -134,6 +135,41 @@ is(search('other', 'c'), '7', 'an index of another database searched');
 cache_becomes(oid_of('other', 'c_v') . '@' . generation_of('other', 'c_v'), 'its copy is listed');
 $node->safe_psql('postgres', 'DROP DATABASE other');
 cache_becomes('', 'DROP DATABASE: the copy is freed');
+
+# an index in a tablespace of its own, and a temporary one: their copies
+# stay while the index does (the worker finds their files), and go with it
+my $dir = PostgreSQL::Test::Utils::tempdir_short();
+$node->safe_psql('postgres', "CREATE TABLESPACE elsewhere LOCATION '$dir'");
+make_table('postgres', 'd');
+$node->safe_psql('postgres', 'ALTER INDEX d_v SET TABLESPACE elsewhere');
+is(search('postgres', 'd'), '7', 'an index in another tablespace searched');
+my $d_entry = listing([oid_of('postgres', 'd_v'), generation_of('postgres', 'd_v')]);
+cache_becomes($d_entry, 'its copy is listed');
+my $session = $node->background_psql('postgres');
+$session->query_safe(q{
+	CREATE TEMP TABLE t (id int, v vector(8));
+	INSERT INTO t SELECT i, array(SELECT cos(i * 0.29 + j) FROM generate_series(1, 8) j)::vector
+	  FROM generate_series(1, 1000) i;
+	CREATE INDEX t_v ON t USING cagra (v);
+});
+my $temp_search = q{SET enable_seqscan = off;
+	SELECT id FROM t ORDER BY v <-> (SELECT v FROM t WHERE id = 7) LIMIT 1};
+is($session->query_safe($temp_search), '7', 'a temporary index searched');
+my $t_entry = listing([$session->query_safe("SELECT 't_v'::regclass::oid"),
+	$session->query_safe("SELECT generation FROM cagra_index_info('t_v')")]);
+my $both = join(' ', sort { (split /\@/, $a)[0] <=> (split /\@/, $b)[0] } $d_entry, $t_entry);
+cache_becomes($both, 'its copy is listed');
+$uploads = $node->safe_psql('postgres', 'SELECT uploads FROM cagra_status');
+sleep 2;
+is(search('postgres', 'd'), '7', 'the index in another tablespace searched again');
+is($session->query_safe($temp_search), '7', 'the temporary index searched again');
+is($node->safe_psql('postgres', 'SELECT uploads FROM cagra_status'), $uploads,
+	'both from the copies they had: the worker found their files');
+is(cache(), $both, 'both copies still listed');
+$session->quit;
+cache_becomes($d_entry, 'the session\'s end drops its temporary index, and the copy goes');
+$node->safe_psql('postgres', 'ALTER INDEX d_v SET TABLESPACE pg_default');
+cache_becomes('', 'moving the index to another tablespace frees the old file\'s copy');
 
 $node->stop;
 done_testing();
