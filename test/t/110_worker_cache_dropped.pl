@@ -2,9 +2,9 @@
 # indexes that are gone, without a search asking: a dropped index's (DROP
 # INDEX, DROP TABLE, DROP DATABASE, a temporary index at the session's
 # end), and a rebuilt or moved one's older file's (REINDEX, TRUNCATE, SET
-# TABLESPACE), so that cagra_worker_cache() lists only copies of
-# live indexes, one per index; a drop rolled back keeps the copy.  With
-# the worker's CPU engine.
+# TABLESPACE), on a primary and on a standby, so that cagra_worker_cache()
+# lists only copies of live indexes, one per index; a drop rolled back
+# keeps the copy.  With the worker's CPU engine.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -13,7 +13,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('cachedrop');
-$node->init;
+$node->init(allows_streaming => 1);
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'cagra'
 cagra.worker_backend = cpu
@@ -46,7 +46,9 @@ sub search
 # the copies the worker lists: (index, generation) of each, in order
 sub cache
 {
-	return $node->safe_psql('postgres',
+	my ($on) = @_;
+	$on //= $node;
+	return $on->safe_psql('postgres',
 		'SELECT string_agg(index::text || \'@\' || generation, \' \' ORDER BY index, generation) FROM cagra_worker_cache()');
 }
 
@@ -72,11 +74,11 @@ sub generation_of
 # the worker looks every second; a copy still listed after 20 s stayed
 sub cache_becomes
 {
-	my ($want, $name) = @_;
+	my ($want, $name, $on) = @_;
 	my $got;
 	for (1 .. 200)
 	{
-		$got = cache();
+		$got = cache($on);
 		last if $got eq $want;
 		usleep(100_000);
 	}
@@ -170,6 +172,25 @@ $session->quit;
 cache_becomes($d_entry, 'the session\'s end drops its temporary index, and the copy goes');
 $node->safe_psql('postgres', 'ALTER INDEX d_v SET TABLESPACE pg_default');
 cache_becomes('', 'moving the index to another tablespace frees the old file\'s copy');
+$node->safe_psql('postgres', 'DROP TABLESPACE elsewhere');
 
+# a standby's worker: the replayed drop removes the file there
+make_table('postgres', 'e');
+$node->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('cachedrop_standby');
+$standby->init_from_backup($node, 'base', has_streaming => 1);
+$standby->start;
+$standby->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
+  or die 'standby worker not running';
+is($standby->safe_psql('postgres', q{SET enable_seqscan = off;
+	SELECT id FROM e ORDER BY v <-> (SELECT v FROM e WHERE id = 7) LIMIT 1}), '7',
+	'the standby searched through its worker');
+cache_becomes(listing([oid_of('postgres', 'e_v'), generation_of('postgres', 'e_v')]),
+	'the standby\'s worker lists the copy', $standby);
+$node->safe_psql('postgres', 'DROP INDEX e_v');
+$node->wait_for_catchup($standby);
+cache_becomes('', 'DROP INDEX replayed: the standby\'s copy is freed', $standby);
+
+$standby->stop;
 $node->stop;
 done_testing();
