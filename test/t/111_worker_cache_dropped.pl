@@ -1,9 +1,10 @@
 # test/t/111_worker_cache_dropped.pl — the worker frees the copies of
 # indexes that are gone, without a search asking: a dropped index's (DROP
-# INDEX, DROP TABLE, DROP DATABASE), and a rebuilt one's older file's
-# (REINDEX, TRUNCATE), so that cagra_worker_cache() lists only copies of
-# live indexes, one per index; a drop rolled back keeps the copy.  With
-# the worker's CPU engine.
+# INDEX, DROP TABLE, DROP DATABASE, a temporary index at the session's
+# end), and a rebuilt or moved one's older file's (REINDEX, TRUNCATE, SET
+# TABLESPACE), on a primary and on a standby, so that cagra_worker_cache()
+# lists only copies of live indexes, one per index; a drop rolled back
+# keeps the copy.  With the worker's CPU engine.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -12,7 +13,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('cachedrop');
-$node->init;
+$node->init(allows_streaming => 1);
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'cagra'
 cagra.worker_backend = cpu
@@ -45,7 +46,9 @@ sub search
 # the copies the worker lists: (index, generation) of each, in order
 sub cache
 {
-	return $node->safe_psql('postgres',
+	my ($on) = @_;
+	$on //= $node;
+	return $on->safe_psql('postgres',
 		'SELECT string_agg(index::text || \'@\' || generation, \' \' ORDER BY index, generation) FROM cagra_worker_cache()');
 }
 
@@ -71,11 +74,11 @@ sub generation_of
 # the worker looks every second; a copy still listed after 20 s stayed
 sub cache_becomes
 {
-	my ($want, $name) = @_;
+	my ($want, $name, $on) = @_;
 	my $got;
 	for (1 .. 200)
 	{
-		$got = cache();
+		$got = cache($on);
 		last if $got eq $want;
 		usleep(100_000);
 	}
@@ -135,5 +138,59 @@ cache_becomes(oid_of('other', 'c_v') . '@' . generation_of('other', 'c_v'), 'its
 $node->safe_psql('postgres', 'DROP DATABASE other');
 cache_becomes('', 'DROP DATABASE: the copy is freed');
 
+# an index in a tablespace of its own, and a temporary one: their copies
+# stay while the index does (the worker finds their files), and go with it
+my $dir = PostgreSQL::Test::Utils::tempdir_short();
+$node->safe_psql('postgres', "CREATE TABLESPACE elsewhere LOCATION '$dir'");
+make_table('postgres', 'd');
+$node->safe_psql('postgres', 'ALTER INDEX d_v SET TABLESPACE elsewhere');
+is(search('postgres', 'd'), '7', 'an index in another tablespace searched');
+my $d_entry = listing([oid_of('postgres', 'd_v'), generation_of('postgres', 'd_v')]);
+cache_becomes($d_entry, 'its copy is listed');
+my $session = $node->background_psql('postgres');
+$session->query_safe(q{
+	CREATE TEMP TABLE t (id int, v vector(8));
+	INSERT INTO t SELECT i, array(SELECT cos(i * 0.29 + j) FROM generate_series(1, 8) j)::vector
+	  FROM generate_series(1, 1000) i;
+	CREATE INDEX t_v ON t USING cagra (v);
+});
+my $temp_search = q{SET enable_seqscan = off;
+	SELECT id FROM t ORDER BY v <-> (SELECT v FROM t WHERE id = 7) LIMIT 1};
+is($session->query_safe($temp_search), '7', 'a temporary index searched');
+my $t_entry = listing([$session->query_safe("SELECT 't_v'::regclass::oid"),
+	$session->query_safe("SELECT generation FROM cagra_index_info('t_v')")]);
+my $both = join(' ', sort { (split /\@/, $a)[0] <=> (split /\@/, $b)[0] } $d_entry, $t_entry);
+cache_becomes($both, 'its copy is listed');
+$uploads = $node->safe_psql('postgres', 'SELECT uploads FROM cagra_status');
+sleep 2;
+is(search('postgres', 'd'), '7', 'the index in another tablespace searched again');
+is($session->query_safe($temp_search), '7', 'the temporary index searched again');
+is($node->safe_psql('postgres', 'SELECT uploads FROM cagra_status'), $uploads,
+	'both from the copies they had: the worker found their files');
+is(cache(), $both, 'both copies still listed');
+$session->quit;
+cache_becomes($d_entry, 'the session\'s end drops its temporary index, and the copy goes');
+$node->safe_psql('postgres', 'ALTER INDEX d_v SET TABLESPACE pg_default');
+cache_becomes('', 'moving the index to another tablespace frees the old file\'s copy');
+$node->safe_psql('postgres', 'DROP TABLESPACE elsewhere');
+
+# a standby's worker: the replayed drop removes the file there
+make_table('postgres', 'e');
+$node->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('cachedrop_standby');
+$standby->init_from_backup($node, 'base', has_streaming => 1);
+$standby->start;
+$standby->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
+  or die 'standby worker not running';
+is($standby->safe_psql('postgres', q{SET enable_seqscan = off;
+	SELECT id FROM e ORDER BY v <-> (SELECT v FROM e WHERE id = 7) LIMIT 1}), '7',
+	'the standby searched through its worker');
+cache_becomes(listing([oid_of('postgres', 'e_v'), generation_of('postgres', 'e_v')]),
+	'the standby\'s worker lists the copy', $standby);
+$node->safe_psql('postgres', 'DROP INDEX e_v');
+$node->wait_for_catchup($standby);
+cache_becomes('', 'DROP INDEX replayed: the standby\'s copy is freed', $standby);
+
+$standby->stop;
 $node->stop;
 done_testing();
