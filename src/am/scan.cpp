@@ -459,9 +459,14 @@ cagra_next_batch(CagraScanState *s, uint32 want)
 			s->batch.resize(want);
 			uint32		got = s->searcher->next(want, live, s->batch.data());
 
-			s->batch.resize(got);
+			/*
+			 * Fewer than asked: the reachable graph is exhausted, and what it
+			 * still gave may lie beyond nodes it cannot reach; the exhaustive
+			 * pass returns those together with the rest, in order.
+			 */
+			s->batch.resize(got < want ? 0 : got);
 			s->pos = 0;
-			if (got == 0)
+			if (got < want)
 				s->exhausted = true;
 		}))
 		return;
