@@ -44,7 +44,6 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/smgr.h"
 #include "commands/tablespace.h"
-#include "portability/instr_time.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 }
