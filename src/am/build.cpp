@@ -164,7 +164,7 @@ cagra_spill_write(CagraSpill *sp, const float *vectors, const ItemPointerData *t
 					 (off_t) (first * sizeof(ItemPointerData)));
 }
 
-/* The buffer's next row, to be filled; spill_flush writes the buffer. */
+/* Whether the buffer must be written before it takes another row. */
 static inline bool
 cagra_spill_full(const CagraSpill *sp)
 {
@@ -200,6 +200,13 @@ cagra_unmap(void *arg)
 static const void *
 cagra_map_file(File file, Size bytes, MemoryContext cxt)
 {
+	/* FileSize reopens a descriptor fd.c closed to stay within its limit */
+	off_t		size = FileSize(file);
+
+	if (size < 0 || (Size) size < bytes)
+		elog(ERROR, "temporary file \"%s\" of a cagra build holds %lld bytes, not %zu",
+			 FilePathName(file), (long long) size, bytes);
+
 	void	   *address = mmap(NULL, bytes, PROT_READ, MAP_SHARED, FileGetRawDesc(file), 0);
 
 	if (address == MAP_FAILED)
@@ -226,7 +233,7 @@ cagra_spill_map(CagraBuildState *bs, CagraSpill *sp)
 	FileClose(sp->vectors);
 	FileClose(sp->tids);
 	ereport(DEBUG1,
-			(errmsg_internal("cagra build of \"%s\": %llu rows beyond maintenance_work_mem, %.1f MB of vectors in temporary files",
+			(errmsg_internal("cagra build of \"%s\": %llu rows, beyond maintenance_work_mem: %.1f MB of vectors in temporary files",
 							 RelationGetRelationName(bs->index), (unsigned long long) bs->n,
 							 (double) bs->n * sp->vector_bytes / (1024.0 * 1024.0))));
 }

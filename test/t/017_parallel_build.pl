@@ -87,7 +87,7 @@ foreach my $mem ('64MB', '1MB')
 	# (plan_create_index_workers): a serial scan's rows go to files as well
 	like($err2, $mem eq '64MB' ?
 		qr/heap scanned by [1-9]\d* parallel workers and the leader, \d+ rows in a segment of \d+, [1-9]\d* in files/ :
-		qr/60000 rows beyond maintenance_work_mem, [\d.]+ MB of vectors in temporary files/,
+		qr/60000 rows, beyond maintenance_work_mem: [\d.]+ MB of vectors in temporary files/,
 		"$mem: rows beyond maintenance_work_mem in files");
 	unlike($err2, qr/NOTICE/, "$mem: no NOTICE");
 	is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('items_small')"),

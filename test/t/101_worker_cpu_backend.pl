@@ -261,7 +261,7 @@ my ($sret, $sout, $serr) = $node->psql('postgres', q{SET client_min_messages = d
 	SET maintenance_work_mem = '1MB';
 	CREATE INDEX items_v_small ON items USING cagra (v) WITH (graph_degree = 16)});
 is($sret, 0, '1MB build succeeds');
-like($serr, qr/\d+ rows beyond maintenance_work_mem, [\d.]+ MB of vectors in temporary files/,
+like($serr, qr/\d+ rows, beyond maintenance_work_mem: [\d.]+ MB of vectors in temporary files/,
 	'its rows went to temporary files');
 unlike($serr, qr/NOTICE/, 'without a NOTICE');
 is(status('builds'), $builds1 + 1, 'the worker built it');
