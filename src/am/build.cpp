@@ -44,6 +44,7 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/smgr.h"
 #include "commands/tablespace.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 }
@@ -561,6 +562,31 @@ cagra_dsm_has_room(Size bytes)
 }
 
 /*
+ * The parallel workers PostgreSQL grants this build.  plan_create_index_workers
+ * leaves each participant 32 MB of maintenance_work_mem, what a sort needs;
+ * a participant here needs only its 256 kB spill buffer (the rows beyond the
+ * segment go to files), so it is asked with maintenance_work_mem raised, for
+ * the call only, to what lets every worker through.
+ */
+static int
+cagra_index_workers(Relation heap, Relation index)
+{
+	int			nest = NewGUCNestLevel();
+	char		value[32];
+
+	snprintf(value, sizeof(value), "%d",
+			 (int) Min(Max((int64) maintenance_work_mem, (int64) 32768 * (max_parallel_maintenance_workers + 1)),
+					   (int64) MAX_KILOBYTES));
+	(void) set_config_option("maintenance_work_mem", value, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+							 false);
+
+	int			nworkers = plan_create_index_workers(RelationGetRelid(heap), RelationGetRelid(index));
+
+	AtEOXact_GUC(true, nest);
+	return nworkers;
+}
+
+/*
  * Scan the heap with parallel workers into a rows segment that becomes the
  * build's arrays (bs->rows_seg; detached by the caller), or into files
  * mapped as the build's arrays when the rows outgrow the segment.  false,
@@ -575,7 +601,7 @@ cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, Ca
 	if (bs->dims == 0 || heap->rd_rel->reltuples < 0 || !IsNormalProcessingMode())
 		return false;
 
-	int			nworkers = plan_create_index_workers(RelationGetRelid(heap), RelationGetRelid(index));
+	int			nworkers = cagra_index_workers(heap, index);
 
 	if (nworkers <= 0)
 		return false;
