@@ -59,7 +59,8 @@ typedef struct CagraBuildState
 	cagra::ElementType element; /* the storage reloption's element type */
 	double		max_norm;		/* float16: of the stored vectors (CagraMetaData) */
 	cagra::BuildParams params;	/* assembled once: cagra_build_params */
-	float	   *vectors;		/* n x dims, prepared */
+	float	   *vectors;		/* n x dims, prepared: in memory, in the rows
+								 * segment or in a spill file's mapping */
 	ItemPointerData *tids;
 	uint64		n;
 	uint64		capacity;

@@ -210,7 +210,8 @@ is($node->safe_psql('postgres', $search), $node->safe_psql('postgres', "SET cagr
 
 # cancel while the worker runs a build: the session leaves the running
 # request (and its mailbox); the worker finishes, frees the slot and serves
-# the next build
+# the next build.  The build's rows outgrow maintenance_work_mem: its
+# temporary files go with the cancel.
 $node->safe_psql('postgres', q{
 	CREATE TABLE big AS SELECT i AS id, array(SELECT sin(i * 0.1 + j) + cos(i * 0.013 * j)
 	                                          FROM generate_series(1, 32) j)::vector(32) AS v
@@ -219,7 +220,7 @@ my $builds0 = status('builds');
 ($bout, $berr) = ('', '');
 $bg = IPC::Run::start(
 	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', "SET application_name = 'builder'",
-	  '-c', 'CREATE INDEX big_v ON big USING cagra (v)' ],
+	  '-c', "SET maintenance_work_mem = '1MB'", '-c', 'CREATE INDEX big_v ON big USING cagra (v)' ],
 	'>', \$bout, '2>', \$berr);
 $node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_progress_create_index p JOIN pg_stat_activity a USING (pid)
@@ -228,6 +229,7 @@ $node->poll_query_until('postgres', q{
 $node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'builder'");
 $bg->finish;
 like($berr, qr/canceling statement due to user request/, 'CREATE INDEX cancelled while the worker builds');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_ls_tmpdir()'), '0', 'no temporary file left behind');
 # the worker stops the abandoned build (test 106 times it) and serves the next
 $node->safe_psql('postgres', 'CREATE INDEX big_v ON big USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16)');
 is(status('builds'), $builds0 + 1, 'the cancelled build was stopped, the next one goes through the worker');
