@@ -114,6 +114,8 @@ typedef struct CagraSpill
 	uint32		buffered;
 	float	   *buffer_vectors;
 	ItemPointerData *buffer_tids;
+	bool		shared;			/* files of a parallel scan's file set */
+	uint64		written_bytes;	/* by this process, to those */
 } CagraSpill;
 
 /* In `cxt`: the heap scan's callbacks run in a context reset at each row. */
@@ -161,6 +163,19 @@ cagra_file_write(File file, const void *data, Size bytes, off_t offset)
 static void
 cagra_spill_write(CagraSpill *sp, const float *vectors, const ItemPointerData *tids, uint64 first, uint64 count)
 {
+	/*
+	 * fd.c holds a process to temp_file_limit for the files it creates; the
+	 * shared files are created by the leader and written by every
+	 * participant, so each counts what it writes there itself.
+	 */
+	if (sp->shared && temp_file_limit >= 0)
+	{
+		sp->written_bytes += count * (sp->vector_bytes + sizeof(ItemPointerData));
+		if (sp->written_bytes / 1024 > (uint64) temp_file_limit)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("temporary file size exceeds temp_file_limit (%dkB)", temp_file_limit)));
+	}
 	cagra_file_write(sp->vectors, vectors, (Size) count * sp->vector_bytes, (off_t) (first * sp->vector_bytes));
 	cagra_file_write(sp->tids, tids, (Size) count * sizeof(ItemPointerData),
 					 (off_t) (first * sizeof(ItemPointerData)));
@@ -411,8 +426,11 @@ cagra_parallel_tids(const CagraParallelBuild *shared, float *vectors)
 static CagraSpill *
 cagra_spill_open_shared(MemoryContext cxt, CagraParallelBuild *shared)
 {
-	return cagra_spill_new(cxt, FileSetOpen(&shared->files.fs, CAGRA_SPILL_VECTORS, O_RDWR),
-						   FileSetOpen(&shared->files.fs, CAGRA_SPILL_TIDS, O_RDWR), shared->dims);
+	CagraSpill *sp = cagra_spill_new(cxt, FileSetOpen(&shared->files.fs, CAGRA_SPILL_VECTORS, O_RDWR),
+									 FileSetOpen(&shared->files.fs, CAGRA_SPILL_TIDS, O_RDWR), shared->dims);
+
+	sp->shared = true;
+	return sp;
 }
 
 /* One participant's view of the scan. */

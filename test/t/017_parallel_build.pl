@@ -97,6 +97,16 @@ foreach my $mem ('64MB', '1MB')
 	$node->safe_psql('postgres', 'DROP INDEX items_small');
 }
 
+# the shared files count against temp_file_limit in each participant
+my ($r3, $out3, $err3) = $node->psql('postgres', q{
+	SET client_min_messages = debug1; SET maintenance_work_mem = '1MB'; SET temp_file_limit = '1MB';
+	CREATE INDEX items_small ON items USING cagra (v)});
+isnt($r3, 0, 'a parallel build over temp_file_limit fails');
+like($err3, qr/temporary file size exceeds temp_file_limit \(1024kB\)/, 'with temp_file_limit\'s ERROR');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_class WHERE relname = 'items_small'"), '0',
+	'and leaves no index');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_ls_tmpdir()'), '0', 'nor a temporary file');
+
 # an ERROR in a participant fails the build, leaving nothing
 $node->safe_psql('postgres', q{UPDATE items SET v = (SELECT array_agg(CASE WHEN d = 5 THEN 70000 ELSE 1 END)
                                                       FROM generate_series(1, 64) d)::vector WHERE id = 45000});
