@@ -132,20 +132,50 @@ DROP INDEX t_small_cpu;
 CREATE INDEX ON t_small USING cagra (v, id);
 CREATE UNIQUE INDEX ON t_small USING cagra (v);
 
--- maintenance_work_mem too small for the whole build: the graph of the rows
--- that fit is built, the others are inserted one at a time, with a NOTICE
-SET maintenance_work_mem = '1MB';
+-- maintenance_work_mem too small for the whole build: the rows beyond it go
+-- to temporary files and the graph is built from all of them, the same graph
+-- as with ample memory (one build thread: the same graph for the same rows)
+SET max_parallel_maintenance_workers = 0;
 CREATE TABLE t_mem (id int, v vector(64));
-INSERT INTO t_mem SELECT i, array(SELECT sin(i * 0.37 + j) FROM generate_series(1, 64) j)::vector
-  FROM generate_series(1, 2000) i;
-CREATE INDEX t_mem_v ON t_mem USING cagra (v);
-SELECT nodes, live_nodes FROM cagra_index_info('t_mem_v');
+INSERT INTO t_mem SELECT i, array(SELECT sin(i * 0.37 + j) + cos(i * 0.011 * j) FROM generate_series(1, 64) j)::vector
+  FROM generate_series(1, 3000) i;
+CREATE TABLE t_mem_answers (mem text, q int, ids int[]);
+SET maintenance_work_mem = '1MB';
+CREATE INDEX t_mem_v ON t_mem USING cagra (v) WITH (build_device = cpu);
+-- every node from the build, none inserted one at a time
+SELECT nodes, live_nodes, built_nodes FROM cagra_index_info('t_mem_v');
 SELECT count(*) AS problems FROM cagra_index_check('t_mem_v');
 SET enable_seqscan = off;
-SELECT count(*) AS not_found_first FROM t_mem t
- WHERE (SELECT id FROM t_mem ORDER BY v <-> t.v LIMIT 1) <> t.id;
+INSERT INTO t_mem_answers
+  SELECT '1MB', q.id, ARRAY(SELECT id FROM t_mem ORDER BY v <-> q.v LIMIT 10)
+    FROM t_mem q WHERE q.id % 50 = 0;
 RESET enable_seqscan;
+DROP INDEX t_mem_v;
+SET maintenance_work_mem = '64MB';
+CREATE INDEX t_mem_v ON t_mem USING cagra (v) WITH (build_device = cpu);
+SELECT nodes, live_nodes, built_nodes FROM cagra_index_info('t_mem_v');
+SET enable_seqscan = off;
+INSERT INTO t_mem_answers
+  SELECT '64MB', q.id, ARRAY(SELECT id FROM t_mem ORDER BY v <-> q.v LIMIT 10)
+    FROM t_mem q WHERE q.id % 50 = 0;
+RESET enable_seqscan;
+-- the same answers at both, and the exact ten nearest (all but a few)
+SELECT count(*) AS queries, count(*) FILTER (WHERE a.ids = b.ids) AS same_answers
+  FROM t_mem_answers a JOIN t_mem_answers b ON a.q = b.q AND a.mem = '1MB' AND b.mem = '64MB';
+SELECT sum(cardinality(ARRAY(SELECT unnest(a.ids) INTERSECT
+                             SELECT id FROM (SELECT id FROM t_mem ORDER BY (v <-> q.v) + 0 LIMIT 10) e))) >= 0.99 * 600
+         AS recall_at_10_above_099
+  FROM t_mem_answers a JOIN t_mem q ON q.id = a.q WHERE a.mem = '1MB';
+-- those files count against temp_file_limit: over it the build fails and
+-- leaves no index
+SET maintenance_work_mem = '1MB';
+SET temp_file_limit = '100kB';
+CREATE INDEX t_mem_limited ON t_mem USING cagra (v) WITH (build_device = cpu);
+RESET temp_file_limit;
+SELECT count(*) AS left_behind FROM pg_class WHERE relname = 't_mem_limited';
+DROP TABLE t_mem, t_mem_answers;
 RESET maintenance_work_mem;
+RESET max_parallel_maintenance_workers;
 
 -- an unlogged table (its index has an init fork)
 CREATE UNLOGGED TABLE t_unlogged (id int, v vector(3));
@@ -234,4 +264,4 @@ DROP ROLE regress_cagra_nobody;
 -- opclass validation
 SELECT amvalidate(oid) FROM pg_opclass WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'cagra') ORDER BY opcname;
 
-DROP TABLE t_empty, t_one, t_small, t_ops, t_zero, t_any, t_mixed, t_mem, t_unlogged, t_wide;
+DROP TABLE t_empty, t_one, t_small, t_ops, t_zero, t_any, t_mixed, t_unlogged, t_wide;

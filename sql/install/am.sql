@@ -96,7 +96,8 @@ CREATE FUNCTION cagra_index_info(
         OUT storage text,
         OUT reused_slots bigint,
         OUT search_itopk integer,
-        OUT search_probes integer)
+        OUT search_probes integer,
+        OUT built_nodes bigint)
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.

@@ -2,11 +2,12 @@
  * build.cpp — ambuild and ambuildempty.
  *
  * The heap scan (with parallel workers when it can) collects prepared
- * vectors and heap TIDs in memory (bounded by maintenance_work_mem); the GPU
- * worker builds the graph when it runs, otherwise the core builds it here on
- * its own threads while this (the only PostgreSQL) thread reports progress
- * and watches for interrupts; then the pages are written straight to the
- * file, WAL-logged 32 at a time, and synced (docs/storage.md).
+ * vectors and heap TIDs in memory while they fit maintenance_work_mem, and
+ * in temporary files mapped into memory beyond it; the GPU worker builds the
+ * graph when it runs, otherwise the core builds it here on its own threads
+ * while this (the only PostgreSQL) thread reports progress and watches for
+ * interrupts; then the pages are written straight to the file, WAL-logged 32
+ * at a time, and synced (docs/storage.md).
  */
 #include "am/cagra_am.h"
 
@@ -18,6 +19,7 @@
 #include "core/build.h"
 #include "type/vector.h"
 
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 
 extern "C" {
@@ -28,6 +30,8 @@ extern "C" {
 #include "optimizer/optimizer.h"
 #include "storage/dsm.h"
 #include "storage/dsm_impl.h"
+#include "storage/fd.h"
+#include "storage/sharedfileset.h"
 #include "storage/spin.h"
 #include "utils/snapmgr.h"
 #include "access/xlog.h"
@@ -39,6 +43,8 @@ extern "C" {
 #include "storage/latch.h"
 #include "storage/ipc.h"
 #include "storage/smgr.h"
+#include "commands/tablespace.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 }
@@ -53,12 +59,13 @@ typedef struct CagraBuildState
 	cagra::ElementType element; /* the storage reloption's element type */
 	double		max_norm;		/* float16: of the stored vectors (CagraMetaData) */
 	cagra::BuildParams params;	/* assembled once: cagra_build_params */
-	float	   *vectors;		/* n x dims, prepared */
+	float	   *vectors;		/* n x dims, prepared: in memory, in the rows
+								 * segment or in a spill file's mapping */
 	ItemPointerData *tids;
 	uint64		n;
 	uint64		capacity;
 	uint64		skipped_zero;	/* zero or non-finite-norm vectors under cosine, not indexed */
-	uint64		left_over;		/* rows beyond maintenance_work_mem: inserted after the build */
+	struct CagraSpill *spill;	/* the rows once they outgrew maintenance_work_mem, else NULL */
 	uint64		expected;		/* the planner's estimate of the table's rows: the first
 								 * allocation, so the arrays are rarely copied to grow */
 	double		mem_limit;		/* bytes */
@@ -82,6 +89,188 @@ static bool
 cagra_build_fits(const CagraBuildState *bs, uint64 n)
 {
 	return cagra_build_bytes_per_node(bs) * (double) n <= bs->mem_limit;
+}
+
+/*
+ * ---- rows beyond maintenance_work_mem ----
+ *
+ * A build whose rows outgrow maintenance_work_mem appends their prepared
+ * vectors and TIDs to two temporary files (temp_tablespaces, counted by
+ * temp_file_limit, removed at the end of the transaction) through a buffer
+ * of a few hundred kilobytes, as sorts spill theirs; the graph build and
+ * the page writes then read them through a read-only mapping.  While the
+ * host has room the kernel keeps them in its page cache and the build runs
+ * at in-memory speed; under pressure it reads them back instead of the
+ * build failing.  Every row is in the graph either way.
+ */
+#define CAGRA_SPILL_BUFFER_BYTES (256 * 1024)
+
+typedef struct CagraSpill
+{
+	File		vectors;
+	File		tids;
+	Size		vector_bytes;
+	uint32		buffer_rows;
+	uint32		buffered;
+	float	   *buffer_vectors;
+	ItemPointerData *buffer_tids;
+	bool		shared;			/* files of a parallel scan's file set */
+	uint64		written_bytes;	/* by this process, to those */
+} CagraSpill;
+
+/* In `cxt`: the heap scan's callbacks run in a context reset at each row. */
+static CagraSpill *
+cagra_spill_new(MemoryContext cxt, File vectors, File tids, uint32 dims)
+{
+	CagraSpill *sp = (CagraSpill *) MemoryContextAllocZero(cxt, sizeof(CagraSpill));
+
+	sp->vectors = vectors;
+	sp->tids = tids;
+	sp->vector_bytes = (Size) dims * sizeof(float);
+	sp->buffer_rows = (uint32) Max(CAGRA_SPILL_BUFFER_BYTES / sp->vector_bytes, (Size) 1);
+	sp->buffer_vectors = (float *) MemoryContextAlloc(cxt, (Size) sp->buffer_rows * sp->vector_bytes);
+	sp->buffer_tids = (ItemPointerData *) MemoryContextAlloc(cxt, (Size) sp->buffer_rows * sizeof(ItemPointerData));
+	return sp;
+}
+
+/* `bytes` of `data` into `file` at `offset`; ERROR on a short write. */
+static void
+cagra_file_write(File file, const void *data, Size bytes, off_t offset)
+{
+	const char *p = (const char *) data;
+
+	while (bytes > 0)
+	{
+		int			amount = (int) Min(bytes, (Size) (1 << 30));
+		int			written = FileWrite(file, (char *) p, amount, offset, WAIT_EVENT_BUFFILE_WRITE);
+
+		if (written != amount)
+		{
+			/* a short write without an error: assume the disk is full */
+			if (written >= 0)
+				errno = ENOSPC;
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not write to temporary file \"%s\" of a cagra build: %m", FilePathName(file))));
+		}
+		p += amount;
+		bytes -= amount;
+		offset += amount;
+	}
+}
+
+/* `count` rows at row `first` of the files. */
+static void
+cagra_spill_write(CagraSpill *sp, const float *vectors, const ItemPointerData *tids, uint64 first, uint64 count)
+{
+	/*
+	 * fd.c holds a process to temp_file_limit for the files it creates; the
+	 * shared files are created by the leader and written by every
+	 * participant, so each counts what it writes there itself.
+	 */
+	if (sp->shared && temp_file_limit >= 0)
+	{
+		sp->written_bytes += count * (sp->vector_bytes + sizeof(ItemPointerData));
+		if (sp->written_bytes / 1024 > (uint64) temp_file_limit)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("temporary file size exceeds temp_file_limit (%dkB)", temp_file_limit)));
+	}
+	cagra_file_write(sp->vectors, vectors, (Size) count * sp->vector_bytes, (off_t) (first * sp->vector_bytes));
+	cagra_file_write(sp->tids, tids, (Size) count * sizeof(ItemPointerData),
+					 (off_t) (first * sizeof(ItemPointerData)));
+}
+
+/* Whether the buffer must be written before it takes another row. */
+static inline bool
+cagra_spill_full(const CagraSpill *sp)
+{
+	return sp->buffered == sp->buffer_rows;
+}
+
+static void
+cagra_spill_flush(CagraSpill *sp, uint64 first)
+{
+	cagra_spill_write(sp, sp->buffer_vectors, sp->buffer_tids, first, sp->buffered);
+	sp->buffered = 0;
+}
+
+/* Unmaps a file mapping when the build's memory context goes (success or
+ * error). */
+typedef struct CagraMapping
+{
+	void	   *address;
+	Size		bytes;
+	MemoryContextCallback callback;
+} CagraMapping;
+
+static void
+cagra_unmap(void *arg)
+{
+	CagraMapping *m = (CagraMapping *) arg;
+
+	munmap(m->address, m->bytes);
+}
+
+/* The first `bytes` of `file`, mapped read-only for as long as `cxt` lives
+ * (the mapping outlives the file's descriptor and its name). */
+static const void *
+cagra_map_file(File file, Size bytes, MemoryContext cxt)
+{
+	/* FileSize reopens a descriptor fd.c closed to stay within its limit */
+	off_t		size = FileSize(file);
+
+	if (size < 0 || (Size) size < bytes)
+		elog(ERROR, "temporary file \"%s\" of a cagra build holds %lld bytes, not %zu",
+			 FilePathName(file), (long long) size, bytes);
+
+	void	   *address = mmap(NULL, bytes, PROT_READ, MAP_SHARED, FileGetRawDesc(file), 0);
+
+	if (address == MAP_FAILED)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not map temporary file \"%s\" of a cagra build: %m", FilePathName(file))));
+
+	CagraMapping *m = (CagraMapping *) MemoryContextAlloc(cxt, sizeof(CagraMapping));
+
+	m->address = address;
+	m->bytes = bytes;
+	m->callback.func = cagra_unmap;
+	m->callback.arg = m;
+	MemoryContextRegisterResetCallback(cxt, &m->callback);
+	return address;
+}
+
+/* The build's arrays over the files' first n rows; the files are closed. */
+static void
+cagra_spill_map(CagraBuildState *bs, CagraSpill *sp)
+{
+	bs->vectors = (float *) cagra_map_file(sp->vectors, (Size) bs->n * sp->vector_bytes, bs->cxt);
+	bs->tids = (ItemPointerData *) cagra_map_file(sp->tids, (Size) bs->n * sizeof(ItemPointerData), bs->cxt);
+	FileClose(sp->vectors);
+	FileClose(sp->tids);
+	ereport(DEBUG1,
+			(errmsg_internal("cagra build of \"%s\": %llu rows, beyond maintenance_work_mem: %.1f MB of vectors in temporary files",
+							 RelationGetRelationName(bs->index), (unsigned long long) bs->n,
+							 (double) bs->n * sp->vector_bytes / (1024.0 * 1024.0))));
+}
+
+/* Serial scan: the rows collected so far into new temporary files, their
+ * memory freed; later rows are appended through the spill's buffer. */
+static void
+cagra_spill_start(CagraBuildState *bs)
+{
+	PrepareTempTablespaces();
+
+	CagraSpill *sp = cagra_spill_new(bs->cxt, OpenTemporaryFile(false), OpenTemporaryFile(false), bs->dims);
+
+	cagra_spill_write(sp, bs->vectors, bs->tids, 0, bs->n);
+	pfree(bs->vectors);
+	pfree(bs->tids);
+	bs->vectors = NULL;
+	bs->tids = NULL;
+	bs->capacity = 0;
+	bs->spill = sp;
 }
 
 /*
@@ -142,28 +331,36 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a cagra index holds at most %u vectors", cagra::kInvalidNode - 2)));
-	else if (bs->left_over > 0 || (bs->n == bs->capacity && !cagra_build_fits(bs, bs->n + 1)))
-	{
-		/* beyond maintenance_work_mem: inserted once the graph of the
-		 * others is written (cagra_insert_left_over) */
-		bs->left_over++;
-	}
 	else
 	{
-		if (bs->n == bs->capacity)
-		{
-			uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
-			uint64		cap = Min(Max(Max(bs->capacity * 2, (uint64) 1024), bs->expected), fits);
-
-			cap = Max(cap, bs->n + 1);
-			bs->vectors = (float *) repalloc_huge(bs->vectors, cap * bs->dims * sizeof(float));
-			bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
-			bs->capacity = cap;
-		}
 		cagra::VectorFormat format{bs->element, bs->dims, bs->metric};
 
-		cagra_store_row(index, format, x, bs->vectors + bs->n * bs->dims, &bs->max_norm);
-		bs->tids[bs->n] = *tid;
+		if (bs->spill == NULL && bs->n == bs->capacity && !cagra_build_fits(bs, bs->n + 1))
+			cagra_spill_start(bs);
+		if (bs->spill)
+		{
+			CagraSpill *sp = bs->spill;
+
+			if (cagra_spill_full(sp))
+				cagra_spill_flush(sp, bs->n - sp->buffered);
+			cagra_store_row(index, format, x, sp->buffer_vectors + (Size) sp->buffered * bs->dims, &bs->max_norm);
+			sp->buffer_tids[sp->buffered++] = *tid;
+		}
+		else
+		{
+			if (bs->n == bs->capacity)
+			{
+				uint64		fits = (uint64) (bs->mem_limit / cagra_build_bytes_per_node(bs));
+				uint64		cap = Min(Max(Max(bs->capacity * 2, (uint64) 1024), bs->expected), fits);
+
+				cap = Max(cap, bs->n + 1);
+				bs->vectors = (float *) repalloc_huge(bs->vectors, cap * bs->dims * sizeof(float));
+				bs->tids = (ItemPointerData *) repalloc_huge(bs->tids, cap * sizeof(ItemPointerData));
+				bs->capacity = cap;
+			}
+			cagra_store_row(index, format, x, bs->vectors + bs->n * bs->dims, &bs->max_norm);
+			bs->tids[bs->n] = *tid;
+		}
 		bs->n++;
 		if ((bs->n & 1023) == 0)
 			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) bs->n);
@@ -181,9 +378,12 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
  * parallel build does) and each takes slots from a shared counter in one
  * dynamic shared memory segment of vectors and TIDs, sized for the table's
  * estimated rows within maintenance_work_mem; that segment is then the
- * build's arrays.  Rows beyond it are left over, as past
- * maintenance_work_mem.  Slots come in scan order per participant, so node
- * ids follow no particular order (nothing depends on it).
+ * build's arrays.  Rows beyond it (a table larger than maintenance_work_mem,
+ * or than its estimate) go through each participant's buffer to two files
+ * of a shared file set, at row ranges taken from a second counter, as a
+ * serial scan's do (CagraSpill); the leader then appends the segment's rows
+ * to those files and maps them.  Slots come in scan order per participant,
+ * so node ids follow no particular order (nothing depends on it).
  */
 #define CAGRA_PARALLEL_KEY_SHARED UINT64CONST(0xCA6A000000000001)
 
@@ -196,9 +396,11 @@ typedef struct CagraParallelBuild
 	uint32		dims;
 	uint32		metric;
 	uint32		element;
-	uint64		capacity;		/* slots in the rows segment */
+	uint64		capacity;		/* slots in the rows segment; may be 0 */
 	dsm_handle	rows;			/* capacity vectors, then capacity TIDs */
-	pg_atomic_uint64 next;		/* slots handed out; past capacity: left over */
+	pg_atomic_uint64 next;		/* slots handed out; past capacity: to the files */
+	pg_atomic_uint64 spilled;	/* rows written to the files */
+	SharedFileSet files;		/* CAGRA_SPILL_VECTORS and CAGRA_SPILL_TIDS */
 	slock_t		mutex;			/* protects the sums below */
 	double		reltuples;
 	uint64		skipped;
@@ -218,18 +420,42 @@ cagra_parallel_tids(const CagraParallelBuild *shared, float *vectors)
 	return (ItemPointerData *) (vectors + shared->capacity * shared->dims);
 }
 
+#define CAGRA_SPILL_VECTORS "vectors"
+#define CAGRA_SPILL_TIDS "tids"
+
+static CagraSpill *
+cagra_spill_open_shared(MemoryContext cxt, CagraParallelBuild *shared)
+{
+	CagraSpill *sp = cagra_spill_new(cxt, FileSetOpen(&shared->files.fs, CAGRA_SPILL_VECTORS, O_RDWR),
+									 FileSetOpen(&shared->files.fs, CAGRA_SPILL_TIDS, O_RDWR), shared->dims);
+
+	sp->shared = true;
+	return sp;
+}
+
 /* One participant's view of the scan. */
 typedef struct CagraParallelScan
 {
 	CagraParallelBuild *shared;
 	float	   *vectors;
 	ItemPointerData *tids;
+	CagraSpill *spill;			/* opened at its first row beyond the segment */
 	cagra::VectorFormat format;
 	uint64		skipped;
 	double		max_norm;
+	MemoryContext cxt;			/* the participant's */
 	MemoryContext tuple_cxt;
 	bool		leader;
 } CagraParallelScan;
+
+/* The participant's buffered rows to the next free rows of the files. */
+static void
+cagra_parallel_spill_flush(CagraParallelScan *ps)
+{
+	uint64		first = pg_atomic_fetch_add_u64(&ps->shared->spilled, ps->spill->buffered);
+
+	cagra_spill_flush(ps->spill, first);
+}
 
 static void
 cagra_parallel_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
@@ -249,9 +475,19 @@ cagra_parallel_callback(Relation index, ItemPointer tid, Datum *values, bool *is
 		{
 			cagra_store_row(index, ps->format, x, ps->vectors + slot * dims, &ps->max_norm);
 			ps->tids[slot] = *tid;
-			if (ps->leader && (slot & 1023) == 0)
-				pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) slot);
 		}
+		else
+		{
+			if (ps->spill == NULL)
+				ps->spill = cagra_spill_open_shared(ps->cxt, ps->shared);
+			else if (cagra_spill_full(ps->spill))
+				cagra_parallel_spill_flush(ps);
+			cagra_store_row(index, ps->format, x, ps->spill->buffer_vectors + (Size) ps->spill->buffered * dims,
+							&ps->max_norm);
+			ps->spill->buffer_tids[ps->spill->buffered++] = *tid;
+		}
+		if (ps->leader && (slot & 1023) == 0)
+			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) slot);
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(ps->tuple_cxt);
@@ -269,6 +505,8 @@ cagra_parallel_participate(CagraParallelBuild *shared, float *vectors, Relation 
 	ps.tids = cagra_parallel_tids(shared, vectors);
 	ps.format = cagra::VectorFormat{(cagra::ElementType) shared->element, shared->dims,
 									(cagra::Metric) shared->metric};
+	ps.spill = NULL;
+	ps.cxt = CurrentMemoryContext;
 	ps.skipped = 0;
 	ps.max_norm = 0;
 	ps.leader = leader;
@@ -279,6 +517,13 @@ cagra_parallel_participate(CagraParallelBuild *shared, float *vectors, Relation 
 	double		reltuples = table_index_build_scan(heap, index, indexInfo, true, leader,
 												   cagra_parallel_callback, &ps, scan);
 
+	if (ps.spill)
+	{
+		if (ps.spill->buffered > 0)
+			cagra_parallel_spill_flush(&ps);
+		FileClose(ps.spill->vectors);
+		FileClose(ps.spill->tids);
+	}
 	SpinLockAcquire(&shared->mutex);
 	shared->reltuples += reltuples;
 	shared->skipped += ps.skipped;
@@ -300,13 +545,20 @@ cagra_parallel_build_main(dsm_segment *seg, shm_toc *toc)
 	Relation	heap = table_open(shared->heaprelid, heap_lock);
 	Relation	index = index_open(shared->indexrelid, index_lock);
 	IndexInfo  *indexInfo = BuildIndexInfo(index);
-	dsm_segment *rows = dsm_attach(shared->rows);
+	dsm_segment *rows = NULL;
 
-	if (rows == NULL)
-		elog(ERROR, "cagra parallel build: could not attach to the rows segment");
+	if (shared->capacity > 0)
+	{
+		rows = dsm_attach(shared->rows);
+		if (rows == NULL)
+			elog(ERROR, "cagra parallel build: could not attach to the rows segment");
+	}
+	SharedFileSetAttach(&shared->files, seg);
 	indexInfo->ii_Concurrent = shared->isconcurrent;
-	cagra_parallel_participate(shared, (float *) dsm_segment_address(rows), heap, index, indexInfo, false);
-	dsm_detach(rows);
+	cagra_parallel_participate(shared, rows ? (float *) dsm_segment_address(rows) : NULL, heap, index, indexInfo,
+							   false);
+	if (rows)
+		dsm_detach(rows);
 	index_close(index, index_lock);
 	table_close(heap, heap_lock);
 }
@@ -329,11 +581,37 @@ cagra_dsm_has_room(Size bytes)
 }
 
 /*
+ * The parallel workers PostgreSQL grants this build.  plan_create_index_workers
+ * leaves each participant 32 MB of maintenance_work_mem, what a sort needs;
+ * a participant here needs only its 256 kB spill buffer (the rows beyond the
+ * segment go to files), so it is asked with maintenance_work_mem raised, for
+ * the call only, to what lets every worker through.
+ */
+static int
+cagra_index_workers(Relation heap, Relation index)
+{
+	int			nest = NewGUCNestLevel();
+	char		value[32];
+
+	snprintf(value, sizeof(value), "%d",
+			 (int) Min(Max((int64) maintenance_work_mem, (int64) 32768 * (max_parallel_maintenance_workers + 1)),
+					   (int64) MAX_KILOBYTES));
+	(void) set_config_option("maintenance_work_mem", value, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+							 false);
+
+	int			nworkers = plan_create_index_workers(RelationGetRelid(heap), RelationGetRelid(index));
+
+	AtEOXact_GUC(true, nest);
+	return nworkers;
+}
+
+/*
  * Scan the heap with parallel workers into a rows segment that becomes the
- * build's arrays (bs->rows_seg; detached by the caller).  false, with nothing
- * done, when a parallel scan does not apply: no workers to be had, the
- * dimensions unknown before the first row, no statistics to size the
- * segment by, or no room for it.
+ * build's arrays (bs->rows_seg; detached by the caller), or into files
+ * mapped as the build's arrays when the rows outgrow the segment.  false,
+ * with nothing done, when a parallel scan does not apply: no workers to be
+ * had, the dimensions unknown before the first row, or no statistics to size
+ * the segment by.
  */
 static bool
 cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuildState *bs,
@@ -342,7 +620,7 @@ cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, Ca
 	if (bs->dims == 0 || heap->rd_rel->reltuples < 0 || !IsNormalProcessingMode())
 		return false;
 
-	int			nworkers = plan_create_index_workers(RelationGetRelid(heap), RelationGetRelid(index));
+	int			nworkers = cagra_index_workers(heap, index);
 
 	if (nworkers <= 0)
 		return false;
@@ -351,8 +629,8 @@ cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, Ca
 	uint64		capacity = Min(Min((uint64) (bs->expected * 1.15) + 10000, fits), (uint64) cagra::kInvalidNode - 2);
 	Size		rows_bytes = (Size) capacity * (bs->dims * sizeof(float) + sizeof(ItemPointerData));
 
-	if (capacity == 0 || !cagra_dsm_has_room(rows_bytes))
-		return false;
+	if (!cagra_dsm_has_room(rows_bytes))
+		capacity = rows_bytes = 0;
 
 	Snapshot	snapshot = indexInfo->ii_Concurrent ? RegisterSnapshot(GetTransactionSnapshot()) : SnapshotAny;
 
@@ -374,7 +652,8 @@ cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, Ca
 		return false;
 	}
 
-	dsm_segment *rows = dsm_create(rows_bytes, 0);
+	dsm_segment *rows = capacity > 0 ? dsm_create(rows_bytes, 0) : NULL;
+	float	   *seg_vectors = rows ? (float *) dsm_segment_address(rows) : NULL;
 	CagraParallelBuild *shared = (CagraParallelBuild *) shm_toc_allocate(pcxt->toc, shared_bytes);
 
 	shared->heaprelid = RelationGetRelid(heap);
@@ -385,8 +664,12 @@ cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, Ca
 	shared->metric = (uint32) bs->metric;
 	shared->element = (uint32) bs->element;
 	shared->capacity = capacity;
-	shared->rows = dsm_segment_handle(rows);
+	shared->rows = rows ? dsm_segment_handle(rows) : DSM_HANDLE_INVALID;
 	pg_atomic_init_u64(&shared->next, 0);
+	pg_atomic_init_u64(&shared->spilled, 0);
+	SharedFileSetInit(&shared->files, pcxt->seg);
+	FileClose(FileSetCreate(&shared->files.fs, CAGRA_SPILL_VECTORS));
+	FileClose(FileSetCreate(&shared->files.fs, CAGRA_SPILL_TIDS));
 	SpinLockInit(&shared->mutex);
 	shared->reltuples = 0;
 	shared->skipped = 0;
@@ -395,25 +678,40 @@ cagra_parallel_heap_scan(Relation heap, Relation index, IndexInfo *indexInfo, Ca
 	shm_toc_insert(pcxt->toc, CAGRA_PARALLEL_KEY_SHARED, shared);
 
 	LaunchParallelWorkers(pcxt);
-	cagra_parallel_participate(shared, (float *) dsm_segment_address(rows), heap, index, indexInfo, true);
+	cagra_parallel_participate(shared, seg_vectors, heap, index, indexInfo, true);
 	WaitForParallelWorkersToFinish(pcxt);
 
-	uint64		handed = pg_atomic_read_u64(&shared->next);
+	uint64		in_segment = Min(pg_atomic_read_u64(&shared->next), capacity);
+	uint64		spilled = pg_atomic_read_u64(&shared->spilled);
 
 	ereport(DEBUG1,
-			(errmsg_internal("cagra build of \"%s\": heap scanned by %d parallel workers and the leader, %llu rows in a segment of %llu",
+			(errmsg_internal("cagra build of \"%s\": heap scanned by %d parallel workers and the leader, %llu rows in a segment of %llu, %llu in files",
 							 RelationGetRelationName(index), pcxt->nworkers_launched,
-							 (unsigned long long) handed, (unsigned long long) capacity)));
+							 (unsigned long long) in_segment, (unsigned long long) capacity,
+							 (unsigned long long) spilled)));
 
-	bs->vectors = (float *) dsm_segment_address(rows);
-	bs->tids = cagra_parallel_tids(shared, bs->vectors);
-	bs->capacity = capacity;
-	bs->n = Min(handed, capacity);
-	bs->left_over = handed - bs->n;
+	bs->n = in_segment + spilled;
 	bs->skipped_zero = shared->skipped;
 	bs->max_norm = shared->max_norm;
 	*reltuples = shared->reltuples;
-	bs->rows_seg = rows;
+	if (spilled == 0)
+	{
+		bs->vectors = seg_vectors;
+		bs->tids = cagra_parallel_tids(shared, seg_vectors);
+		bs->capacity = capacity;
+		bs->rows_seg = rows;
+	}
+	else
+	{
+		/* the segment's rows after the files' (mapped before the file set
+		 * goes with the parallel context) */
+		CagraSpill *sp = cagra_spill_open_shared(bs->cxt, shared);
+
+		cagra_spill_write(sp, seg_vectors, cagra_parallel_tids(shared, seg_vectors), spilled, in_segment);
+		cagra_spill_map(bs, sp);
+		if (rows)
+			dsm_detach(rows);
+	}
 
 	DestroyParallelContext(pcxt);
 	ExitParallelMode();
@@ -551,6 +849,21 @@ cagra_run_core_build(CagraBuildState *bs, CagraOwner **owner_out)
 
 /* ---- writing the pages ---- */
 
+/* Seconds since *mark, which moves to now. */
+static double
+cagra_lap(instr_time *mark)
+{
+	instr_time	now,
+				elapsed;
+
+	INSTR_TIME_SET_CURRENT(now);
+	elapsed = now;
+	INSTR_TIME_SUBTRACT(elapsed, *mark);
+	*mark = now;
+	return INSTR_TIME_GET_DOUBLE(elapsed);
+}
+
+
 static void
 cagra_fill_meta(CagraMetaData *meta, Relation index, uint32 dims)
 {
@@ -658,10 +971,11 @@ cagra_writer_page(CagraPageWriter *w, BlockNumber blkno)
 }
 
 /* The meta page, then blocks 1 .. cagra_blocks_for(n) - 1 in order (whole
- * groups, and the used pages of the last one). */
+ * groups, and the used pages of the last one); *write_seconds the time to
+ * the sync, from *mark, which moves to then. */
 static void
 cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildState *bs,
-				  const cagra::Graph *graph)
+				  const cagra::Graph *graph, instr_time *mark, double *write_seconds)
 {
 	CagraPageWriter w;
 	BlockNumber nblocks = bs->n > 0 ? cagra_blocks_for(meta, (uint32) bs->n) : 1;
@@ -695,6 +1009,7 @@ cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildSta
 			   ((PageHeader) page)->pd_lower - CAGRA_PAGE_DATA_START);
 	}
 	cagra_writer_flush(&w);
+	*write_seconds = cagra_lap(mark);
 	if (w.wal)
 	{
 		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_SYNC);
@@ -794,56 +1109,6 @@ cagra_measure_search(const CagraBuildState *bs, const cagra::BuiltGraph &built, 
 	meta->search_probes = choice.entry_probes;
 }
 
-/* ---- rows beyond maintenance_work_mem ---- */
-
-typedef struct CagraLeftOver
-{
-	ItemPointerData *built;		/* TIDs the graph holds, sorted */
-	uint64		nbuilt;
-	uint64		inserted;
-	IndexInfo  *info;
-	Relation	heap;
-} CagraLeftOver;
-
-static int
-cagra_cmp_tid(const void *a, const void *b)
-{
-	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
-}
-
-static void
-cagra_insert_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull, bool tupleIsAlive,
-					  void *state)
-{
-	CagraLeftOver *lo = (CagraLeftOver *) state;
-
-	if (isnull[0] || bsearch(tid, lo->built, lo->nbuilt, sizeof(ItemPointerData), cagra_cmp_tid))
-		return;
-	cagra_insert(index, values, isnull, tid, lo->heap, UNIQUE_CHECK_NO, false, lo->info);
-	if ((++lo->inserted & 255) == 0)
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) lo->inserted);
-}
-
-/* The rows the heap scan left out, inserted one at a time (each insert
- * needs a search and a few pages: slower, in bounded memory). */
-static uint64
-cagra_insert_left_over(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuildState *bs)
-{
-	CagraLeftOver lo;
-
-	qsort(bs->tids, bs->n, sizeof(ItemPointerData), cagra_cmp_tid);
-	lo.built = bs->tids;
-	lo.nbuilt = bs->n;
-	lo.inserted = 0;
-	lo.info = indexInfo;
-	lo.heap = heap;
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_INSERT);
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->left_over);
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, 0);
-	table_index_build_scan(heap, index, indexInfo, true, false, cagra_insert_callback, &lo, NULL);
-	return lo.inserted;
-}
-
 IndexBuildResult *
 cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 {
@@ -882,17 +1147,35 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_LOAD);
 
 	double		reltuples = 0;
+	instr_time	mark;
+	double		scan_s,
+				graph_s,
+				measure_s = 0,
+				write_s,
+				sync_s;
+
+	INSTR_TIME_SET_CURRENT(mark);
 
 	if (!cagra_parallel_heap_scan(heap, index, indexInfo, bs, &reltuples))
+	{
 		reltuples = table_index_build_scan(heap, index, indexInfo, true, true, cagra_build_callback, bs, NULL);
+		if (bs->spill)
+		{
+			cagra_spill_flush(bs->spill, bs->n - bs->spill->buffered);
+			cagra_spill_map(bs, bs->spill);
+		}
+	}
+	scan_s = cagra_lap(&mark);
 
 	CagraMetaData meta;
 	CagraOwner *owner = NULL;
 	uint32		built_on = CAGRA_DEVICE_CPU;
 	const cagra::BuiltGraph *built = bs->n > 0 ? cagra_build_graph(bs, build_device, &owner, &built_on) : NULL;
 
+	graph_s = cagra_lap(&mark);
+
 	cagra_fill_meta(&meta, index, bs->dims);
-	meta.n = meta.live = (uint32) bs->n;
+	meta.n = meta.live = meta.built_nodes = (uint32) bs->n;
 	meta.max_norm = (float4) bs->max_norm;
 	meta.build_device = built_on;
 	if (built)
@@ -903,32 +1186,17 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 			meta.build_flags |= CAGRA_BUILT_LONG_EDGES;
 		for (uint32 i = 0; i < meta.entry_count; i++)
 			meta.entries[i] = built->entry_nodes[i];
+		measure_s = cagra_lap(&mark);
 	}
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
-	cagra_write_pages(index, &meta, bs, built ? &built->graph : NULL);
-
-	uint64		inserted = 0;
-
-	if (bs->left_over > 0)
-	{
-		ereport(NOTICE,
-				(errmsg("cagra index \"%s\": %llu rows fit maintenance_work_mem (%d kB); the graph is built from them and the other %llu rows are inserted one at a time",
-						RelationGetRelationName(index), (unsigned long long) bs->n, maintenance_work_mem,
-						(unsigned long long) bs->left_over),
-				 errdetail("Each vector of %u dimensions needs about %.0f bytes during the build.",
-						   bs->dims, cagra_build_bytes_per_node(bs)),
-				 errhint("Inserting is much slower than building: SET maintenance_work_mem = '%.0fMB' builds this index at once.",
-						 ceil(cagra_build_bytes_per_node(bs) * (double) (bs->n + bs->left_over) * 1.2 /
-							  (1024.0 * 1024.0)) + 1)));
-		if (owner)
-		{
-			cagra_owner_free(owner);	/* the graph is written: its memory is free */
-			owner = NULL;
-		}
-		inserted = cagra_insert_left_over(heap, index, indexInfo, bs);
-	}
+	cagra_write_pages(index, &meta, bs, built ? &built->graph : NULL, &mark, &write_s);
+	sync_s = cagra_lap(&mark);
+	ereport(DEBUG1,
+			(errmsg_internal("cagra build of \"%s\": %llu rows; seconds: scan %.3f, graph %.3f, measure %.3f, write %.3f, sync %.3f",
+							 RelationGetRelationName(index), (unsigned long long) bs->n, scan_s, graph_s,
+							 measure_s, write_s, sync_s)));
 
 	if (bs->skipped_zero > 0)
 		ereport(NOTICE,
@@ -942,7 +1210,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	IndexBuildResult *result = (IndexBuildResult *) palloc(sizeof(IndexBuildResult));
 
 	result->heap_tuples = reltuples;
-	result->index_tuples = (double) (bs->n + inserted);
+	result->index_tuples = (double) bs->n;
 	if (owner)
 		cagra_owner_free(owner);
 	if (bs->rows_seg)

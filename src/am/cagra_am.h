@@ -95,6 +95,9 @@ typedef struct CagraMetaData
 	/* the entry probes CPU searches use while cagra.entry_probes is -1: what
 	 * the build measured (cagra::choose_itopk); 0 as for search_itopk */
 	uint32		search_probes;
+	/* nodes the build wrote; the others came from inserts.  0 in indexes
+	 * built before it existed */
+	uint32		built_nodes;
 } CagraMetaData;
 
 /* Whether a worker copy lacks nodes the meta page has: appended ones, or
@@ -489,7 +492,6 @@ void		cagra_endscan(IndexScanDesc scan);
 #define CAGRA_PHASE_KNN 3
 #define CAGRA_PHASE_PRUNE 4
 #define CAGRA_PHASE_WRITE 5
-#define CAGRA_PHASE_INSERT 6	/* rows beyond maintenance_work_mem */
 #define CAGRA_PHASE_SEND 7		/* vectors to the GPU worker */
 #define CAGRA_PHASE_RECEIVE 8	/* the graph back from it */
 #define CAGRA_PHASE_CONNECT 9	/* the backend's connect step over it */

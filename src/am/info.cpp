@@ -159,8 +159,8 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	cagra_read_meta(index, &meta);
 
 	BlockNumber pages = RelationGetNumberOfBlocks(index);
-	Datum		values[19];
-	bool		nulls[19] = {false};
+	Datum		values[20];
+	bool		nulls[20] = {false};
 
 	values[0] = Int32GetDatum((int32) meta.dims);
 	values[1] = CStringGetTextDatum(cagra::metric_name((cagra::Metric) meta.metric));
@@ -181,6 +181,7 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	values[16] = Int64GetDatum((int64) meta.reused);
 	values[17] = Int32GetDatum((int32) cagra_index_itopk(&meta));
 	values[18] = Int32GetDatum((int32) cagra_index_probes(&meta));
+	values[19] = Int64GetDatum((int64) meta.built_nodes);
 	if (meta.dims == 0)
 		nulls[0] = nulls[9] = nulls[10] = true;
 

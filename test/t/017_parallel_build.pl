@@ -1,7 +1,8 @@
 # test/t/017_parallel_build.pl — CREATE INDEX scans the heap with parallel
 # maintenance workers when the table has statistics: every row is indexed
 # once, the index checks clean and finds what a serial build finds; rows
-# beyond maintenance_work_mem are inserted afterwards as in a serial build;
+# beyond maintenance_work_mem go to a shared file set, which the leader maps,
+# and the graph holds them all, none inserted afterwards;
 # an error in a worker (a value float16 cannot hold) fails the build and
 # leaves no index; CREATE INDEX CONCURRENTLY scans in parallel too; a table
 # never analyzed is scanned serially.  The worker (its CPU engine here)
@@ -72,17 +73,39 @@ $node->safe_psql('postgres', 'DROP INDEX items_par');
 is($node->safe_psql('postgres', $self_hits), '60', 'the serial build finds the same');
 $node->safe_psql('postgres', 'DROP INDEX items_ser');
 
-# rows beyond the segment that maintenance_work_mem allows: inserted after
-my ($r2, $out2, $err2) = $node->psql('postgres', q{
-	SET client_min_messages = debug1; SET maintenance_work_mem = '64MB';
+# rows beyond the segment that maintenance_work_mem allows: the participants
+# append them to shared files, and the graph (built by the worker, from
+# chunks of the mapped files) holds every row, none inserted one at a time
+foreach my $mem ('64MB', '1MB')
+{
+	my ($r2, $out2, $err2) = $node->psql('postgres', qq{
+		SET client_min_messages = debug1; SET maintenance_work_mem = '$mem';
+		CREATE INDEX items_small ON items USING cagra (v)});
+	is($r2, 0, "$mem: the build succeeds");
+	# the workers a sort would not get at this setting (32MB each) scan too
+	like($err2, qr/heap scanned by [1-9]\d* parallel workers and the leader, \d+ rows in a segment of \d+, [1-9]\d* in files/,
+		"$mem: a parallel scan, rows beyond its segment in files");
+	like($err2, qr/60000 rows, beyond maintenance_work_mem: [\d.]+ MB of vectors in temporary files/,
+		"$mem: all of them mapped from the files");
+	unlike($err2, qr/NOTICE/, "$mem: no NOTICE");
+	is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('items_small')"),
+		'60000|60000', "$mem: every row in the index, all from the build");
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM cagra_index_check('items_small')}), '0',
+		"$mem: checking clean");
+	is($node->safe_psql('postgres', 'SELECT fallbacks FROM cagra_status'), '0', "$mem: built by the worker");
+	is($node->safe_psql('postgres', $self_hits), '60', "$mem: each probe row finds itself first");
+	$node->safe_psql('postgres', 'DROP INDEX items_small');
+}
+
+# the shared files count against temp_file_limit in each participant
+my ($r3, $out3, $err3) = $node->psql('postgres', q{
+	SET client_min_messages = debug1; SET maintenance_work_mem = '1MB'; SET temp_file_limit = '1MB';
 	CREATE INDEX items_small ON items USING cagra (v)});
-like($err2, qr/heap scanned by \d+ parallel workers/, 'small maintenance_work_mem: still a parallel scan');
-like($err2, qr/rows fit maintenance_work_mem .* the other \d+ rows are inserted one at a time/,
-	'with the NOTICE for the rows beyond it');
-is($node->safe_psql('postgres', "SELECT nodes FROM cagra_index_info('items_small')"), '60000',
-	'and every row in the index');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM cagra_index_check('items_small')}), '0', 'checking clean');
-$node->safe_psql('postgres', 'DROP INDEX items_small');
+isnt($r3, 0, 'a parallel build over temp_file_limit fails');
+like($err3, qr/temporary file size exceeds temp_file_limit \(1024kB\)/, 'with temp_file_limit\'s ERROR');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_class WHERE relname = 'items_small'"), '0',
+	'and leaves no index');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_ls_tmpdir()'), '0', 'nor a temporary file');
 
 # an ERROR in a participant fails the build, leaving nothing
 $node->safe_psql('postgres', q{UPDATE items SET v = (SELECT array_agg(CASE WHEN d = 5 THEN 70000 ELSE 1 END)

@@ -6,7 +6,8 @@
 # or slow never leaves a session hanging: statement_timeout and cancel
 # work while waiting, cagra.worker_timeout and a terminated worker mean a
 # CPU search with a NOTICE, and the worker comes back; a build cancelled
-# while the worker runs it is stopped there, and the next one is served.
+# while the worker runs it is stopped there, and the next one is served; a
+# build beyond maintenance_work_mem sends every row from temporary files.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -52,11 +53,12 @@ my $queries = 'ARRAY(SELECT v FROM items WHERE id % 100 = 0 ORDER BY id)';
 my $search = "SELECT string_agg(query || ':' || ctid::text, ' ' ORDER BY query, distance, ctid)
               FROM cagra_search('items_v', $queries, 5)";
 my $on_cpu = $node->safe_psql('postgres', "SET cagra.device = cpu; $search");
-my $exact = $node->safe_psql('postgres', q{
+my $exact_sql = q{SET enable_indexscan = off; SET enable_bitmapscan = off;
 	SELECT string_agg(q || ':' || c, ' ' ORDER BY q, d, c) FROM (
 	  SELECT q.rn AS q, r.ctid::text AS c, r.d FROM
 	    (SELECT row_number() OVER (ORDER BY id) rn, v FROM items WHERE id % 100 = 0) q,
-	    LATERAL (SELECT ctid, v <-> q.v AS d FROM items ORDER BY v <-> q.v LIMIT 5) r) s});
+	    LATERAL (SELECT ctid, v <-> q.v AS d FROM items ORDER BY v <-> q.v LIMIT 5) r) s};
+my $exact = $node->safe_psql('postgres', $exact_sql);
 is($on_cpu, $exact, 'cagra_search on the CPU finds the exact neighbours');
 is($node->safe_psql('postgres', $search), $exact, 'cagra_search through the worker finds them too');
 is(status('uploads, cached_indexes, queries >= 20, fallbacks'), '1|1|t|0',
@@ -208,7 +210,8 @@ is($node->safe_psql('postgres', $search), $node->safe_psql('postgres', "SET cagr
 
 # cancel while the worker runs a build: the session leaves the running
 # request (and its mailbox); the worker finishes, frees the slot and serves
-# the next build
+# the next build.  The build's rows outgrow maintenance_work_mem: its
+# temporary files go with the cancel.
 $node->safe_psql('postgres', q{
 	CREATE TABLE big AS SELECT i AS id, array(SELECT sin(i * 0.1 + j) + cos(i * 0.013 * j)
 	                                          FROM generate_series(1, 32) j)::vector(32) AS v
@@ -217,7 +220,7 @@ my $builds0 = status('builds');
 ($bout, $berr) = ('', '');
 $bg = IPC::Run::start(
 	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', "SET application_name = 'builder'",
-	  '-c', 'CREATE INDEX big_v ON big USING cagra (v)' ],
+	  '-c', "SET maintenance_work_mem = '1MB'", '-c', 'CREATE INDEX big_v ON big USING cagra (v)' ],
 	'>', \$bout, '2>', \$berr);
 $node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_progress_create_index p JOIN pg_stat_activity a USING (pid)
@@ -226,6 +229,7 @@ $node->poll_query_until('postgres', q{
 $node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'builder'");
 $bg->finish;
 like($berr, qr/canceling statement due to user request/, 'CREATE INDEX cancelled while the worker builds');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_ls_tmpdir()'), '0', 'no temporary file left behind');
 # the worker stops the abandoned build (test 106 times it) and serves the next
 $node->safe_psql('postgres', 'CREATE INDEX big_v ON big USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16)');
 is(status('builds'), $builds0 + 1, 'the cancelled build was stopped, the next one goes through the worker');
@@ -250,6 +254,26 @@ my $order16 = q{SET enable_seqscan = off;
 my $queries16 = status('queries');
 is($node->safe_psql('postgres', $order16), 't', 'float16 index scan through the worker: ascending exact distances');
 is(status('queries'), $queries16 + 1, 'that scan was served by the worker');
+
+# a build beyond maintenance_work_mem: the rows go to temporary files, their
+# mapping to the worker in chunks, and the graph holds every row, as the
+# index built with ample memory does
+my $builds1 = status('builds');
+my ($sret, $sout, $serr) = $node->psql('postgres', q{SET client_min_messages = debug1;
+	SET maintenance_work_mem = '1MB';
+	CREATE INDEX items_v_small ON items USING cagra (v) WITH (graph_degree = 16)});
+is($sret, 0, '1MB build succeeds');
+like($serr, qr/\d+ rows, beyond maintenance_work_mem: [\d.]+ MB of vectors in temporary files/,
+	'its rows went to temporary files');
+unlike($serr, qr/NOTICE/, 'without a NOTICE');
+is(status('builds'), $builds1 + 1, 'the worker built it');
+is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('items_v_small')"),
+	$node->safe_psql('postgres', "SELECT count(*) || '|' || count(*) FROM items"), 'every row is in the built graph');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v_small')"), '0', 'it checks clean');
+$node->safe_psql('postgres', 'DROP INDEX items_v');
+(my $search_small = $search) =~ s/'items_v'/'items_v_small'/;
+is($node->safe_psql('postgres', $search_small), $node->safe_psql('postgres', $exact_sql),
+	'cagra_search finds the exact neighbours in it');
 
 # build_device = gpu needs a GPU engine, not the CPU one
 ($ret, $out, $err) = $node->psql('postgres', 'CREATE INDEX ON items USING cagra (v) WITH (build_device = gpu)');
