@@ -18,6 +18,8 @@ struct EdgeUpdate {
     uint32_t node; /* row to change */
     uint32_t slot; /* position in the row */
     uint32_t target;
+    uint32_t previous; /* what the slot held when planned (kInvalidNode: padding), for a caller that applies
+                          the plan while others change the rows: it writes only where the slot still holds it */
 };
 
 struct InsertPlan {

@@ -141,7 +141,7 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                 slot = worst;
         }
         if (slot != kInvalidNode) {
-            plan.updates.push_back({b, slot, new_id});
+            plan.updates.push_back({b, slot, new_id, row[slot]});
             if (row[slot] != kInvalidNode)
                 handed_off.push_back(row[slot]);
         }
