@@ -8,9 +8,12 @@
  * so no insert links to a node vacuum deleted and repaired around, or
  * takes a slot whose old edges are not repaired yet.  The neighbour search
  * runs as a scan's does, one share-locked page at a time, over the nodes
- * counted when it started; the plan is made for a slot past them.  Then,
- * under the slot lock (one insert at a time, two WAL records, no search),
- * each WAL record crash-safe on its own:
+ * counted when it started; the plan is made for a slot past them (a small
+ * index, whose rows still have padding, plans again if another insert came
+ * between).  Then, under the slot lock, the meta page's buffer lock held
+ * exclusively (one insert at a time, two WAL records, no search; a
+ * lightweight lock, which a waiter takes only once it runs), each WAL
+ * record crash-safe on its own:
  *   1. the slot is taken (a deleted one from reuse_next on, else n) and
  *      the new node's header, row and vector written there: slot n,
  *      invisible as n is not counted yet; or a deleted slot, its header
@@ -46,7 +49,6 @@
 
 extern "C" {
 #include "miscadmin.h"
-#include "storage/lmgr.h"
 #include "utils/memutils.h"
 }
 
@@ -165,19 +167,20 @@ cagra_edge_slot(CagraWalBatch *b, const cagra::EdgeUpdate *u)
 }
 
 /*
- * Step 2: count node `new_id` in the meta page together with its way in,
- * the reverse edge of its closest neighbour (`closest`; NULL when the index
- * has no other node), in one WAL record, under the slot lock (`meta` is the
- * meta page as it is).  The edge is decided again on the row as it is now:
- * where another insert took the planned slot since, the edge replaces one
- * the new node's row also holds (b -> new -> x keeps x's way in).  When
- * there is none, nothing is written and false returned, with *taken set to
- * what the slot holds now: the caller hands that node to the new row and
- * tries again.
+ * Step 2: count node `new_id` in the meta page (`metabuf`, locked
+ * exclusively: the slot lock; `meta` is what it holds) together with its
+ * way in, the reverse edge of its closest neighbour (`closest`; NULL when
+ * the index has no other node), in one WAL record.  The edge is decided
+ * again on the row as it is now: where another insert took the planned
+ * slot since, the edge replaces one the new node's row also holds
+ * (b -> new -> x keeps x's way in).  When there is none, nothing is written
+ * and false returned, the meta page still locked, with *taken set to what
+ * the slot holds now: the caller hands that node to the new row and tries
+ * again.  On success the meta page is unlocked and released.
  */
 static bool
-cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, const uint32 *new_row,
-				   const cagra::EdgeUpdate *closest, uint32 *taken)
+cagra_publish_node(Relation index, Buffer metabuf, const CagraMetaData *meta, uint32 new_id,
+				   const uint32 *new_row, const cagra::EdgeUpdate *closest, uint32 *taken)
 {
 	bool		reused = new_id < meta->n;
 	CagraWalBatch batch;
@@ -185,8 +188,11 @@ cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, con
 
 	/* the meta page first (block 0), then the node pages in block order */
 	cagra_batch_begin(&batch, index, meta);
+	batch.state = GenericXLogStart(index);
+	batch.bufs[0] = metabuf;
+	batch.pages[0] = GenericXLogRegisterBuffer(batch.state, metabuf, 0);
+	batch.nbufs = 1;
 
-	Page		metapage = cagra_batch_page(&batch, CAGRA_METAPAGE_BLKNO);
 	BlockNumber hdr_blk = reused ? cagra_header_block(meta, new_id) : InvalidBlockNumber;
 
 	if (closest)
@@ -215,7 +221,7 @@ cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, con
 		{
 			*taken = *cagra_batch_edge(&batch, closest->node, closest->slot);
 			GenericXLogAbort(batch.state);
-			for (int i = 0; i < batch.nbufs; i++)
+			for (int i = 1; i < batch.nbufs; i++)
 				UnlockReleaseBuffer(batch.bufs[i]);
 			return false;
 		}
@@ -250,7 +256,7 @@ cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, con
 		is_entry = m.entries[i] == new_id;
 	if (!is_entry && m.entry_count < Min(cagra::fixed_entry_count(m.n), (uint32) CAGRA_MAX_ENTRY_NODES))
 		m.entries[m.entry_count++] = new_id;
-	memcpy(cagra_meta_of(metapage), &m, sizeof(m));
+	memcpy(cagra_meta_of(batch.pages[0]), &m, sizeof(m));
 	cagra_batch_finish(&batch);
 	return true;
 }
@@ -324,23 +330,6 @@ cagra_fix_dims(CagraMetaData *meta, int dims)
 }
 
 /*
- * The slot lock: taking a slot, writing the node there and counting it
- * (steps 1 and 2) are one insert's at a time.  A heavyweight lock on a tag
- * no page has, held for two WAL records, never while searching.
- */
-static void
-cagra_lock_slots(Relation index)
-{
-	LockPage(index, InvalidBlockNumber, ExclusiveLock);
-}
-
-static void
-cagra_unlock_slots(Relation index)
-{
-	UnlockPage(index, InvalidBlockNumber, ExclusiveLock);
-}
-
-/*
  * Turn a plan made for `planned_id` into one for `new_id`, the slot taken
  * after the search: the reverse edges point to it, and it is neither in its
  * own row nor given an edge to itself (a reused slot the search walked
@@ -405,69 +394,69 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	int			dim;
 	const float *x = vector_datum_floats(values[0], cagra_index_is_halfvec(index), &dim);
-	CagraMetaData meta;
+	float	   *vec = (float *) palloc(dim * sizeof(float));
+	CagraMetaData view,
+				meta;
+	Buffer		metabuf;
+	cagra::InsertPlan *plan;
+	CagraOwner *owner;
 	CagraStatus st;
 
 	/* vacuum waits for the inserts in flight and keeps new ones out */
 	cagra_lock_writers(index, RowExclusiveLock);
-	cagra_read_meta(index, &meta);
-
-	/*
-	 * A small index (or one whose dimensions the first vector fixes) is
-	 * searched under the slot lock: its rows still have padding, which each
-	 * insert must see the others fill.
-	 */
-	bool		serial = meta.dims == 0 || meta.live <= 2 * meta.graph_degree;
-
-	if (serial)
+	for (;;)
 	{
-		cagra_lock_slots(index);
-		cagra_read_meta(index, &meta);
+		cagra_read_meta(index, &view);
+		cagra_fix_dims(&view, dim);
+		cagra_check_dims(index, view.dims, dim);
+
+		cagra::Metric metric = (cagra::Metric) view.metric;
+
+		if (cagra_vector_unindexable(metric, x, dim))
+		{
+			/* not indexed, as in a build: its cosine distance is undefined */
+			cagra_unlock_writers(index, RowExclusiveLock);
+			MemoryContextSwitchTo(old);
+			MemoryContextDelete(cxt);
+			return false;
+		}
+		cagra_prepare(metric, x, vec, view.dims);
+		if (view.element_type == (uint32) cagra::ElementType::Float16)
+			cagra_check_storable(index, cagra_format_of(&view), vec, x);
+
+		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
+		 * the slot is taken after */
+		plan = cagra_plan_insert(index, &view, vec, view.n, &st);
+		if (!plan)
+			cagra_report_status(&st);
+		owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
+		if (plan->row.size() != view.graph_degree)
+			elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
+				 plan->row.size(), view.graph_degree);
+
+		/*
+		 * The slot lock: the meta page locked exclusively from taking the
+		 * slot to counting the node.  Only its holder and vacuum (kept out
+		 * by the writers' lock) change the meta page, so `meta` is exact
+		 * until then.
+		 */
+		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+		LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+		memcpy(&meta, cagra_meta_of(BufferGetPage(metabuf)), sizeof(meta));
+		cagra_check_meta(index, &meta);
+
+		/* a small index's rows still have padding, which each insert must
+		 * see the others fill: its plan is made again if one came between */
+		if (meta.generation == view.generation || view.live > 2 * view.graph_degree)
+			break;
+		UnlockReleaseBuffer(metabuf);
+		cagra_owner_free(owner);
 	}
 	cagra_fix_dims(&meta, dim);
 	cagra_check_dims(index, meta.dims, dim);
 
-	cagra::Metric metric = (cagra::Metric) meta.metric;
+	uint32		new_id = cagra_find_free_slot(index, &meta);
 
-	if (cagra_vector_unindexable(metric, x, dim))
-	{
-		/* not indexed, as in a build: its cosine distance is undefined */
-		if (serial)
-			cagra_unlock_slots(index);
-		cagra_unlock_writers(index, RowExclusiveLock);
-		MemoryContextSwitchTo(old);
-		MemoryContextDelete(cxt);
-		return false;
-	}
-
-	float	   *vec = (float *) palloc(meta.dims * sizeof(float));
-
-	cagra_prepare(metric, x, vec, meta.dims);
-	if (meta.element_type == (uint32) cagra::ElementType::Float16)
-		cagra_check_storable(index, cagra_format_of(&meta), vec, x);
-
-	/* outside the slot lock, the plan is for a slot past the nodes the
-	 * search sees; the slot is taken after */
-	uint32		new_id = serial ? cagra_find_free_slot(index, &meta) : cagra::kInvalidNode;
-	uint32		planned_id = new_id != cagra::kInvalidNode ? new_id : meta.n;
-	cagra::InsertPlan *plan = cagra_plan_insert(index, &meta, vec, planned_id, &st);
-
-	if (!plan)
-		cagra_report_status(&st);
-	CagraOwner *owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
-
-	if (plan->row.size() != meta.graph_degree)
-		elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
-			 plan->row.size(), meta.graph_degree);
-
-	if (!serial)
-	{
-		cagra_lock_slots(index);
-		/* exact while the slot lock is held: only its holder and vacuum
-		 * (kept out by the writers' lock) change the meta page */
-		cagra_read_meta(index, &meta);
-		new_id = cagra_find_free_slot(index, &meta);
-	}
 	if (new_id == cagra::kInvalidNode)
 		new_id = meta.n;
 	if (new_id >= cagra::kInvalidNode - 1)
@@ -475,7 +464,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("cagra index \"%s\" is full", RelationGetRelationName(index)),
 				 errhint("REINDEX the index to drop deleted nodes.")));
-	cagra_retarget_plan(plan, planned_id, new_id);
+	cagra_retarget_plan(plan, view.n, new_id);
 	for (const cagra::EdgeUpdate &u : plan->updates)
 		if (u.node >= meta.n || u.slot >= meta.graph_degree)
 			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
@@ -512,15 +501,15 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	for (cagra::EdgeUpdate &u : plan->updates)
 		if (u.node == plan->row[0] && !closest)
 			closest = &u;
+
 	uint32		taken;
 	std::vector<uint32_t> dropped;
 
-	while (!cagra_publish_node(index, &meta, new_id, plan->row.data(), closest, &taken))
+	while (!cagra_publish_node(index, metabuf, &meta, new_id, plan->row.data(), closest, &taken))
 	{
 		dropped.push_back(cagra_hand_off(index, &meta, new_id, plan->row, closest->previous, taken));
 		closest->previous = taken;
 	}
-	cagra_unlock_slots(index);
 
 	if (closest)
 		plan->updates.erase(plan->updates.begin() + (closest - plan->updates.data()));
