@@ -150,12 +150,14 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 	/* a row's kept edges and rewrite, and about four removed neighbours'
 	 * candidates with their distances */
 	Size		row_bytes = (Size) meta->graph_degree * (2 * sizeof(uint32) + 4 * (sizeof(uint32) + sizeof(float))) + 64;
-	uint32		range = (uint32) Max((Size) 1024, (Size) maintenance_work_mem * 1024 / row_bytes);
+	Size		range = Max((Size) 1024, (Size) maintenance_work_mem * 1024 / row_bytes);
 
-	for (uint32 first = 0; first < meta->n; first += Min(range, meta->n - first))
+	for (uint32 first = 0, last; first < meta->n; first = last)
 	{
 		CagraStatus st;
-		uint32		last = first + Min(range, meta->n - first);
+
+		last = (uint32) Min((Size) meta->n, first + range);
+
 		std::vector<cagra::RowRewrite> *plan = cagra_plan_repair(index, meta, removed, first, last, &st);
 
 		if (!plan)
