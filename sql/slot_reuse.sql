@@ -41,6 +41,8 @@ SELECT pg_temp.found_self(ARRAY[1, 777, 5000, 9999]);
 SELECT * FROM cagra_index_check('churn_v');
 
 -- steady churn: a third deleted and as many inserted, three times over
+-- (the repair plans 1,024 rows at a time within this memory)
+SET maintenance_work_mem = '1MB';
 DELETE FROM churn WHERE id % 3 = 1;
 VACUUM churn;
 INSERT INTO churn SELECT i, pg_temp.vec(i) FROM generate_series(1, 10000) i WHERE i % 3 = 1;
@@ -53,6 +55,7 @@ INSERT INTO churn SELECT i, pg_temp.vec(i) FROM generate_series(1, 10000) i WHER
 SELECT i.nodes = b.nodes AS same_nodes, i.pages = b.pages AS same_pages, i.live_nodes, i.deleted_nodes
   FROM cagra_index_info('churn_v') i, built b;
 SELECT pg_temp.found_self(ARRAY[2, 3, 4, 1001, 4444, 8000]);
+RESET maintenance_work_mem;
 SELECT * FROM cagra_index_check('churn_v');
 
 -- more inserted than vacuum freed: the freed slots first, then appended

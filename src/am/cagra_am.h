@@ -409,10 +409,10 @@ Buffer	   *cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, 
  * of the last index searched. */
 Buffer	   *cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks);
 
-/* ---- insert lock ----
- * Inserts and vacuum serialise on a heavyweight lock on the meta page
- * (ExclusiveLock); cagra_index_check takes it in ShareLock.  Scans never
- * take it.  See docs/storage.md. */
+/* ---- writers' lock ----
+ * A heavyweight lock on the meta page: inserts take it in RowExclusiveLock
+ * (side by side), vacuum in ExclusiveLock (alone), cagra_index_check in
+ * ShareLock (no writer).  Scans never take it.  See docs/storage.md. */
 void		cagra_lock_writers(Relation index, LOCKMODE mode);
 void		cagra_unlock_writers(Relation index, LOCKMODE mode);
 
@@ -425,7 +425,8 @@ void		cagra_write_meta(Relation index, Buffer metabuf, const CagraMetaData *meta
  * record: cagra_batch_page returns the (exclusively locked, registered)
  * working copy of a block, extending the index when the block is new;
  * cagra_batch_finish logs and releases them.  Callers touch blocks in
- * ascending order and hold the writers' lock.
+ * ascending order and hold the writers' lock (and only one insert at a time
+ * extends the index: insert.cpp's slot lock).
  */
 typedef struct CagraWalBatch
 {

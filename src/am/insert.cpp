@@ -2,17 +2,35 @@
  * insert.cpp — aminsert: add one node to the graph, in a slot vacuum freed
  * when there is one, else appended.
  *
- * Inserts (and vacuum) serialise on the writers' lock, a heavyweight lock on
- * the meta page, so a plan made from the pages stays valid while it is
- * applied.  Order of the WAL records, each crash-safe on its own:
- *   1. the new node's header, row and vector at its slot: slot n, invisible
- *      as n is not counted yet; or a deleted slot, its header still saying
- *      deleted (searches walk through it, never return it);
+ * Inserts run side by side.  Each holds the writers' lock (a heavyweight
+ * lock on the meta page) in RowExclusiveLock, which inserts share and
+ * vacuum's ExclusiveLock does not: vacuum waits for the inserts in flight,
+ * so no insert links to a node vacuum deleted and repaired around, or
+ * takes a slot whose old edges are not repaired yet.  The neighbour search
+ * runs as a scan's does, one share-locked page at a time, over the nodes
+ * counted when it started; the plan is made for a slot past them (a small
+ * index, whose rows still have padding, plans again if another insert came
+ * between).  Then, under the slot lock, the meta page's buffer lock held
+ * exclusively (one insert at a time, two WAL records, no search; a
+ * lightweight lock, which a waiter takes only once it runs), each WAL
+ * record crash-safe on its own:
+ *   1. the slot is taken (a deleted one from reuse_next on, else n) and
+ *      the new node's header, row and vector written there: slot n,
+ *      invisible as n is not counted yet; or a deleted slot, its header
+ *      still saying deleted (searches walk through it, never return it);
  *   2. the meta page (n + 1 or the reuse counted, live + 1, generation + 1)
  *      with the reverse edge of the node's closest neighbour (and a reused
- *      slot's header made live), so a counted node always has a way in;
+ *      slot's header made live), so a counted node always has a way in.
+ * And after it:
  *   3. the other reverse edges into existing rows (an edge a reverse edge
  *      replaces was handed to the new node's row in step 1).
+ * Another insert may have changed a neighbour's row since the search read
+ * it: each reverse edge is decided again under the row's exclusive page
+ * lock (cagra_edge_slot), and goes only where the slot still holds what
+ * the plan saw or into padding, never in place of an edge written since
+ * (that node's way in).  The closest neighbour's edge must go somewhere: in
+ * place of an edge the new row also holds, else the node the slot holds
+ * now is handed to the new row and step 2 tried again.
  * Scans read the meta page once, so they never follow an edge to a node
  * appended after they started (it reads as padding).  A reused slot can
  * change under a scan that started before: its row is only inserted by a
@@ -82,82 +100,143 @@ cagra_make_record(const CagraMetaData *meta, ItemPointer heap_tid, uint16 flags,
 	return rec;
 }
 
-/*
- * Steps 2 and 3: count the node in the meta page together with the reverse
- * edge of its closest neighbour (one WAL record: a counted node always has
- * a way in), then add the other reverse edges.
- */
-static void
-cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, uint32 closest,
-				   const cagra::EdgeUpdate *updates, size_t nupdates)
+/* Row entry `slot` of node `id`, in the working copy of the page that holds
+ * it (an edge never crosses a page); the page must be in `b`. */
+static uint32 *
+cagra_batch_edge(CagraWalBatch *b, uint32 id, uint32 slot)
 {
-	const cagra::EdgeUpdate *first = NULL;
-	bool		reused = new_id < meta->n;
+	BlockNumber blkno;
+	uint32		poff;
 
-	for (size_t i = 0; i < nupdates; i++)
+	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET + slot * sizeof(uint32), &blkno, &poff);
+	return (uint32 *) ((char *) cagra_batch_page(b, blkno) + poff);
+}
+
+/* Lock (exclusively) and register every page of node `id`'s row in `b`,
+ * first closing the record when they would not all fit in it, so the row
+ * can be read and changed as one. */
+static void
+cagra_batch_lock_row(CagraWalBatch *b, uint32 id)
+{
+	BlockNumber first,
+				last;
+	uint32		poff;
+	int			need = 0;
+
+	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET, &first, &poff);
+	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET + (b->meta->graph_degree - 1) * sizeof(uint32), &last, &poff);
+	for (BlockNumber blk = first; blk <= last; blk++)
 	{
-		const cagra::EdgeUpdate *u = &updates[i];
+		bool		have = false;
 
-		if (u->node >= meta->n || u->node == new_id || u->slot >= meta->graph_degree)
-			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
-				 u->node, u->slot);
-		if (u->node == closest && !first)
-			first = u;
+		for (int i = 0; i < b->nbufs; i++)
+			have |= BufferGetBlockNumber(b->bufs[i]) == blk;
+		need += have ? 0 : 1;
 	}
+	if (b->nbufs + need > MAX_GENERIC_XLOG_PAGES)
+		cagra_batch_finish(b);
+	for (BlockNumber blk = first; blk <= last; blk++)
+		cagra_batch_page(b, blk);
+}
 
-	/* the pages of this record: the meta page, the closest neighbour's edge
-	 * (one edge lies in one page) and a reused slot's header, locked in
-	 * block order (the meta page is block 0) */
-	BlockNumber edge_blk = InvalidBlockNumber,
-				hdr_blk = InvalidBlockNumber;
-	uint32		edge_off = 0,
-				hdr_off = 0;
+/*
+ * Where reverse edge `u` goes in its row as the row is now (locked), or
+ * kInvalidNode: nowhere.  Its planned slot while that still holds what the
+ * plan saw there; else, if the plan wanted padding, the first padding slot
+ * left.  Never an edge the row already has, and never in place of an edge
+ * another insert wrote since (it may be that node's way in).
+ */
+static uint32
+cagra_edge_slot(CagraWalBatch *b, const cagra::EdgeUpdate *u)
+{
+	uint32		degree = b->meta->graph_degree;
+	uint32		padding = cagra::kInvalidNode;
 
-	if (first)
-		cagra_locate(meta, first->node, CAGRA_ROW_OFFSET + first->slot * sizeof(uint32), &edge_blk, &edge_off);
-	if (reused)
-		cagra_locate(meta, new_id, 0, &hdr_blk, &hdr_off);
+	for (uint32 s = 0; s < degree; s++)
+	{
+		uint32		e = *cagra_batch_edge(b, u->node, s);
 
-	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
-	Buffer		bufs[2] = {InvalidBuffer, InvalidBuffer};
-	Page		pages[2] = {NULL, NULL};
-	BlockNumber blks[2];
-	int			nblks = 0;
+		if (e == u->target)
+			return cagra::kInvalidNode;
+		if (e == cagra::kInvalidNode && padding == cagra::kInvalidNode)
+			padding = s;
+	}
+	if (*cagra_batch_edge(b, u->node, u->slot) == u->previous)
+		return u->slot;
+	return u->previous == cagra::kInvalidNode ? padding : cagra::kInvalidNode;
+}
+
+/*
+ * Step 2: count node `new_id` in the meta page (`metabuf`, locked
+ * exclusively: the slot lock; `meta` is what it holds) together with its
+ * way in, the reverse edge of its closest neighbour (`closest`; NULL when
+ * the index has no other node), in one WAL record.  The edge is decided
+ * again on the row as it is now: where another insert took the planned
+ * slot since, the edge replaces one the new node's row also holds
+ * (b -> new -> x keeps x's way in).  When there is none, nothing is written
+ * and false returned, the meta page still locked, with *taken set to what
+ * the slot holds now: the caller hands that node to the new row and tries
+ * again.  On success the meta page is unlocked and released.
+ */
+static bool
+cagra_publish_node(Relation index, Buffer metabuf, const CagraMetaData *meta, uint32 new_id,
+				   const uint32 *new_row, const cagra::EdgeUpdate *closest, uint32 *taken)
+{
+	bool		reused = new_id < meta->n;
+	CagraWalBatch batch;
 	CagraMetaData m;
 
-	if (edge_blk != InvalidBlockNumber)
-		blks[nblks++] = edge_blk;
-	if (hdr_blk != InvalidBlockNumber && hdr_blk != edge_blk)
-		blks[nblks++] = hdr_blk;
-	if (nblks == 2 && blks[1] < blks[0])
-	{
-		BlockNumber t = blks[0];
+	/* the meta page first (block 0), then the node pages in block order */
+	cagra_batch_begin(&batch, index, meta);
+	batch.state = GenericXLogStart(index);
+	batch.bufs[0] = metabuf;
+	batch.pages[0] = GenericXLogRegisterBuffer(batch.state, metabuf, 0);
+	batch.nbufs = 1;
 
-		blks[0] = blks[1];
-		blks[1] = t;
-	}
-	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	BlockNumber hdr_blk = reused ? cagra_header_block(meta, new_id) : InvalidBlockNumber;
 
-	GenericXLogState *state = GenericXLogStart(index);
-	Page		metapage = GenericXLogRegisterBuffer(state, metabuf, 0);
+	if (closest)
+	{
+		BlockNumber row_blk = cagra_header_block(meta, closest->node);
 
-	for (int i = 0; i < nblks; i++)
-	{
-		bufs[i] = ReadBuffer(index, blks[i]);
-		LockBuffer(bufs[i], BUFFER_LOCK_EXCLUSIVE);
-		pages[i] = GenericXLogRegisterBuffer(state, bufs[i], 0);
-	}
-	for (int i = 0; i < nblks; i++)
-	{
-		if (blks[i] == edge_blk)
-			memcpy((char *) pages[i] + edge_off, &first->target, sizeof(uint32));
-		if (blks[i] == hdr_blk)
+		if (hdr_blk != InvalidBlockNumber && hdr_blk < row_blk)
+			cagra_batch_page(&batch, hdr_blk);
+		cagra_batch_lock_row(&batch, closest->node);
+
+		uint32		slot = cagra_edge_slot(&batch, closest);
+		bool		has_edge = false;
+
+		for (uint32 s = 0; s < meta->graph_degree && !has_edge; s++)
+			has_edge = *cagra_batch_edge(&batch, closest->node, s) == new_id;
+		/* else an edge the new row holds too */
+		for (uint32 s = 0; s < meta->graph_degree && slot == cagra::kInvalidNode && !has_edge; s++)
 		{
-			CagraNodeHeader *hdr = (CagraNodeHeader *) ((char *) pages[i] + hdr_off);
+			uint32		e = *cagra_batch_edge(&batch, closest->node, s);
 
-			hdr->flags = CAGRA_NODE_LIVE;
+			for (uint32 t = 0; t < meta->graph_degree; t++)
+				if (new_row[t] == e)
+					slot = s;
 		}
+		if (slot == cagra::kInvalidNode && !has_edge)
+		{
+			*taken = *cagra_batch_edge(&batch, closest->node, closest->slot);
+			GenericXLogAbort(batch.state);
+			for (int i = 1; i < batch.nbufs; i++)
+				UnlockReleaseBuffer(batch.bufs[i]);
+			return false;
+		}
+		if (slot != cagra::kInvalidNode)
+			*cagra_batch_edge(&batch, closest->node, slot) = new_id;
 	}
+	if (hdr_blk != InvalidBlockNumber)
+	{
+		BlockNumber blkno;
+		uint32		poff;
+
+		cagra_locate(meta, new_id, 0, &blkno, &poff);
+		((CagraNodeHeader *) ((char *) cagra_batch_page(&batch, blkno) + poff))->flags = CAGRA_NODE_LIVE;
+	}
+
 	m = *meta;
 	if (reused)
 	{
@@ -177,19 +256,34 @@ cagra_publish_node(Relation index, const CagraMetaData *meta, uint32 new_id, uin
 		is_entry = m.entries[i] == new_id;
 	if (!is_entry && m.entry_count < Min(cagra::fixed_entry_count(m.n), (uint32) CAGRA_MAX_ENTRY_NODES))
 		m.entries[m.entry_count++] = new_id;
-	memcpy(cagra_meta_of(metapage), &m, sizeof(m));
-	GenericXLogFinish(state);
-	for (int i = 0; i < nblks; i++)
-		UnlockReleaseBuffer(bufs[i]);
-	UnlockReleaseBuffer(metabuf);
+	memcpy(cagra_meta_of(batch.pages[0]), &m, sizeof(m));
+	cagra_batch_finish(&batch);
+	return true;
+}
 
+/*
+ * Step 3: the other reverse edges, each decided again on its row as it is
+ * now (cagra_edge_slot), rows in node order, up to MAX_GENERIC_XLOG_PAGES
+ * pages a record.
+ */
+static void
+cagra_link_reverse_edges(Relation index, const CagraMetaData *meta, const cagra::EdgeUpdate *updates,
+						 size_t nupdates)
+{
 	CagraWalBatch batch;
 
 	cagra_batch_begin(&batch, index, meta);
 	for (size_t i = 0; i < nupdates; i++)
-		if (&updates[i] != first)
-			cagra_batch_write(&batch, updates[i].node, CAGRA_ROW_OFFSET + updates[i].slot * sizeof(uint32),
-							  &updates[i].target, sizeof(uint32));
+	{
+		const cagra::EdgeUpdate *u = &updates[i];
+
+		cagra_batch_lock_row(&batch, u->node);
+
+		uint32		slot = cagra_edge_slot(&batch, u);
+
+		if (slot != cagra::kInvalidNode)
+			*cagra_batch_edge(&batch, u->node, slot) = u->target;
+	}
 	cagra_batch_finish(&batch);
 }
 
@@ -235,6 +329,58 @@ cagra_fix_dims(CagraMetaData *meta, int dims)
 	cagra_compute_layout(meta);
 }
 
+/*
+ * Turn a plan made for `planned_id` into one for `new_id`, the slot taken
+ * after the search: the reverse edges point to it, and it is neither in its
+ * own row nor given an edge to itself (a reused slot the search walked
+ * through while all nodes were deleted).
+ */
+static void
+cagra_retarget_plan(cagra::InsertPlan *plan, uint32 planned_id, uint32 new_id)
+{
+	size_t		kept = 0;
+
+	for (cagra::EdgeUpdate &u : plan->updates)
+		if (u.node != new_id)
+		{
+			if (u.target == planned_id)
+				u.target = new_id;
+			plan->updates[kept++] = u;
+		}
+	plan->updates.resize(kept);
+	kept = 0;
+	for (uint32 e : plan->row)
+		if (e != new_id && e != cagra::kInvalidNode)
+			plan->row[kept++] = e;
+	std::fill(plan->row.begin() + kept, plan->row.end(), cagra::kInvalidNode);
+}
+
+/* Step 2's fallback: node `w` handed to the new row (uncounted, so nobody
+ * else reads it yet), in place of `replaced` when the row holds it, else of
+ * padding, else of its last edge.  Returns the edge it replaced. */
+static uint32
+cagra_hand_off(Relation index, const CagraMetaData *meta, uint32 new_id, std::vector<uint32_t> &row,
+			   uint32 replaced, uint32 w)
+{
+	auto		at = std::find(row.begin(), row.end(), replaced);
+
+	if (replaced == cagra::kInvalidNode || at == row.end())
+		at = std::find(row.begin(), row.end(), cagra::kInvalidNode);
+	if (at == row.end())
+		at = row.end() - 1;
+
+	uint32		dropped = *at;
+
+	*at = w;
+
+	CagraWalBatch batch;
+
+	cagra_batch_begin(&batch, index, meta);
+	cagra_batch_write(&batch, new_id, CAGRA_ROW_OFFSET, row.data(), meta->graph_degree * sizeof(uint32));
+	cagra_batch_finish(&batch);
+	return dropped;
+}
+
 bool
 cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 			 Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
@@ -248,24 +394,67 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	int			dim;
 	const float *x = vector_datum_floats(values[0], cagra_index_is_halfvec(index), &dim);
-	CagraMetaData meta;
+	float	   *vec = (float *) palloc(dim * sizeof(float));
+	CagraMetaData view,
+				meta;
+	Buffer		metabuf;
+	cagra::InsertPlan *plan;
+	CagraOwner *owner;
 	CagraStatus st;
 
-	cagra_lock_writers(index, ExclusiveLock);
-	cagra_read_meta(index, &meta);
+	/* vacuum waits for the inserts in flight and keeps new ones out */
+	cagra_lock_writers(index, RowExclusiveLock);
+	for (;;)
+	{
+		cagra_read_meta(index, &view);
+		cagra_fix_dims(&view, dim);
+		cagra_check_dims(index, view.dims, dim);
+
+		cagra::Metric metric = (cagra::Metric) view.metric;
+
+		if (cagra_vector_unindexable(metric, x, dim))
+		{
+			/* not indexed, as in a build: its cosine distance is undefined */
+			cagra_unlock_writers(index, RowExclusiveLock);
+			MemoryContextSwitchTo(old);
+			MemoryContextDelete(cxt);
+			return false;
+		}
+		cagra_prepare(metric, x, vec, view.dims);
+		if (view.element_type == (uint32) cagra::ElementType::Float16)
+			cagra_check_storable(index, cagra_format_of(&view), vec, x);
+
+		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
+		 * the slot is taken after */
+		plan = cagra_plan_insert(index, &view, vec, view.n, &st);
+		if (!plan)
+			cagra_report_status(&st);
+		owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
+		if (plan->row.size() != view.graph_degree)
+			elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
+				 plan->row.size(), view.graph_degree);
+
+		/*
+		 * The slot lock: the meta page locked exclusively from taking the
+		 * slot to counting the node.  Only its holder and vacuum (kept out
+		 * by the writers' lock) change the meta page, so `meta` is exact
+		 * until then.
+		 */
+		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+		LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+		memcpy(&meta, cagra_meta_of(BufferGetPage(metabuf)), sizeof(meta));
+		cagra_check_meta(index, &meta);
+
+		/* a small index's rows still have padding, which each insert must
+		 * see the others fill: its plan is made again if one came between */
+		if (meta.generation == view.generation || view.live > 2 * view.graph_degree)
+			break;
+		UnlockReleaseBuffer(metabuf);
+		cagra_owner_free(owner);
+	}
 	cagra_fix_dims(&meta, dim);
 	cagra_check_dims(index, meta.dims, dim);
 
-	cagra::Metric metric = (cagra::Metric) meta.metric;
-
-	if (cagra_vector_unindexable(metric, x, dim))
-	{
-		/* not indexed, as in a build: its cosine distance is undefined */
-		cagra_unlock_writers(index, ExclusiveLock);
-		MemoryContextSwitchTo(old);
-		MemoryContextDelete(cxt);
-		return false;
-	}
 	uint32		new_id = cagra_find_free_slot(index, &meta);
 
 	if (new_id == cagra::kInvalidNode)
@@ -275,26 +464,14 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("cagra index \"%s\" is full", RelationGetRelationName(index)),
 				 errhint("REINDEX the index to drop deleted nodes.")));
-
-	float	   *vec = (float *) palloc(meta.dims * sizeof(float));
-
-	cagra_prepare(metric, x, vec, meta.dims);
+	cagra_retarget_plan(plan, view.n, new_id);
+	for (const cagra::EdgeUpdate &u : plan->updates)
+		if (u.node >= meta.n || u.slot >= meta.graph_degree)
+			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
+				 u.node, u.slot);
+	/* counted in the meta page with the node (cagra_publish_node) */
 	if (meta.element_type == (uint32) cagra::ElementType::Float16)
-	{
-		cagra_check_storable(index, cagra_format_of(&meta), vec, x);
-		/* counted in the meta page with the node (cagra_publish_node) */
 		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
-	}
-
-	cagra::InsertPlan *plan = cagra_plan_insert(index, &meta, vec, new_id, &st);
-
-	if (!plan)
-		cagra_report_status(&st);
-	CagraOwner *owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
-
-	if (plan->row.size() != meta.graph_degree)
-		elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
-			 plan->row.size(), meta.graph_degree);
 
 	/* a reused slot's header turns live with the meta page (step 2) */
 	char	   *rec = cagra_make_record(&meta, heap_tid, new_id < meta.n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE,
@@ -317,9 +494,35 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	cagra_batch_write(&batch, new_id, 0, rec, vec_blk < row_blk ? voff : meta.record_size);
 	cagra_batch_finish(&batch);
 
-	cagra_publish_node(index, &meta, new_id, plan->row[0], plan->updates.data(), plan->updates.size());
+	/* the closest neighbour's reverse edge (the plan's first) goes with the
+	 * count; the others follow it once the slot lock is released */
+	cagra::EdgeUpdate *closest = NULL;
 
-	cagra_unlock_writers(index, ExclusiveLock);
+	for (cagra::EdgeUpdate &u : plan->updates)
+		if (u.node == plan->row[0] && !closest)
+			closest = &u;
+
+	uint32		taken;
+	std::vector<uint32_t> dropped;
+
+	while (!cagra_publish_node(index, metabuf, &meta, new_id, plan->row.data(), closest, &taken))
+	{
+		dropped.push_back(cagra_hand_off(index, &meta, new_id, plan->row, closest->previous, taken));
+		closest->previous = taken;
+	}
+
+	if (closest)
+		plan->updates.erase(plan->updates.begin() + (closest - plan->updates.data()));
+	/* a reverse edge replaces an edge only while the new row holds it */
+	plan->updates.erase(std::remove_if(plan->updates.begin(), plan->updates.end(),
+									   [&](const cagra::EdgeUpdate &u) {
+										   return std::find(dropped.begin(), dropped.end(), u.previous) !=
+											   dropped.end();
+									   }),
+						plan->updates.end());
+	cagra_link_reverse_edges(index, &meta, plan->updates.data(), plan->updates.size());
+
+	cagra_unlock_writers(index, RowExclusiveLock);
 	cagra_owner_free(owner);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);

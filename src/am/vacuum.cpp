@@ -1,10 +1,12 @@
 /*
  * vacuum.cpp — ambulkdelete and amvacuumcleanup.
  *
- * Bulk delete, under the writers' lock: (1) mark every live node whose heap
- * TID the callback reports dead as deleted, each page's marks and the meta
- * page's live count in one WAL record; (2) if the index has deleted
- * nodes, rewrite the rows that point at them (core plan_repair); (3) bump
+ * Bulk delete, under the writers' lock in ExclusiveLock (it waits for the
+ * inserts in flight, and keeps new ones out: insert.cpp): (1) mark every
+ * live node whose heap TID the callback reports dead as deleted, each
+ * page's marks and the meta page's live count in one WAL record; (2) if the
+ * index has deleted nodes, rewrite the rows that point at them (core
+ * plan_repair, a range of rows at a time within maintenance_work_mem); (3) bump
  * the generation in the meta page, before returning, so that no cached copy
  * can hand out a TID the heap is about to release, and point inserts back
  * at the first deleted slot for inserts to reuse (insert.cpp).
@@ -105,9 +107,11 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 	return newly;
 }
 
-/* Phase 2, the C++ part: the rewrites, in a C++ object the caller owns. */
+/* Phase 2, the C++ part: the rewrites of the rows of nodes first ..
+ * last - 1, in a C++ object the caller owns. */
 static std::vector<cagra::RowRewrite> *
-cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed, CagraStatus *st) noexcept
+cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed, uint32 first, uint32 last,
+				  CagraStatus *st) noexcept
 {
 	std::vector<cagra::RowRewrite> *out = nullptr;
 
@@ -116,7 +120,8 @@ cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
 
-		out = new std::vector<cagra::RowRewrite>(cagra::plan_repair(acc, is_removed, cagra_search_params(meta), entries));
+		out = new std::vector<cagra::RowRewrite>(
+			cagra::plan_repair(acc, is_removed, cagra_search_params(meta), entries, first, last));
 	});
 	return out;
 }
@@ -144,20 +149,37 @@ cagra_apply_repair(Relation index, const CagraMetaData *meta, const cagra::RowRe
 	cagra_batch_finish(&batch);
 }
 
+/*
+ * Phase 2: the rows are planned and rewritten a range of nodes at a time,
+ * so the plan's memory (each row's kept edges and candidates, and its
+ * rewrite) stays within maintenance_work_mem.
+ */
 static void
 cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 {
-	CagraStatus st;
-	std::vector<cagra::RowRewrite> *plan = cagra_plan_repair(index, meta, removed, &st);
+	/* a row's kept edges and rewrite, and about four removed neighbours'
+	 * candidates with their distances */
+	Size		row_bytes = (Size) meta->graph_degree * (2 * sizeof(uint32) + 4 * (sizeof(uint32) + sizeof(float))) + 64;
+	Size		range = Max((Size) 1024, (Size) maintenance_work_mem * 1024 / row_bytes);
 
-	if (!plan)
-		cagra_report_status(&st);
+	for (uint32 first = 0, last; first < meta->n; first = last)
+	{
+		CagraStatus st;
 
-	CagraOwner *owner = cagra_owner_new(CurrentMemoryContext, plan,
-										cagra_delete_object<std::vector<cagra::RowRewrite>>);
+		last = (uint32) Min((Size) meta->n, first + range);
 
-	cagra_apply_repair(index, meta, plan->data(), plan->size());
-	cagra_owner_free(owner);
+		std::vector<cagra::RowRewrite> *plan = cagra_plan_repair(index, meta, removed, first, last, &st);
+
+		if (!plan)
+			cagra_report_status(&st);
+
+		CagraOwner *owner = cagra_owner_new(CurrentMemoryContext, plan,
+											cagra_delete_object<std::vector<cagra::RowRewrite>>);
+
+		cagra_apply_repair(index, meta, plan->data(), plan->size());
+		cagra_owner_free(owner);
+		vacuum_delay_point();
+	}
 }
 
 /* Phase 3: the live count, a new generation, and the reuse cursor at the

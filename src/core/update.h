@@ -18,6 +18,8 @@ struct EdgeUpdate {
     uint32_t node; /* row to change */
     uint32_t slot; /* position in the row */
     uint32_t target;
+    uint32_t previous; /* what the slot held when planned (kInvalidNode: padding), for a caller that applies
+                          the plan while others change the rows: it writes only where the slot still holds it */
 };
 
 struct InsertPlan {
@@ -46,13 +48,18 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                        const std::vector<uint32_t> &entry_nodes = {}, Accept accept = Accept(),
                        uint32_t accepted = kInvalidNode);
 
-/* Plan the repair of every live row that holds an edge to a node with
- * removed(id): its live edges stay, the removed ones are replaced by the
- * closest live nodes among the removed nodes' neighbours (a search fills in
- * when those are too few).  Rows of removed nodes are left alone. */
+/* Plan the repair of every live row among nodes first .. last - 1 that holds
+ * an edge to a node with removed(id): its live edges stay, the removed ones
+ * are replaced by the closest live nodes among the removed nodes' neighbours
+ * (a search fills in when those are too few).  Rows of removed nodes are
+ * left alone.  The distances are computed removed node by removed node, so
+ * each vector is read about once for every removed node it neighbours, not
+ * once for every row that needs it; memory grows with the rows planned,
+ * which a caller bounds by planning a range at a time. */
 template <class Accessor, class Removed>
 std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const SearchParams &params,
-                                    const std::vector<uint32_t> &entry_nodes = {});
+                                    const std::vector<uint32_t> &entry_nodes = {}, uint32_t first = 0,
+                                    uint32_t last = kInvalidNode);
 
 /* Apply plans to an in-memory graph (apply_insert appends the new row, so
  * plan.row must be for node g.size()). */

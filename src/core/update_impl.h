@@ -141,7 +141,7 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                 slot = worst;
         }
         if (slot != kInvalidNode) {
-            plan.updates.push_back({b, slot, new_id});
+            plan.updates.push_back({b, slot, new_id, row[slot]});
             if (row[slot] != kInvalidNode)
                 handed_off.push_back(row[slot]);
         }
@@ -165,75 +165,107 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
 
 template <class Accessor, class Removed>
 std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const SearchParams &params,
-                                    const std::vector<uint32_t> &entry_nodes)
+                                    const std::vector<uint32_t> &entry_nodes, uint32_t first, uint32_t last)
 {
     validate_search_params(params, 0);
-    const uint32_t n = g.size();
+    last = std::min(last, g.size());
     const uint32_t degree = g.degree();
     const uint32_t dim = g.dim();
-    std::vector<RowRewrite> out;
-    std::vector<uint32_t> row_scratch(degree), nrow_scratch(degree);
-    std::vector<float> vec_scratch(dim);
-    std::vector<uint32_t> keep, cand_ids;
-    std::vector<float> cand_d;
-    std::vector<Neighbor> cands;
+    const MetricKernel dist = metric_kernel(g.metric());
 
-    for (uint32_t a = 0; a < n; a++) {
+    /* The rows to repair, their kept edges and their candidates so far, and
+     * for each removed node the rows that point at it. */
+    struct Pending {
+        uint32_t node;
+        std::vector<uint32_t> keep;
+        std::vector<Neighbor> cands;
+    };
+    std::vector<Pending> rows;
+    std::vector<std::pair<uint32_t, uint32_t>> pointing; /* (removed node, index in rows) */
+    std::vector<uint32_t> scratch(degree);
+    for (uint32_t a = first; a < last; a++) {
         if (removed(a))
             continue;
-        const uint32_t *row = g.neighbors(a, row_scratch.data());
+        const uint32_t *row = g.neighbors(a, scratch.data());
+        Pending p{a, {}, {}};
         bool touched = false;
-        for (uint32_t j = 0; j < degree; j++)
-            touched |= row[j] != kInvalidNode && removed(row[j]);
-        if (!touched)
-            continue;
-
-        keep.clear();
-        std::vector<uint32_t> gone;
         for (uint32_t j = 0; j < degree; j++) {
             if (row[j] == kInvalidNode)
                 continue;
-            if (removed(row[j]))
-                gone.push_back(row[j]);
-            else
-                keep.push_back(row[j]);
+            if (removed(row[j])) {
+                pointing.push_back({row[j], (uint32_t)rows.size()});
+                touched = true;
+            } else
+                p.keep.push_back(row[j]);
         }
-        auto usable = [&](uint32_t v) {
-            return v != kInvalidNode && v != a && !removed(v) && std::find(keep.begin(), keep.end(), v) == keep.end() &&
-                   std::find(cand_ids.begin(), cand_ids.end(), v) == cand_ids.end();
-        };
-        /* Candidates: live neighbours of the removed neighbours. */
-        cand_ids.clear();
-        for (uint32_t r : gone) {
-            const uint32_t *rrow = g.neighbors(r, nrow_scratch.data());
-            for (uint32_t j = 0; j < degree; j++)
-                if (usable(rrow[j]))
-                    cand_ids.push_back(rrow[j]);
+        if (touched)
+            rows.push_back(std::move(p));
+    }
+    std::sort(pointing.begin(), pointing.end());
+    pointing.erase(std::unique(pointing.begin(), pointing.end()), pointing.end());
+
+    /* Candidates: the live neighbours of the removed neighbours, measured
+     * removed node by removed node: the vectors of its live neighbours and
+     * of the rows that point at it are read once for all those pairs, and
+     * stay in cache while they are measured. */
+    std::vector<uint32_t> live;
+    std::vector<float> live_vecs, va_scratch(dim);
+    for (size_t i = 0; i < pointing.size();) {
+        const uint32_t r = pointing[i].first;
+        const uint32_t *rrow = g.neighbors(r, scratch.data());
+        live.clear();
+        for (uint32_t j = 0; j < degree; j++)
+            if (rrow[j] != kInvalidNode && !removed(rrow[j]) &&
+                std::find(live.begin(), live.end(), rrow[j]) == live.end())
+                live.push_back(rrow[j]);
+        live_vecs.resize((size_t)live.size() * dim);
+        for (size_t c = 0; c < live.size(); c++) {
+            float *dst = &live_vecs[c * dim];
+            const float *v = g.vector(live[c], dst);
+            if (v != dst)
+                std::copy(v, v + dim, dst);
         }
-        const float *va = g.vector(a, vec_scratch.data());
-        cand_d.resize(cand_ids.size());
-        g.distances(va, cand_ids.data(), (uint32_t)cand_ids.size(), cand_d.data());
-        cands.clear();
-        for (size_t i = 0; i < cand_ids.size(); i++)
-            cands.push_back({cand_ids[i], cand_d[i]});
-        const uint32_t need = degree - (uint32_t)keep.size();
-        if (cands.size() < need) {
-            /* Too few: search from a's own vector for more live nodes. */
-            SearchParams p = detail::candidate_params(params, 2 * need);
-            Searcher<Accessor> s(g, va, p, entry_nodes);
-            std::vector<Neighbor> more(std::min(2 * need, p.itopk_size));
-            more.resize(s.next((uint32_t)more.size(), usable, more.data()));
-            for (const Neighbor &m : more) {
-                cands.push_back(m);
-                cand_ids.push_back(m.id);
+        for (; i < pointing.size() && pointing[i].first == r; i++) {
+            Pending &p = rows[pointing[i].second];
+            const float *va = nullptr;
+            for (size_t c = 0; c < live.size(); c++) {
+                const uint32_t v = live[c];
+                if (v == p.node || std::find(p.keep.begin(), p.keep.end(), v) != p.keep.end() ||
+                    std::find_if(p.cands.begin(), p.cands.end(), [v](const Neighbor &x) { return x.id == v; }) !=
+                        p.cands.end())
+                    continue;
+                if (!va)
+                    va = g.vector(p.node, va_scratch.data());
+                p.cands.push_back({v, dist(va, &live_vecs[c * dim], dim)});
             }
         }
-        std::sort(cands.begin(), cands.end(), [](const Neighbor &x, const Neighbor &y) {
+    }
+
+    std::vector<RowRewrite> out;
+    out.reserve(rows.size());
+    for (Pending &p : rows) {
+        const uint32_t need = degree - (uint32_t)p.keep.size();
+        if (p.cands.size() < need) {
+            /* Too few: search from the row's own vector for more live nodes. */
+            auto usable = [&](uint32_t v) {
+                return v != kInvalidNode && v != p.node && !removed(v) &&
+                       std::find(p.keep.begin(), p.keep.end(), v) == p.keep.end() &&
+                       std::find_if(p.cands.begin(), p.cands.end(), [v](const Neighbor &x) { return x.id == v; }) ==
+                           p.cands.end();
+            };
+            const float *va = g.vector(p.node, va_scratch.data());
+            SearchParams sp = detail::candidate_params(params, 2 * need);
+            Searcher<Accessor> s(g, va, sp, entry_nodes);
+            std::vector<Neighbor> more(std::min(2 * need, sp.itopk_size));
+            more.resize(s.next((uint32_t)more.size(), usable, more.data()));
+            p.cands.insert(p.cands.end(), more.begin(), more.end());
+        }
+        std::sort(p.cands.begin(), p.cands.end(), [](const Neighbor &x, const Neighbor &y) {
             return x.distance < y.distance || (x.distance == y.distance && x.id < y.id);
         });
-        RowRewrite rw{a, keep};
-        for (size_t i = 0; i < cands.size() && rw.row.size() < degree; i++)
-            rw.row.push_back(cands[i].id);
+        RowRewrite rw{p.node, std::move(p.keep)};
+        for (size_t i = 0; i < p.cands.size() && rw.row.size() < degree; i++)
+            rw.row.push_back(p.cands[i].id);
         rw.row.resize(degree, kInvalidNode);
         out.push_back(std::move(rw));
     }
