@@ -1,4 +1,4 @@
-# test/t/018_concurrent_inserts.pl — 16 sessions insert into one cagra index
+# test/t/022_concurrent_inserts.pl — 16 sessions insert into one cagra index
 # side by side while others search, delete and vacuum; afterwards, and after
 # an immediate stop in the middle of the same stream: every inserted row
 # finds itself through the index, cagra_index_check is clean, the live count
