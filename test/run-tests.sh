@@ -235,10 +235,12 @@ elif [ -z "$TAP_TESTS" ]; then
 else
     # The checkout may not be readable by the test user (a clone under
     # /root): the tests run from a copy, and CAGRA_SRC names that copy.  It
-    # holds test/ and the GPU library when CMake built it.
+    # holds test/, docs/ and the sources of src/ (which 019_docs_match_code
+    # compares), and the GPU library when CMake built it.
     TDIR=$SCRATCH/tap
     mkdir -p "$TDIR/src"
-    cp -r test "$TDIR/src/"
+    cp -r test docs "$TDIR/src/"
+    find src \( -name '*.cpp' -o -name '*.h' \) -print0 | xargs -0 cp --parents -t "$TDIR/src"
     if [ -f build/gpu/libcagra_gpu.so ]; then
         mkdir -p "$TDIR/src/build/gpu" && cp build/gpu/libcagra_gpu.so "$TDIR/src/build/gpu/"
     fi
