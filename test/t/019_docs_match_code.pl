@@ -133,6 +133,37 @@ foreach my $opt (@reloptions)
 	}
 }
 
+# --- functions and view columns --------------------------------------------
+# Every cagra_* function of the extension is named in reference.md, and every
+# column of its views and of its functions' result rows has a table row there.
+my $extension_objects = q{
+	FROM pg_depend d
+	WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+	  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'cagra')};
+my @functions = split /\n/, $node->safe_psql('postgres', qq{
+	SELECT DISTINCT p.proname FROM pg_proc p
+	 WHERE p.proname LIKE 'cagra%' AND p.oid IN (SELECT d.objid $extension_objects
+												  AND d.classid = 'pg_proc'::regclass)
+	 ORDER BY 1});
+cmp_ok(scalar @functions, '>=', 5, 'the extension has cagra_* functions');
+like($reference, qr/`\Q$_\E[`(]/, "function $_ is in reference.md") foreach @functions;
+my @columns = split /\n/, $node->safe_psql('postgres', qq{
+	SELECT c.relname || '|' || a.attname FROM pg_class c
+	  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	 WHERE c.relkind = 'v' AND c.oid IN (SELECT d.objid $extension_objects
+										 AND d.classid = 'pg_class'::regclass)
+	UNION ALL
+	SELECT p.proname || '|' || o.name
+	  FROM pg_proc p, unnest(p.proargnames, p.proargmodes) AS o(name, mode)
+	 WHERE o.mode = 't' AND p.proname LIKE 'cagra%'
+	   AND p.oid IN (SELECT d.objid $extension_objects AND d.classid = 'pg_proc'::regclass)
+	ORDER BY 1});
+foreach my $column (@columns)
+{
+	my ($object, $name) = split /\|/, $column;
+	like($reference, qr/^\|\s*`\Q$name\E`\s*\|/m, "column $name of $object has a row in reference.md");
+}
+
 # --- SQLSTATEs -----------------------------------------------------------
 my $errcodes = slurp_file($node->config_data('--includedir-server') . '/utils/errcodes.h');
 my %sqlstate;
