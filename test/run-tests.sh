@@ -15,8 +15,9 @@
 # in a scratch directory.  Failure details are copied back into the checkout:
 # regression.diffs and results/ (pg_regress), results/isolation/ (isolation:
 # its regression.diffs and results), tmp_check/log/ (TAP).
-# TAP tests run from a copy of test/ and get CAGRA_SRC, the root of that copy
-# (with build/gpu/libcagra_gpu.so when it was built).
+# TAP tests run from a copy of test/, docs/ and the sources of src/ and get
+# CAGRA_SRC, the root of that copy (with build/gpu/libcagra_gpu.so when it
+# was built).
 # Exit status is non-zero when any layer fails.  The summary counts the
 # tests that skipped themselves (GPU tests without a device, TAP files
 # whose prerequisite is missing) and says why.
