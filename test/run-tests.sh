@@ -142,15 +142,17 @@ fi
 
 # --- 3. pg_regress ---------------------------------------------------------------
 wanted_layer regress && banner "pg_regress"
-# sql/pgvector.sql needs the real pgvector (.ci/install-deps.sh builds it)
+# sql/pgvector.sql and sql/pgvector_settings.sql need the real pgvector
+# (.ci/install-deps.sh builds it)
+NEEDS_PGVECTOR=" pgvector pgvector_settings "
 HAVE_PGVECTOR=0
 [ -f "$("$PG_CONFIG" --sharedir)/extension/vector.control" ] && HAVE_PGVECTOR=1
 REGRESS_TESTS=$(for f in sql/*.sql; do
     [ -e "$f" ] || continue
-    [ "$(basename "$f")" = pgvector.sql ] && [ "$HAVE_PGVECTOR" != 1 ] && continue
+    [[ $NEEDS_PGVECTOR == *" $(basename "$f" .sql) "* ]] && [ "$HAVE_PGVECTOR" != 1 ] && continue
     wanted_test "$(basename "$f" .sql)" && basename "$f" .sql
 done)
-[ "$HAVE_PGVECTOR" = 1 ] || record pgvector SKIP "pgvector not installed: sql/pgvector.sql left out"
+[ "$HAVE_PGVECTOR" = 1 ] || record pgvector SKIP "pgvector not installed: sql/pgvector.sql and sql/pgvector_settings.sql left out"
 if ! wanted_layer regress; then
     :
 elif [ "$EXT_OK" != 1 ]; then

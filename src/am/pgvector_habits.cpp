@@ -53,23 +53,30 @@ cagra_reject_pgvector_reloptions(Datum reloptions)
 	}
 }
 
-/* The types with a default cagra operator class, as "vector, halfvec". */
+/* The types with a default cagra operator class, as "halfvec or vector". */
 static char *
 cagra_indexable_types(Oid am)
 {
 	StringInfoData names;
 	CatCList   *classes = SearchSysCacheList1(CLAAMNAMENSP, ObjectIdGetDatum(am));
+	List	   *types = NIL;
+	ListCell   *lc;
 
-	initStringInfo(&names);
 	for (int i = 0; i < classes->n_members; i++)
 	{
 		Form_pg_opclass opclass = (Form_pg_opclass) GETSTRUCT(&classes->members[i]->tuple);
 
 		if (opclass->opcdefault)
-			appendStringInfo(&names, "%s%s", names.len > 0 ? ", " : "",
-							 format_type_be(opclass->opcintype));
+			types = lappend(types, format_type_be(opclass->opcintype));
 	}
 	ReleaseCatCacheList(classes);
+
+	initStringInfo(&names);
+	foreach(lc, types)
+		appendStringInfo(&names, "%s%s",
+						 foreach_current_index(lc) == 0 ? "" :
+						 lnext(types, lc) == NULL ? " or " : ", ",
+						 (char *) lfirst(lc));
 	return names.data;
 }
 
