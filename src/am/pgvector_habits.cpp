@@ -2,16 +2,18 @@
  * pgvector_habits.cpp — clear messages for what a pgvector user is likely to
  * try on a cagra index:
  *
- *   CREATE INDEX ... USING cagra (embedding) WITH (m = 16, ef_construction = 64)
- *	   an error naming cagra's reloptions (graph_degree, intermediate_graph_degree)
- *   CREATE INDEX ... USING cagra (id)	 -- an int column
- *	   an error naming the types cagra indexes, where PostgreSQL would say
- *	   that the type has no default operator class
- *   SET hnsw.ef_search = 100			 -- in a database without pgvector
- *	   a WARNING that the setting does nothing, naming cagra.itopk_size
+ *   WITH (m = 16, ef_construction = 64) on a cagra index: an error whose hint
+ *     names graph_degree and intermediate_graph_degree;
+ *   CREATE INDEX ... USING cagra (id) on an int column: an error that names
+ *     the types cagra indexes, where PostgreSQL would say that the type has no
+ *     default operator class and hint at defining one;
+ *   SET hnsw.ef_search = 100 in a database without pgvector: a WARNING that
+ *     the setting does nothing, naming cagra.itopk_size.
  *
  * The last two come from a ProcessUtility hook, so they need cagra loaded
- * in the session (always so with shared_preload_libraries = 'cagra').
+ * in the session (always so with shared_preload_libraries = 'cagra').  A
+ * reserved prefix (MarkGUCPrefixReserved("hnsw")) would have been simpler,
+ * but it would refuse the settings of a session that loads pgvector later.
  */
 #include "am/cagra_am.h"
 
