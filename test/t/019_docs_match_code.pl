@@ -1,9 +1,11 @@
 # test/t/019_docs_match_code.pl — the reference pages against the code:
 # every cagra.* setting in pg_settings and every reloption of the access
 # method has a row in docs/reference.md with the default and the range the
-# server has; every SQLSTATE the C++ code raises appears in
-# docs/troubleshooting.md.  Reads the checkout named by CAGRA_SRC (docs/
-# and src/).
+# server has (and index.md's settings table the defaults); every cagra_*
+# function and every column of the extension's views and result rows is in
+# reference.md; every SQLSTATE the C++ code raises appears in
+# docs/troubleshooting.md.  Reads the checkout named by CAGRA_SRC (docs/ and
+# src/).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -67,6 +69,16 @@ foreach my $setting (@settings)
 		is(join(',', @doc_values), join(',', sort split /,/, $enumvals),
 			"$name: documented values are the server's");
 	}
+}
+
+# The settings table of index.md, the tour of the SQL surface, gives defaults too.
+my $index_page = slurp_file("$src/docs/index.md");
+foreach my $setting (@settings)
+{
+	my ($name, $type, $boot) = split /\|/, $setting, -1;
+	my $row = doc_row($index_page, $name);
+	is(unquote($row->[1]), $boot, "$name: the default index.md gives is the server's")
+	  if defined $row;
 }
 
 # --- reloptions ----------------------------------------------------------
