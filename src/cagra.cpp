@@ -22,6 +22,7 @@ _PG_init(void)
 	cagra_define_search_gucs();
 	cagra_init_filtered_scan();
 	cagra_init_unread_distance();
+	cagra_init_pgvector_habits();
 	cagra_worker_register();
 	MarkGUCPrefixReserved("cagra");
 }

@@ -29,7 +29,7 @@ declare -A ALLOWED=(
 short() { case $1 in src) echo src ;; src/*) echo "${1#src/}" ;; test/*) echo "$1" ;; *) echo "$1" ;; esac; }
 
 # PostgreSQL headers: the ones the extension uses, by their top folder or name.
-PG_HEADER='^(postgres|fmgr|funcapi|miscadmin|pgstat|access|catalog|commands|common|datatype|executor|lib|libpq|nodes|optimizer|port|postmaster|storage|utils)(\.h|/)'
+PG_HEADER='^(postgres|fmgr|funcapi|miscadmin|pgstat|access|catalog|commands|common|datatype|executor|lib|libpq|nodes|optimizer|port|postmaster|storage|tcop|utils)(\.h|/)'
 
 status=0
 complain() { echo "check-layers: $*" >&2; status=1; }

@@ -15,14 +15,20 @@
 # in a scratch directory.  Failure details are copied back into the checkout:
 # regression.diffs and results/ (pg_regress), results/isolation/ (isolation:
 # its regression.diffs and results), tmp_check/log/ (TAP).
-# TAP tests run from a copy of test/ and get CAGRA_SRC, the root of that copy
-# (with build/gpu/libcagra_gpu.so when it was built).
-# Exit status is non-zero when any layer fails.
+# TAP tests run from a copy of test/, docs/ and the sources of src/ and get
+# CAGRA_SRC, the root of that copy (with build/gpu/libcagra_gpu.so when it
+# was built).
+# Exit status is non-zero when any layer fails.  The summary counts the
+# tests that skipped themselves (GPU tests without a device, TAP files
+# whose prerequisite is missing) and says why.
+#
+# Usage: bash test/run-tests.sh [LAYER...]: the named layers only (of:
+# layers core extension regress isolation tap; the SQL layers use the
+# installed extension when extension is not named), the same as LAYERS.
 #
 # Environment: PG_CONFIG (default pg_config), JOBS (default 2),
 # CAGRA_TEST_USER, KEEP_SCRATCH=1 to keep the scratch directory,
-# LAYERS to run some layers only (of: layers core extension regress
-# isolation tap; the SQL layers need extension), TESTS to run only the
+# LAYERS to run some layers only, TESTS to run only the
 # named pg_regress, isolation and TAP tests (names without .sql, .spec or .pl),
 # TEST_PORT for pg_regress's and isolation's temporary instance.
 set -uo pipefail
@@ -32,7 +38,13 @@ ROOT=$(pwd)
 PG_CONFIG=${PG_CONFIG:-pg_config}
 JOBS=${JOBS:-2}
 TEST_USER=${CAGRA_TEST_USER:-cagra_test}
-LAYERS=${LAYERS:-layers core extension regress isolation tap}
+ALL_LAYERS="layers core extension regress isolation tap"
+[ $# -gt 0 ] && LAYERS="$*"
+LAYERS=${LAYERS:-$ALL_LAYERS}
+for layer in $LAYERS; do
+    [[ " $ALL_LAYERS " == *" $layer "* ]] ||
+        { echo "unknown layer \"$layer\" (layers: $ALL_LAYERS)" >&2; exit 2; }
+done
 TESTS=${TESTS:-}
 PORT_ARG=${TEST_PORT:+--port=$TEST_PORT}
 wanted_layer() { [[ " $LAYERS " == *" $1 "* ]]; }
@@ -44,7 +56,8 @@ PG_REGRESS=$PGXS_SRC/test/regress/pg_regress
 PG_ISOLATION_REGRESS=$PGXS_SRC/test/isolation/pg_isolation_regress
 
 declare -a SUMMARY=()
-FAILED=0 N_PASS=0 N_FAIL=0 N_SKIP=0
+declare -a SKIPPED=()
+FAILED=0 N_PASS=0 N_FAIL=0 N_SKIP=0 N_SKIPPED_TESTS=0
 record() {  # record LAYER STATUS DETAIL
     SUMMARY+=("$(printf '%-11s %-5s %s' "$1" "$2" "$3")")
     case $2 in
@@ -54,6 +67,10 @@ record() {  # record LAYER STATUS DETAIL
     esac
 }
 banner() { printf '\n==== %s ====\n' "$*"; }
+skipped() {  # skipped LAYER COUNT WHAT: tests of a layer that skipped themselves
+    SKIPPED+=("$(printf '%-11s %s' "$1" "$3")")
+    N_SKIPPED_TESTS=$((N_SKIPPED_TESTS + $2))
+}
 
 # --- scratch space and the unprivileged user --------------------------------
 SCRATCH=$(mktemp -d /tmp/cagra-tests.XXXXXX)
@@ -99,6 +116,15 @@ else
     cat "$SCRATCH/ctest.log" | tail -150
     record core FAIL "$(grep -E 'tests passed|tests failed' "$SCRATCH/ctest.log" | tail -1)"
 fi
+# ctest lists the tests that skipped themselves as "N - Name (Skipped)"; the
+# reason is in their output (the GPU tests: "no CUDA device: ...").
+if wanted_layer core && [ -f "$SCRATCH/ctest.log" ]; then
+    n_skipped=$(grep -c '(Skipped)' "$SCRATCH/ctest.log")
+    if [ "$n_skipped" -gt 0 ]; then
+        why=$(grep -ho 'no CUDA device: .*' build/Testing/Temporary/LastTest.log 2>/dev/null | head -1)
+        skipped core "$n_skipped" "$n_skipped GoogleTests skipped${why:+ ($why)}"
+    fi
+fi
 
 # --- 2. the extension ----------------------------------------------------------
 EXT_OK=0
@@ -116,15 +142,17 @@ fi
 
 # --- 3. pg_regress ---------------------------------------------------------------
 wanted_layer regress && banner "pg_regress"
-# sql/pgvector.sql needs the real pgvector (.ci/install-deps.sh builds it)
+# sql/pgvector.sql and sql/pgvector_settings.sql need the real pgvector
+# (.ci/install-deps.sh builds it)
+NEEDS_PGVECTOR=" pgvector pgvector_settings "
 HAVE_PGVECTOR=0
 [ -f "$("$PG_CONFIG" --sharedir)/extension/vector.control" ] && HAVE_PGVECTOR=1
 REGRESS_TESTS=$(for f in sql/*.sql; do
     [ -e "$f" ] || continue
-    [ "$(basename "$f")" = pgvector.sql ] && [ "$HAVE_PGVECTOR" != 1 ] && continue
+    [[ $NEEDS_PGVECTOR == *" $(basename "$f" .sql) "* ]] && [ "$HAVE_PGVECTOR" != 1 ] && continue
     wanted_test "$(basename "$f" .sql)" && basename "$f" .sql
 done)
-[ "$HAVE_PGVECTOR" = 1 ] || record pgvector SKIP "pgvector not installed: sql/pgvector.sql left out"
+[ "$HAVE_PGVECTOR" = 1 ] || record pgvector SKIP "pgvector not installed: sql/pgvector.sql and sql/pgvector_settings.sql left out"
 if ! wanted_layer regress; then
     :
 elif [ "$EXT_OK" != 1 ]; then
@@ -210,10 +238,12 @@ elif [ -z "$TAP_TESTS" ]; then
 else
     # The checkout may not be readable by the test user (a clone under
     # /root): the tests run from a copy, and CAGRA_SRC names that copy.  It
-    # holds test/ and the GPU library when CMake built it.
+    # holds test/, docs/ and the sources of src/ (which 019_docs_match_code
+    # compares), and the GPU library when CMake built it.
     TDIR=$SCRATCH/tap
     mkdir -p "$TDIR/src"
-    cp -r test "$TDIR/src/"
+    cp -r test docs "$TDIR/src/"
+    find src \( -name '*.cpp' -o -name '*.h' \) -print0 | xargs -0 cp --parents -t "$TDIR/src"
     if [ -f build/gpu/libcagra_gpu.so ]; then
         mkdir -p "$TDIR/src/build/gpu" && cp build/gpu/libcagra_gpu.so "$TDIR/src/build/gpu/"
     fi
@@ -231,10 +261,18 @@ else
         mkdir -p tmp_check && cp -r "$TDIR/tmp_check/log" tmp_check/ 2>/dev/null
         record TAP FAIL "logs in tmp_check/log/"
     fi
+    # prove prints "t/NAME.pl .. skipped: REASON" for a file that skipped itself
+    while IFS= read -r line; do
+        skipped TAP 1 "$(basename "${line%% *}"): ${line#*skipped: }"
+    done < <(grep -E '\.pl \.+ skipped: ' "$SCRATCH/tap.log")
 fi
 
 # --- summary ------------------------------------------------------------------------
 banner "summary"
 printf '%s\n' "${SUMMARY[@]}"
-echo "layers: $N_PASS passed, $N_FAIL failed, $N_SKIP skipped"
+if [ ${#SKIPPED[@]} -gt 0 ]; then
+    echo "skipped tests:"
+    printf '  %s\n' "${SKIPPED[@]}"
+fi
+echo "layers: $N_PASS passed, $N_FAIL failed, $N_SKIP skipped; tests or test files skipped: $N_SKIPPED_TESTS"
 exit "$FAILED"

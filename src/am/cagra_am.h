@@ -480,6 +480,11 @@ void		cagra_init_filtered_scan(void);
 Expr	   *cagra_filtered_scan_order_by(const CustomScan *cs);
 /* The planner hook of unread_distance.cpp (_PG_init). */
 void		cagra_init_unread_distance(void);
+/* pgvector_habits.cpp: the error for pgvector's hnsw reloptions, and the
+ * ProcessUtility hook (_PG_init) for columns cagra cannot index and for
+ * pgvector's settings where pgvector is absent. */
+void		cagra_reject_pgvector_reloptions(Datum reloptions);
+void		cagra_init_pgvector_habits(void);
 bytea	   *cagra_options(Datum reloptions, bool validate);
 bool		cagra_validate(Oid opclassoid);
 char	   *cagra_buildphasename(int64 phasenum);

@@ -126,8 +126,12 @@ cagra_options(Datum reloptions, bool validate)
 		{"build_device", RELOPT_TYPE_ENUM, offsetof(CagraOptions, build_device)},
 		{"storage", RELOPT_TYPE_ENUM, offsetof(CagraOptions, storage)},
 	};
-	CagraOptions *opts = (CagraOptions *) build_reloptions(reloptions, validate, cagra_relopt_kind,
-														   sizeof(CagraOptions), tab, lengthof(tab));
+	CagraOptions *opts;
+
+	if (validate)
+		cagra_reject_pgvector_reloptions(reloptions);
+	opts = (CagraOptions *) build_reloptions(reloptions, validate, cagra_relopt_kind,
+											 sizeof(CagraOptions), tab, lengthof(tab));
 
 	if (validate && opts && opts->graph_degree > opts->intermediate_graph_degree)
 		ereport(ERROR,
