@@ -238,7 +238,7 @@ elif [ -z "$TAP_TESTS" ]; then
 else
     # The checkout may not be readable by the test user (a clone under
     # /root): the tests run from a copy, and CAGRA_SRC names that copy.  It
-    # holds test/, docs/ and the sources of src/ (which 019_docs_match_code
+    # holds test/, docs/ and the sources of src/ (which 023_docs_match_code
     # compares), and the GPU library when CMake built it.
     TDIR=$SCRATCH/tap
     mkdir -p "$TDIR/src"

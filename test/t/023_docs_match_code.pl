@@ -1,4 +1,4 @@
-# test/t/019_docs_match_code.pl — the reference pages against the code:
+# test/t/023_docs_match_code.pl — the reference pages against the code:
 # every cagra.* setting in pg_settings and every reloption of the access
 # method has a row in docs/reference.md with the default and the range the
 # server has (and index.md's settings table the defaults); every cagra_*
