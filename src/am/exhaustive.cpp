@@ -24,16 +24,22 @@ cagra_returned_init(CagraReturnedRows *r, MemoryContext cxt)
 }
 
 bool
-cagra_returned_admits(const CagraReturnedRows *r, ItemPointer tid, float distance)
+cagra_returned_contains(const CagraReturnedRows *r, ItemPointer tid)
 {
 	bool		found;
 
 	if (r->count == 0)
-		return true;
-	if (cagra_before_returned(distance, r->farthest))
 		return false;
 	hash_search(r->tids, tid, HASH_FIND, &found);
-	return !found;
+	return found;
+}
+
+bool
+cagra_returned_admits(const CagraReturnedRows *r, ItemPointer tid, float distance)
+{
+	if (r->count == 0)
+		return true;
+	return !cagra_before_returned(distance, r->farthest) && !cagra_returned_contains(r, tid);
 }
 
 void
@@ -74,6 +80,7 @@ struct CagraExhaustivePass
 	uint32		count;
 	uint32		sorted;			/* nodes[0, sorted) are in order ... */
 	uint32		pos;			/* ... and those before pos handed out */
+	uint32		passed_over;	/* live, not returned, nearer than the farthest returned */
 };
 
 /* The first batch sorted: a LIMIT's rows and then some. */
@@ -162,7 +169,14 @@ cagra_exhaustive_next(CagraExhaustivePass *p, const CagraReturnedRows *returned,
 		if (p->pos == p->sorted)
 		{
 			if (p->sorted == p->count)
+			{
+				/* the one way a row is never returned: say so for diagnosis */
+				if (p->passed_over > 0)
+					elog(DEBUG1, "cagra scan of index \"%s\": %u rows the graph search passed over lie nearer than a row it returned and were not returned",
+						 RelationGetRelationName(p->index), p->passed_over);
+				p->passed_over = 0;
 				return false;
+			}
 			cagra_exhaustive_sort_next(p);
 		}
 
@@ -170,8 +184,13 @@ cagra_exhaustive_next(CagraExhaustivePass *p, const CagraReturnedRows *returned,
 		CagraNodeHeader hdr;
 
 		cagra_read_record_bytes(p->index, &p->meta, m->id, 0, sizeof(hdr), &hdr);
-		if (!cagra_node_is_live(hdr.flags) || !cagra_returned_admits(returned, &hdr.heap_tid, m->distance))
+		if (!cagra_node_is_live(hdr.flags) || cagra_returned_contains(returned, &hdr.heap_tid))
 			continue;
+		if (returned->count > 0 && cagra_before_returned(m->distance, returned->farthest))
+		{
+			p->passed_over++;
+			continue;
+		}
 		*tid = hdr.heap_tid;
 		*distance = m->distance;
 		return true;

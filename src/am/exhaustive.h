@@ -29,6 +29,9 @@ typedef struct CagraReturnedRows
 /* An empty set, to live in `cxt`. */
 void		cagra_returned_init(CagraReturnedRows *r, MemoryContext cxt);
 
+/* Whether the scan returned the row. */
+bool		cagra_returned_contains(const CagraReturnedRows *r, ItemPointer tid);
+
 /* Whether the row (tid, distance) may come next: the scan has not returned
  * it, nor a row farther than it (cagra_before_returned). */
 bool		cagra_returned_admits(const CagraReturnedRows *r, ItemPointer tid, float distance);
