@@ -9,11 +9,13 @@
  * cost disable_cost, which a disabled cost here would tie with).
  * With one, the work is the graph search, done before the first row:
  * about itopk_size node expansions of graph_degree distances each, reading
- * that share of the index pages (hot graph pages, counted as sequential and
- * never more than the table's own pages: the table's vectors are often in
- * TOAST, which the sequential scan's cost leaves out), or, when the GPU
- * worker serves searches, a round trip to it.  Rows beyond the
- * first batch continue the search: about graph_degree distances each.
+ * that share of the index pages, or, when the GPU worker serves searches,
+ * a round trip to it instead of the pages.  The pages are counted as
+ * sequential (hot graph pages) and never as more than the table's own
+ * pages, as pgvector counts its graph's: the sequential scan's cost leaves
+ * out the detoasting of out-of-line vectors, which the index's reads stand
+ * for.  Rows beyond the first batch continue the search: about
+ * graph_degree distances each.
  *
  * Filters the scan does not answer (the table's conditions less those its
  * predicate implies) are checked on the rows it returns, so a LIMIT k needs
@@ -41,9 +43,17 @@ extern "C" {
 #include "utils/spccache.h"
 }
 
-/* The fixed cost of a search round, in random page reads (see
- * cagra_filtered_scan_cost). */
+/* The fixed cost of a filtered scan's search round, in random page reads
+ * (see cagra_filtered_scan_cost). */
 #define CAGRA_SEARCH_ROUND_PAGES 100
+
+/*
+ * The fixed cost of one search through the worker, in operator costs: the
+ * request's hand-off and wake-ups both ways, tens of microseconds, where an
+ * operator cost stands for about ten nanoseconds (docs/index.md derives
+ * both).  The search's distances are counted apart.
+ */
+#define CAGRA_WORKER_ROUND_TRIP_OPERATORS 3000
 
 void
 cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
@@ -78,10 +88,10 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	get_tablespace_page_costs(info->reltablespace, &spc_random_page_cost, &spc_seq_page_cost);
 
 	/* With the worker serving searches the backend reads no index page:
-	 * the search is a round trip to the worker, priced as the filtered
-	 * scan's. */
+	 * the worker searches its own copy, and the backend waits for the
+	 * round trip. */
 	Cost		search = visited * (cpu_operator_cost + cpu_index_tuple_cost) +
-		(cagra_worker_serves_searches() ? CAGRA_SEARCH_ROUND_PAGES * spc_random_page_cost
+		(cagra_worker_serves_searches() ? CAGRA_WORKER_ROUND_TRIP_OPERATORS * cpu_operator_cost
 		 : pages * spc_seq_page_cost);
 	Selectivity filtered = clauselist_selectivity(root, info->indrestrictinfo, info->rel->relid, JOIN_INNER,
 												  NULL);

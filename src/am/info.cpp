@@ -115,7 +115,7 @@ cagra_check_read_access(Relation index, Relation heap)
 	Oid			nspid = RelationGetNamespace(heap);
 	Oid			userid = GetUserId();
 
-	if (pg_namespace_aclcheck(nspid, userid, ACL_USAGE) != ACLCHECK_OK)
+	if (cagra_schema_aclcheck(nspid, userid, ACL_USAGE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(nspid));
 	if (pg_class_aclcheck(relid, userid, ACL_SELECT) == ACLCHECK_OK)
 		return;

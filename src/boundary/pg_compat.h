@@ -13,6 +13,9 @@
  * PostgreSQL 17 ties a WaitEventSet to a resource owner (or none) instead of
  * allocating it in a memory context.
  *
+ * PostgreSQL 16 checks privileges on a schema through object_aclcheck(),
+ * which replaced pg_namespace_aclcheck().
+ *
  * It includes only PostgreSQL headers (docs/architecture.md: boundary).
  */
 #pragma once
@@ -25,7 +28,9 @@ extern "C" {
 #else
 #include "storage/relfilenode.h"
 #endif
+#include "catalog/pg_namespace.h"
 #include "storage/latch.h"
+#include "utils/acl.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 }
@@ -60,5 +65,16 @@ cagra_create_process_wait_event_set(int nevents)
 	return CreateWaitEventSet(NULL, nevents);
 #else
 	return CreateWaitEventSet(TopMemoryContext, nevents);
+#endif
+}
+
+/* Whether the user holds the privileges of mode on the schema. */
+static inline AclResult
+cagra_schema_aclcheck(Oid nspid, Oid userid, AclMode mode)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_aclcheck(NamespaceRelationId, nspid, userid, mode);
+#else
+	return pg_namespace_aclcheck(nspid, userid, mode);
 #endif
 }

@@ -273,18 +273,18 @@ is($node->safe_psql('postgres', q{
 	'10', 'the filtered scan chosen by cost returns 10 rows');
 
 # a search through the worker is priced as a round trip, not as the index
-# pages the backend would read: a table of 300 rows is sorted whole, unless
+# pages the backend would read: a table of 100 rows is sorted whole, unless
 # the searches run in the backend
 $node->safe_psql('postgres', q{
-	CREATE TABLE few AS SELECT * FROM many WHERE id <= 300;
+	CREATE TABLE few AS SELECT * FROM many WHERE id <= 100;
 	CREATE INDEX few_v ON few USING cagra (v);
 	ANALYZE few;
 });
 my $few_query = q{EXPLAIN (COSTS OFF) SELECT id FROM few ORDER BY v <-> '[1,0,0,0,0,0,0,0]' LIMIT 10};
 like($node->safe_psql('postgres', $few_query), qr/Sort.*Seq Scan on few/s,
-	'planned with the worker, 300 rows: the sequential scan and sort');
+	'planned with the worker, 100 rows: the sequential scan and sort');
 like($node->safe_psql('postgres', "SET cagra.device = cpu; $few_query"), qr/Index Scan using few_v/,
-	'planned for the backend (cagra.device = cpu), 300 rows: the index scan');
+	'planned for the backend (cagra.device = cpu), 100 rows: the index scan');
 
 # --- cancel while a filtered request waits in the worker's queue --------------------
 # the worker is stopped, so the request stays queued until the timeout
