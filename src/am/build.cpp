@@ -7,7 +7,9 @@
  * graph when it runs, otherwise the core builds it here on its own threads
  * while this (the only PostgreSQL) thread reports progress and watches for
  * interrupts; then the pages are written straight to the file, WAL-logged 32
- * at a time, and synced (docs/storage.md).
+ * at a time (by parallel workers too when the index is large) while the
+ * search buffer is measured, the meta page last, and synced
+ * (docs/storage.md).
  */
 #include "am/cagra_am.h"
 
@@ -983,17 +985,17 @@ cagra_fill_node_page(CagraPageFiller *f, BlockNumber blkno, Page page)
 		   ((PageHeader) page)->pd_lower - CAGRA_PAGE_DATA_START);
 }
 
-/* The meta page, then blocks 1 .. nblocks - 1 in order, by this process,
- * each appended to the file. */
+/* Blocks 1 .. nblocks - 1 in order, by this process, each appended to the
+ * file (block 0, the meta page, is written last). */
 static void
-cagra_serial_write_pages(Relation index, const CagraMetaData *meta, CagraPageFiller *filler, BlockNumber nblocks)
+cagra_serial_write_pages(Relation index, CagraPageFiller *filler, BlockNumber nblocks)
 {
 	bool		wal = RelationNeedsWAL(index);
 	PGAlignedBlock *buf = (PGAlignedBlock *) palloc(sizeof(PGAlignedBlock) * CAGRA_RUN_PAGES);
 	BlockNumber blknos[CAGRA_RUN_PAGES];
 	Page		pages[CAGRA_RUN_PAGES];
 
-	for (BlockNumber first = 0; first < nblocks; first += CAGRA_RUN_PAGES)
+	for (BlockNumber first = 1; first < nblocks; first += CAGRA_RUN_PAGES)
 	{
 		int			npages = (int) Min((BlockNumber) CAGRA_RUN_PAGES, nblocks - first);
 
@@ -1001,10 +1003,7 @@ cagra_serial_write_pages(Relation index, const CagraMetaData *meta, CagraPageFil
 		{
 			blknos[i] = first + i;
 			pages[i] = (Page) buf[i].data;
-			if (blknos[i] == CAGRA_METAPAGE_BLKNO)
-				cagra_init_meta_page(pages[i], meta);
-			else
-				cagra_fill_node_page(filler, blknos[i], pages[i]);
+			cagra_fill_node_page(filler, blknos[i], pages[i]);
 		}
 		cagra_write_run(RelationGetSmgr(index), &CAGRA_REL_FILE_ID(index), wal, true, npages, blknos, pages);
 	}
@@ -1023,7 +1022,6 @@ cagra_serial_write_pages(Relation index, const CagraMetaData *meta, CagraPageFil
  * full size before any writer starts: the leader extends it by its last
  * block, which md.c precedes by the last block of every earlier 1 GB
  * segment, so each segment exists (sparse) and writers only write into it.
- * The meta page goes last, from the leader.
  */
 #define CAGRA_WRITE_KEY_SHARED UINT64CONST(0xCA6A000000000002)
 #define CAGRA_WRITE_SLOTS_PER_WRITER 4
@@ -1145,12 +1143,11 @@ cagra_write_workers(Relation index, BlockNumber nblocks)
 	return (int) Min((BlockNumber) max_parallel_maintenance_workers, nblocks / CAGRA_BLOCKS_PER_WRITER);
 }
 
-/* Blocks 1 .. nblocks - 1 by the leader and parallel workers, then the
- * meta page; false, with nothing written, when no parallel context can be
- * had. */
+/* Blocks 1 .. nblocks - 1 by the leader and parallel workers; false, with
+ * nothing written, when no parallel context can be had. */
 static bool
-cagra_parallel_write_pages(Relation index, IndexInfo *indexInfo, const CagraMetaData *meta, CagraPageFiller *filler,
-						   BlockNumber nblocks, int nworkers)
+cagra_parallel_write_pages(Relation index, IndexInfo *indexInfo, CagraPageFiller *filler, BlockNumber nblocks,
+						   int nworkers)
 {
 	uint32		nslots = (uint32) (nworkers + 1) * CAGRA_WRITE_SLOTS_PER_WRITER;
 	Size		bytes = add_size(cagra_parallel_write_header_bytes(nslots),
@@ -1273,42 +1270,40 @@ cagra_parallel_write_pages(Relation index, IndexInfo *indexInfo, const CagraMeta
 							 RelationGetRelationName(index), pcxt->nworkers_launched)));
 	DestroyParallelContext(pcxt);
 	ExitParallelMode();
-
-	PGAlignedBlock metabuf;
-	BlockNumber metablk = CAGRA_METAPAGE_BLKNO;
-	Page		metapage = (Page) metabuf.data;
-
-	cagra_init_meta_page(metapage, meta);
-	cagra_write_run(smgr, &CAGRA_REL_FILE_ID(index), RelationNeedsWAL(index), false, 1, &metablk, &metapage);
 	return true;
 }
 
-/* The meta page and blocks 1 .. cagra_blocks_for(n) - 1 (whole groups, and
- * the used pages of the last one); *write_seconds the time to the sync,
- * from *mark, which moves to then. */
+/* Blocks 1 .. cagra_blocks_for(n) - 1: whole groups, and the used pages of
+ * the last one. */
 static void
-cagra_write_pages(Relation index, IndexInfo *indexInfo, const CagraMetaData *meta, const CagraBuildState *bs,
-				  const cagra::Graph *graph, instr_time *mark, double *write_seconds)
+cagra_write_node_pages(Relation index, IndexInfo *indexInfo, const CagraMetaData *meta, const CagraBuildState *bs,
+					   const cagra::Graph *graph)
 {
-	BlockNumber nblocks = bs->n > 0 ? cagra_blocks_for(meta, (uint32) bs->n) : 1;
+	BlockNumber nblocks = cagra_blocks_for(meta, (uint32) bs->n);
 	CagraPageFiller filler;
 	int			nworkers = cagra_write_workers(index, nblocks);
 
 	filler.meta = meta;
 	filler.bs = bs;
 	filler.graph = graph;
-	filler.group = bs->n > 0 ? (char *) palloc(cagra_group_bytes(meta)) : NULL;
+	filler.group = (char *) palloc(cagra_group_bytes(meta));
+	if (nworkers == 0 || !cagra_parallel_write_pages(index, indexInfo, &filler, nblocks, nworkers))
+		cagra_serial_write_pages(index, &filler, nblocks);
+	pfree(filler.group);
+}
 
-	if (nworkers == 0 || !cagra_parallel_write_pages(index, indexInfo, meta, &filler, nblocks, nworkers))
-		cagra_serial_write_pages(index, meta, &filler, nblocks);
-	*write_seconds = cagra_lap(mark);
-	if (RelationNeedsWAL(index))
-	{
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_SYNC);
-		smgrimmedsync(RelationGetSmgr(index), MAIN_FORKNUM);
-	}
-	if (filler.group)
-		pfree(filler.group);
+/* The meta page, last: into its block when node pages follow it, else as
+ * the file's only block. */
+static void
+cagra_write_meta_page(Relation index, const CagraMetaData *meta, bool has_nodes)
+{
+	PGAlignedBlock buf;
+	BlockNumber blkno = CAGRA_METAPAGE_BLKNO;
+	Page		page = (Page) buf.data;
+
+	cagra_init_meta_page(page, meta);
+	cagra_write_run(RelationGetSmgr(index), &CAGRA_REL_FILE_ID(index), RelationNeedsWAL(index), !has_nodes, 1,
+					&blkno, &page);
 }
 
 static void
@@ -1364,20 +1359,81 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
  * the smallest that reaches recall 0.95 on a sample of its own rows, each
  * searched for in the graph without it, and the entry probes CPU searches
  * use while cagra.entry_probes is -1 (cagra::choose_itopk, docs/tuning.md),
- * into the meta page.  A NOTICE says when itopk_size is above the default.
+ * for the meta page.  It runs on a thread of its own while the node pages
+ * are written: both only read the graph and the vectors, and the meta page
+ * goes last.
  */
-static void
-cagra_measure_search(const CagraBuildState *bs, const cagra::BuiltGraph &built, CagraMetaData *meta)
+struct CagraMeasureJob
 {
+	cagra::DatasetView data;
+	cagra::Metric metric = cagra::Metric::L2;
+	const cagra::BuiltGraph *built = nullptr;
+	uint64_t	seed = 0;
+	uint32_t	threads = 1;
 	cagra::ItopkChoice choice;
+	CagraStatus status;
+	double		seconds = 0;
+	std::thread thread;
 
+	~CagraMeasureJob()
+	{
+		if (thread.joinable())
+			thread.join();
+	}
+
+	void run() noexcept
+	{
+		instr_time	start;
+
+		INSTR_TIME_SET_CURRENT(start);
+		cagra_guard(&status, [this] {
+			choice = cagra::choose_itopk(built->graph, data, metric, built->entry_nodes, seed, threads);
+		});
+		seconds = cagra_lap(&start);
+	}
+};
+
+/* Start the measurement; its owner (in the build's memory context) joins
+ * the thread when freed, on any error too. */
+static CagraMeasureJob *
+cagra_start_measure(const CagraBuildState *bs, const cagra::BuiltGraph *built, CagraOwner **owner_out)
+{
+	CagraStatus st;
+	CagraMeasureJob *job = nullptr;
+
+	if (!cagra_guard(&st, [&job] { job = new CagraMeasureJob(); }))
+		cagra_report_status(&st);
+	*owner_out = cagra_owner_new(bs->cxt, job, cagra_delete_object<CagraMeasureJob>);
+	job->data = cagra::DatasetView{bs->vectors, bs->n, bs->dims};
+	job->metric = bs->metric;
+	job->built = built;
+	job->seed = bs->params.seed;
+	job->threads = bs->params.threads;
+	if (!cagra_guard(&st, [job] { job->thread = cagra_start_thread([job] { job->run(); }); }))
+	{
+		cagra_owner_free(*owner_out);
+		cagra_report_status(&st);
+	}
+	return job;
+}
+
+/* Wait for the measurement and put its result into the meta page; a
+ * NOTICE says when itopk_size is above the default.  *seconds: how long it
+ * ran (beside the writes). */
+static void
+cagra_finish_measure(const CagraBuildState *bs, CagraMeasureJob *job, CagraOwner *owner, CagraMetaData *meta,
+					 double *seconds)
+{
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_MEASURE);
-	cagra_guard_or_error([&] {
-		cagra::DatasetView view{bs->vectors, bs->n, bs->dims};
+	job->thread.join();
 
-		choice = cagra::choose_itopk(built.graph, view, bs->metric, built.entry_nodes, bs->params.seed,
-									 bs->params.threads);
-	});
+	cagra::ItopkChoice choice = job->choice;
+	CagraStatus st = job->status;
+
+	*seconds = job->seconds;
+	cagra_owner_free(owner);
+	if (!st.ok)
+		cagra_report_status(&st);
 	if (choice.measured)
 		elog(DEBUG1, "cagra build of \"%s\": itopk_size %u reaches recall@10 %.3f on %u of its rows, against %s; "
 			 "from the entry index %u probes %.3f, %u probes %.3f",
@@ -1471,18 +1527,41 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	meta.build_device = built_on;
 	if (built)
 	{
-		cagra_measure_search(bs, *built, &meta);
 		meta.entry_count = (uint32) Min(built->entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
 		if (built->long_edges)
 			meta.build_flags |= CAGRA_BUILT_LONG_EDGES;
 		for (uint32 i = 0; i < meta.entry_count; i++)
 			meta.entries[i] = built->entry_nodes[i];
-		measure_s = cagra_lap(&mark);
-	}
 
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
-	cagra_write_pages(index, indexInfo, &meta, bs, built ? &built->graph : NULL, &mark, &write_s);
+		CagraOwner *measure_owner;
+		CagraMeasureJob *measure = cagra_start_measure(bs, built, &measure_owner);
+
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
+		/* The measurement reads the rows segment and the mappings, which an
+		 * abort releases before it deletes this memory context: joined
+		 * first. */
+		PG_TRY();
+		{
+			cagra_write_node_pages(index, indexInfo, &meta, bs, &built->graph);
+		}
+		PG_CATCH();
+		{
+			cagra_owner_free(measure_owner);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		cagra_finish_measure(bs, measure, measure_owner, &meta, &measure_s);
+	}
+	else
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
+	cagra_write_meta_page(index, &meta, built != NULL);
+	write_s = cagra_lap(&mark);
+	if (RelationNeedsWAL(index))
+	{
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_SYNC);
+		smgrimmedsync(RelationGetSmgr(index), MAIN_FORKNUM);
+	}
 	sync_s = cagra_lap(&mark);
 	ereport(DEBUG1,
 			(errmsg_internal("cagra build of \"%s\": %llu rows; seconds: scan %.3f, graph %.3f, measure %.3f, write %.3f, sync %.3f",
