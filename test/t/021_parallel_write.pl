@@ -2,7 +2,8 @@
 # parallel workers as well as the leader (max_parallel_maintenance_workers
 # bounds them): every page is the same as a one-writer build's, but for the
 # WAL position (pd_lsn, and so pd_checksum) of each page and the meta page's
-# generation, which starts at the WAL position; a streaming standby replays
+# generation, which starts at the WAL position, also when no worker could
+# be started and the leader writes alone; a streaming standby replays
 # the several writers' WAL to the same bytes and answers the same; an
 # immediate stop right after the build commits leaves an index that answers
 # and checks clean after recovery.  The heap is scanned serially
@@ -41,15 +42,16 @@ $primary->safe_psql('postgres', q{
 # many workers did.
 sub build
 {
-	my ($name, $workers) = @_;
+	my ($name, $workers, $settings) = @_;
+	$settings //= '';
 	my ($ret, $out, $err) = $primary->psql('postgres',
-		"SET client_min_messages = debug1; SET max_parallel_maintenance_workers = $workers;
+		"SET client_min_messages = debug1; SET max_parallel_maintenance_workers = $workers; $settings
 		 CREATE INDEX $name ON items USING cagra (v)");
 	is($ret, 0, "build of $name succeeds") or diag($err);
-	return $err =~ /pages written by (\d+) parallel workers and the leader/ ? $1 : 0;
+	return $err =~ /pages written by (\d+) parallel workers and the leader/ ? $1 : -1;
 }
 
-is(build('one_writer', 0), 0, 'with no maintenance workers one process writes the pages');
+is(build('one_writer', 0), -1, 'with no maintenance workers one process writes the pages');
 my $writers = build('several_writers', 2);
 cmp_ok($writers, '>=', 1, "pages written by $writers parallel workers and the leader");
 
@@ -100,9 +102,17 @@ sub compare_pages
 	return (scalar(@pa), scalar(@pb), -1);
 }
 
+# Workers asked for but none to be had (max_parallel_workers = 0): the
+# leader writes every run through the shared slots itself.
+is(build('no_worker_started', 2, 'SET max_parallel_workers = 0;'), 0,
+	'with no worker started the leader writes through the parallel path alone');
+
 my $one = read_file_raw(file_of($primary, 'one_writer'));
 my $several = read_file_raw(file_of($primary, 'several_writers'));
-my ($na, $nb, $diff) = compare_pages($one, $several);
+my ($na, $nb, $diff) = compare_pages($one, read_file_raw(file_of($primary, 'no_worker_started')));
+is($diff, -1, 'every page of the leader-alone build equals the one-writer build\'s, but for the WAL position');
+$primary->safe_psql('postgres', 'DROP INDEX no_worker_started');
+($na, $nb, $diff) = compare_pages($one, $several);
 cmp_ok($na, '>=', 1024, "the index has $na pages");
 diag("$na pages, written by $writers parallel workers and the leader");
 is($nb, $na, 'both builds have the same number of pages');
@@ -129,10 +139,23 @@ $standby->safe_psql('postgres', 'CHECKPOINT');
 is(read_file_raw(file_of($standby, 'several_writers')) eq $several ? 1 : 0, 1,
 	'the standby\'s index file is byte-identical to the primary\'s');
 
+# REINDEX (a new relfilenode, which the workers must write) and REINDEX
+# CONCURRENTLY, both with several writers.
+for my $reindex ('REINDEX INDEX several_writers', 'REINDEX INDEX CONCURRENTLY several_writers')
+{
+	my ($ret, $out, $err) = $primary->psql('postgres',
+		"SET client_min_messages = debug1; SET max_parallel_maintenance_workers = 2; $reindex");
+	is($ret, 0, "$reindex succeeds") or diag($err);
+	like($err, qr/pages written by [12] parallel workers and the leader/, "$reindex has several writers");
+	is($primary->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('several_writers')"), '0',
+		"after $reindex the index checks clean");
+	is($primary->safe_psql('postgres', $queries), $answers, "after $reindex the index answers the same");
+}
+
 # An immediate stop right after the build commits: recovery replays its WAL
 # (the checkpoint before it gives a redo point before the build).
 $primary->safe_psql('postgres', 'CHECKPOINT');
-is(build('after_crash', 2) >= 1 ? 1 : 0, 1, 'the build before the crash has several writers');
+cmp_ok(build('after_crash', 2), '>=', 1, 'the build before the crash has several writers');
 $primary->stop('immediate');
 $primary->start;
 is($primary->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('after_crash')"), '0',
