@@ -3,7 +3,9 @@
 # bounds them): every page is the same as a one-writer build's, but for the
 # WAL position (pd_lsn, and so pd_checksum) of each page and the meta page's
 # generation, which starts at the WAL position, also when no worker could
-# be started and the leader writes alone; a streaming standby replays
+# be started and the leader writes alone, and for an unlogged table's index
+# (no WAL); a build in a subtransaction rolled back leaves nothing; REINDEX
+# and REINDEX CONCURRENTLY write with several writers; a streaming standby replays
 # the several writers' WAL to the same bytes and answers the same; an
 # immediate stop right after the build commits leaves an index that answers
 # and checks clean after recovery.  The heap is scanned serially
@@ -112,6 +114,20 @@ my $several = read_file_raw(file_of($primary, 'several_writers'));
 my ($na, $nb, $diff) = compare_pages($one, read_file_raw(file_of($primary, 'no_worker_started')));
 is($diff, -1, 'every page of the leader-alone build equals the one-writer build\'s, but for the WAL position');
 $primary->safe_psql('postgres', 'DROP INDEX no_worker_started');
+
+# An unlogged table's index: the workers write without WAL.
+$primary->safe_psql('postgres',
+	'CREATE UNLOGGED TABLE unlogged_items WITH (parallel_workers = 0) AS SELECT * FROM items ORDER BY id');
+{
+	my ($ret, $out, $err) = $primary->psql('postgres',
+		"SET client_min_messages = debug1; SET max_parallel_maintenance_workers = 2;
+		 CREATE INDEX unlogged_index ON unlogged_items USING cagra (v)");
+	is($ret, 0, 'the unlogged build succeeds') or diag($err);
+	like($err, qr/pages written by [12] parallel workers and the leader/, 'the unlogged build has several writers');
+}
+($na, $nb, $diff) = compare_pages($one, read_file_raw(file_of($primary, 'unlogged_index')));
+is($diff, -1, 'every page of the unlogged build equals the one-writer build\'s, but for the WAL position');
+$primary->safe_psql('postgres', 'DROP TABLE unlogged_items');
 ($na, $nb, $diff) = compare_pages($one, $several);
 cmp_ok($na, '>=', 1024, "the index has $na pages");
 diag("$na pages, written by $writers parallel workers and the leader");
@@ -138,6 +154,18 @@ is($standby->safe_psql('postgres', $queries), $answers, 'the standby answers as 
 $standby->safe_psql('postgres', 'CHECKPOINT');
 is(read_file_raw(file_of($standby, 'several_writers')) eq $several ? 1 : 0, 1,
 	'the standby\'s index file is byte-identical to the primary\'s');
+
+# Inside a subtransaction that then rolls back: the workers write the
+# subtransaction's new file, and the rollback leaves no index.
+{
+	my ($ret, $out, $err) = $primary->psql('postgres',
+		"BEGIN; SAVEPOINT s; SET LOCAL client_min_messages = debug1; SET LOCAL max_parallel_maintenance_workers = 2;
+		 CREATE INDEX in_savepoint ON items USING cagra (v); ROLLBACK TO s; COMMIT;");
+	is($ret, 0, 'a build in a subtransaction succeeds') or diag($err);
+	like($err, qr/pages written by [12] parallel workers and the leader/, 'and has several writers');
+	is($primary->safe_psql('postgres', "SELECT count(*) FROM pg_class WHERE relname = 'in_savepoint'"), '0',
+		'after the rollback to the savepoint no index is left');
+}
 
 # REINDEX (a new relfilenode, which the workers must write) and REINDEX
 # CONCURRENTLY, both with several writers.
