@@ -7,7 +7,9 @@
  * graph when it runs, otherwise the core builds it here on its own threads
  * while this (the only PostgreSQL) thread reports progress and watches for
  * interrupts; then the pages are written straight to the file, WAL-logged 32
- * at a time, and synced (docs/storage.md).
+ * at a time (by parallel workers too when the index is large) while the
+ * search buffer is measured, the meta page last, and synced
+ * (docs/storage.md).
  */
 #include "am/cagra_am.h"
 
@@ -28,6 +30,7 @@ extern "C" {
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "optimizer/optimizer.h"
+#include "storage/condition_variable.h"
 #include "storage/dsm.h"
 #include "storage/dsm_impl.h"
 #include "storage/fd.h"
@@ -921,103 +924,385 @@ cagra_fill_group(const CagraMetaData *meta, const CagraBuildState *bs, const cag
  * XLR_MAX_BLOCK_ID full pages as they are written instead of a second pass
  * over the buffers, and one fsync at the end (a checkpoint during the build
  * cannot flush pages that are not in shared buffers, and replay from it would
- * skip their WAL).
+ * skip their WAL).  A large index is written by parallel workers too
+ * (cagra_parallel_write_pages).
  */
-typedef struct CagraPageWriter
-{
-	Relation	index;
-	bool		wal;
-	int			npages;
-	BlockNumber blknos[XLR_MAX_BLOCK_ID];
-	Page		pages[XLR_MAX_BLOCK_ID];
-	PGAlignedBlock *buf;		/* XLR_MAX_BLOCK_ID pages */
-} CagraPageWriter;
+#define CAGRA_RUN_PAGES XLR_MAX_BLOCK_ID
 
+/* WAL-log `npages` pages, checksum them and write them: appended to the file
+ * (extend) or into blocks it already has. */
 static void
-cagra_writer_flush(CagraPageWriter *w)
+cagra_write_run(SMgrRelation smgr, CagraRelFileId *file, bool wal, bool extend, int npages,
+				BlockNumber *blknos, Page *pages)
 {
-	if (w->npages == 0)
-		return;
-	if (w->wal)
-		log_newpages(&CAGRA_REL_FILE_ID(w->index), MAIN_FORKNUM, w->npages, w->blknos, w->pages, true);
-	for (int i = 0; i < w->npages; i++)
+	if (wal)
+		log_newpages(file, MAIN_FORKNUM, npages, blknos, pages, true);
+	for (int i = 0; i < npages; i++)
 	{
-		PageSetChecksumInplace(w->pages[i], w->blknos[i]);
-		smgrextend(RelationGetSmgr(w->index), MAIN_FORKNUM, w->blknos[i], (char *) w->pages[i], true);
+		PageSetChecksumInplace(pages[i], blknos[i]);
+		if (extend)
+			smgrextend(smgr, MAIN_FORKNUM, blknos[i], (char *) pages[i], true);
+		else
+			smgrwrite(smgr, MAIN_FORKNUM, blknos[i], (char *) pages[i], true);
 	}
 	/*
 	 * Start the kernel writing these pages now, as the checkpointer does
 	 * (checkpoint_flush_after): else gigabytes of dirty pages wait for the
 	 * final fsync while the WAL's segment syncs compete with them.
 	 */
-	smgrwriteback(RelationGetSmgr(w->index), MAIN_FORKNUM, w->blknos[0], w->npages);
-	w->npages = 0;
+	smgrwriteback(smgr, MAIN_FORKNUM, blknos[0], npages);
 }
 
-/* The page for block `blkno` (the next block of the file), to be filled;
- * it is written at the next flush. */
-static Page
-cagra_writer_page(CagraPageWriter *w, BlockNumber blkno)
+/* What fills node pages: the group being serialised, filled at its first
+ * page. */
+typedef struct CagraPageFiller
 {
-	if (w->npages == XLR_MAX_BLOCK_ID)
-		cagra_writer_flush(w);
+	const CagraMetaData *meta;
+	const CagraBuildState *bs;
+	const cagra::Graph *graph;
+	char	   *group;			/* cagra_group_bytes(meta) */
+} CagraPageFiller;
 
-	Page		page = (Page) w->buf[w->npages].data;
-
-	w->blknos[w->npages] = blkno;
-	w->pages[w->npages] = page;
-	w->npages++;
-	return page;
-}
-
-/* The meta page, then blocks 1 .. cagra_blocks_for(n) - 1 in order (whole
- * groups, and the used pages of the last one); *write_seconds the time to
- * the sync, from *mark, which moves to then. */
+/* Fill node page `blkno` (blocks are filled in order). */
 static void
-cagra_write_pages(Relation index, const CagraMetaData *meta, const CagraBuildState *bs,
-				  const cagra::Graph *graph, instr_time *mark, double *write_seconds)
+cagra_fill_node_page(CagraPageFiller *f, BlockNumber blkno, Page page)
 {
-	CagraPageWriter w;
-	BlockNumber nblocks = bs->n > 0 ? cagra_blocks_for(meta, (uint32) bs->n) : 1;
-	char	   *group = bs->n > 0 ? (char *) palloc(cagra_group_bytes(meta)) : NULL;
+	const CagraMetaData *meta = f->meta;
+	uint64		g = (blkno - 1) / meta->pages_per_group;
+	uint32		q = (blkno - 1) % meta->pages_per_group;
 
-	w.index = index;
-	w.wal = RelationNeedsWAL(index);
-	w.npages = 0;
-	w.buf = (PGAlignedBlock *) palloc(sizeof(PGAlignedBlock) * XLR_MAX_BLOCK_ID);
-
-	cagra_init_meta_page(cagra_writer_page(&w, CAGRA_METAPAGE_BLKNO), meta);
-	for (BlockNumber blkno = 1; blkno < nblocks; blkno++)
+	if (q == 0)
 	{
-		uint64		g = (blkno - 1) / meta->pages_per_group;
-		uint32		q = (blkno - 1) % meta->pages_per_group;
-
-		if (q == 0)
+		cagra_fill_group(meta, f->bs, *f->graph, g, f->group);
+		if (g % 64 == 0)
 		{
-			cagra_fill_group(meta, bs, *graph, g, group);
-			if (g % 64 == 0)
-			{
-				pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE,
-											 (int64) (g * meta->nodes_per_group));
-				CHECK_FOR_INTERRUPTS();
-			}
+			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) (g * meta->nodes_per_group));
+			CHECK_FOR_INTERRUPTS();
 		}
-		Page		page = cagra_writer_page(&w, blkno);
+	}
+	cagra_init_node_page(page, meta, blkno);
+	memcpy((char *) page + CAGRA_PAGE_DATA_START, f->group + (uint64) q * CAGRA_PAGE_USABLE,
+		   ((PageHeader) page)->pd_lower - CAGRA_PAGE_DATA_START);
+}
 
-		cagra_init_node_page(page, meta, blkno);
-		memcpy((char *) page + CAGRA_PAGE_DATA_START, group + (uint64) q * CAGRA_PAGE_USABLE,
-			   ((PageHeader) page)->pd_lower - CAGRA_PAGE_DATA_START);
-	}
-	cagra_writer_flush(&w);
-	*write_seconds = cagra_lap(mark);
-	if (w.wal)
+/* Blocks 1 .. nblocks - 1 in order, by this process, each appended to the
+ * file (block 0, the meta page, is written last). */
+static void
+cagra_serial_write_pages(Relation index, CagraPageFiller *filler, BlockNumber nblocks)
+{
+	bool		wal = RelationNeedsWAL(index);
+	PGAlignedBlock *buf = (PGAlignedBlock *) palloc(sizeof(PGAlignedBlock) * CAGRA_RUN_PAGES);
+	BlockNumber blknos[CAGRA_RUN_PAGES];
+	Page		pages[CAGRA_RUN_PAGES];
+
+	for (BlockNumber first = 1; first < nblocks; first += CAGRA_RUN_PAGES)
 	{
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_SYNC);
-		smgrimmedsync(RelationGetSmgr(index), MAIN_FORKNUM);
+		int			npages = (int) Min((BlockNumber) CAGRA_RUN_PAGES, nblocks - first);
+
+		for (int i = 0; i < npages; i++)
+		{
+			blknos[i] = first + i;
+			pages[i] = (Page) buf[i].data;
+			cagra_fill_node_page(filler, blknos[i], pages[i]);
+		}
+		cagra_write_run(RelationGetSmgr(index), &CAGRA_REL_FILE_ID(index), wal, true, npages, blknos, pages);
 	}
-	pfree(w.buf);
-	if (group)
-		pfree(group);
+	pfree(buf);
+}
+
+/*
+ * Several writers: the WAL-logging, checksums and writes of node pages
+ * spread over parallel workers, whose WAL insertions proceed side by side.
+ * The leader alone reads the graph and the vectors (its own memory or
+ * mappings): it fills runs of CAGRA_RUN_PAGES pages, in block order, into a
+ * ring of slots in shared memory; a writer takes the next filled run, logs it
+ * as one record and writes it in place, and frees its slot.  The leader
+ * writes runs itself whenever the slot it would fill next is still taken, so
+ * the build never waits on a worker that did not start.  The file has its
+ * full size before any writer starts: the leader extends it by its last
+ * block, which md.c precedes by the last block of every earlier 1 GB
+ * segment, so each segment exists (sparse) and writers only write into it.
+ */
+#define CAGRA_WRITE_KEY_SHARED UINT64CONST(0xCA6A000000000002)
+#define CAGRA_WRITE_SLOTS_PER_WRITER 4
+/* Blocks a writer must have to itself to be worth starting: a worker's
+ * start costs about what writing a few megabytes does. */
+#define CAGRA_BLOCKS_PER_WRITER 512
+
+typedef struct CagraParallelWrite
+{
+	Oid			indexrelid;
+	bool		isconcurrent;
+	bool		wal;			/* the leader's RelationNeedsWAL: a worker cannot
+								 * tell whether the relation is new in this
+								 * transaction (wal_level minimal) */
+	CagraRelFileId file;
+	BlockNumber nblocks;
+	uint32		nslots;
+	ConditionVariable changed;	/* a run filled or written, or the last filled */
+	slock_t		mutex;			/* protects what follows */
+	uint64		filled;			/* runs filled; run r is in slot r % nslots */
+	uint64		claimed;		/* runs taken by a writer */
+	bool		all_filled;
+	/* nslots bools (a slot holds a run not yet written), then at
+	 * BUFFERALIGN the slots' pages */
+} CagraParallelWrite;
+
+static bool *
+cagra_write_slot_busy(CagraParallelWrite *pw)
+{
+	return (bool *) ((char *) pw + sizeof(CagraParallelWrite));
+}
+
+static Size
+cagra_parallel_write_header_bytes(uint32 nslots)
+{
+	return BUFFERALIGN(sizeof(CagraParallelWrite) + nslots * sizeof(bool));
+}
+
+static Page
+cagra_write_slot_page(CagraParallelWrite *pw, uint64 run, int i)
+{
+	char	   *pages = (char *) pw + cagra_parallel_write_header_bytes(pw->nslots);
+
+	return (Page) (pages + ((Size) (run % pw->nslots) * CAGRA_RUN_PAGES + i) * BLCKSZ);
+}
+
+/* The next filled run no writer has taken, or -1: none now, and
+ * *finished when none will come. */
+static int64
+cagra_claim_run(CagraParallelWrite *pw, bool *finished)
+{
+	int64		run = -1;
+
+	SpinLockAcquire(&pw->mutex);
+	if (pw->claimed < pw->filled)
+		run = (int64) pw->claimed++;
+	*finished = pw->all_filled;
+	SpinLockRelease(&pw->mutex);
+	return run;
+}
+
+static void
+cagra_write_claimed_run(CagraParallelWrite *pw, Relation index, uint64 run)
+{
+	BlockNumber blknos[CAGRA_RUN_PAGES];
+	Page		pages[CAGRA_RUN_PAGES];
+	BlockNumber first = 1 + (BlockNumber) run * CAGRA_RUN_PAGES;
+	int			npages = (int) Min((BlockNumber) CAGRA_RUN_PAGES, pw->nblocks - first);
+
+	for (int i = 0; i < npages; i++)
+	{
+		blknos[i] = first + i;
+		pages[i] = cagra_write_slot_page(pw, run, i);
+	}
+	cagra_write_run(RelationGetSmgr(index), &pw->file, pw->wal, false, npages, blknos, pages);
+	SpinLockAcquire(&pw->mutex);
+	cagra_write_slot_busy(pw)[run % pw->nslots] = false;
+	SpinLockRelease(&pw->mutex);
+	ConditionVariableBroadcast(&pw->changed);
+}
+
+/* A parallel worker of the write phase (named in CreateParallelContext). */
+extern "C" PGDLLEXPORT void cagra_parallel_write_main(dsm_segment *seg, shm_toc *toc);
+
+void
+cagra_parallel_write_main(dsm_segment *seg, shm_toc *toc)
+{
+	CagraParallelWrite *pw = (CagraParallelWrite *) shm_toc_lookup(toc, CAGRA_WRITE_KEY_SHARED, false);
+	LOCKMODE	index_lock = pw->isconcurrent ? RowExclusiveLock : AccessExclusiveLock;
+	Relation	index = index_open(pw->indexrelid, index_lock);
+
+	if (!CAGRA_REL_FILE_ID_EQUALS(CAGRA_REL_FILE_ID(index), pw->file))
+		elog(ERROR, "cagra parallel build: index \"%s\" has other files in a worker than in the leader",
+			 RelationGetRelationName(index));
+	for (;;)
+	{
+		bool		finished;
+		int64		run = cagra_claim_run(pw, &finished);
+
+		if (run >= 0)
+			cagra_write_claimed_run(pw, index, (uint64) run);
+		else if (finished)
+			break;
+		else
+			ConditionVariableSleep(&pw->changed, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	index_close(index, index_lock);
+}
+
+/* The parallel workers that write the pages: as many as
+ * max_parallel_maintenance_workers allows and the blocks keep busy. */
+static int
+cagra_write_workers(Relation index, BlockNumber nblocks)
+{
+	if (!IsUnderPostmaster || IsInParallelMode() || !IsNormalProcessingMode() ||
+		index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
+		return 0;
+	return (int) Min((BlockNumber) max_parallel_maintenance_workers, nblocks / CAGRA_BLOCKS_PER_WRITER);
+}
+
+/* Blocks 1 .. nblocks - 1 by the leader and parallel workers; false, with
+ * nothing written, when no parallel context can be had. */
+static bool
+cagra_parallel_write_pages(Relation index, IndexInfo *indexInfo, CagraPageFiller *filler, BlockNumber nblocks,
+						   int nworkers)
+{
+	uint32		nslots = (uint32) (nworkers + 1) * CAGRA_WRITE_SLOTS_PER_WRITER;
+	Size		bytes = add_size(cagra_parallel_write_header_bytes(nslots),
+								 mul_size((Size) nslots * CAGRA_RUN_PAGES, BLCKSZ));
+
+	if (!cagra_dsm_has_room(bytes))
+		return false;
+
+	EnterParallelMode();
+
+	ParallelContext *pcxt = CreateParallelContext("cagra", "cagra_parallel_write_main", nworkers);
+
+	shm_toc_estimate_chunk(&pcxt->estimator, bytes);
+	shm_toc_estimate_keys(&pcxt->estimator, 1);
+	InitializeParallelDSM(pcxt);
+	if (pcxt->seg == NULL)
+	{
+		DestroyParallelContext(pcxt);
+		ExitParallelMode();
+		return false;
+	}
+
+	CagraParallelWrite *pw = (CagraParallelWrite *) shm_toc_allocate(pcxt->toc, bytes);
+	bool	   *busy = cagra_write_slot_busy(pw);
+
+	pw->indexrelid = RelationGetRelid(index);
+	pw->isconcurrent = indexInfo->ii_Concurrent;
+	pw->wal = RelationNeedsWAL(index);
+	pw->file = CAGRA_REL_FILE_ID(index);
+	pw->nblocks = nblocks;
+	pw->nslots = nslots;
+	ConditionVariableInit(&pw->changed);
+	SpinLockInit(&pw->mutex);
+	pw->filled = pw->claimed = 0;
+	pw->all_filled = false;
+	for (uint32 s = 0; s < nslots; s++)
+		busy[s] = false;
+	shm_toc_insert(pcxt->toc, CAGRA_WRITE_KEY_SHARED, pw);
+
+	/* the file at its full size before anyone writes into it */
+	{
+		PGAlignedBlock zero;
+
+		memset(zero.data, 0, BLCKSZ);
+		smgrextend(RelationGetSmgr(index), MAIN_FORKNUM, nblocks - 1, zero.data, true);
+	}
+
+	LaunchParallelWorkers(pcxt);
+
+	uint64		nruns = ((uint64) nblocks - 1 + CAGRA_RUN_PAGES - 1) / CAGRA_RUN_PAGES;
+
+	for (uint64 run = 0; run < nruns; run++)
+	{
+		uint32		slot = (uint32) (run % nslots);
+
+		for (;;)
+		{
+			bool		taken;
+			bool		finished;
+
+			SpinLockAcquire(&pw->mutex);
+			taken = busy[slot];
+			SpinLockRelease(&pw->mutex);
+			if (!taken)
+				break;
+
+			int64		other = cagra_claim_run(pw, &finished);
+
+			if (other >= 0)
+				cagra_write_claimed_run(pw, index, (uint64) other);
+			else
+				ConditionVariableSleep(&pw->changed, PG_WAIT_EXTENSION);
+		}
+		ConditionVariableCancelSleep();
+
+		BlockNumber first = 1 + (BlockNumber) run * CAGRA_RUN_PAGES;
+		int			npages = (int) Min((BlockNumber) CAGRA_RUN_PAGES, nblocks - first);
+
+		for (int i = 0; i < npages; i++)
+			cagra_fill_node_page(filler, first + i, cagra_write_slot_page(pw, run, i));
+		SpinLockAcquire(&pw->mutex);
+		busy[slot] = true;
+		pw->filled++;
+		SpinLockRelease(&pw->mutex);
+		ConditionVariableBroadcast(&pw->changed);
+	}
+	SpinLockAcquire(&pw->mutex);
+	pw->all_filled = true;
+	SpinLockRelease(&pw->mutex);
+	ConditionVariableBroadcast(&pw->changed);
+
+	/* the runs no worker took, then those they are writing */
+	for (;;)
+	{
+		bool		finished;
+		int64		run = cagra_claim_run(pw, &finished);
+
+		if (run < 0)
+			break;
+		cagra_write_claimed_run(pw, index, (uint64) run);
+	}
+	for (;;)
+	{
+		bool		any_busy = false;
+
+		SpinLockAcquire(&pw->mutex);
+		for (uint32 s = 0; s < nslots && !any_busy; s++)
+			any_busy = busy[s];
+		SpinLockRelease(&pw->mutex);
+		if (!any_busy)
+			break;
+		ConditionVariableSleep(&pw->changed, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	WaitForParallelWorkersToFinish(pcxt);
+
+	ereport(DEBUG1,
+			(errmsg_internal("cagra build of \"%s\": pages written by %d parallel workers and the leader",
+							 RelationGetRelationName(index), pcxt->nworkers_launched)));
+	DestroyParallelContext(pcxt);
+	ExitParallelMode();
+	return true;
+}
+
+/* Blocks 1 .. cagra_blocks_for(n) - 1: whole groups, and the used pages of
+ * the last one. */
+static void
+cagra_write_node_pages(Relation index, IndexInfo *indexInfo, const CagraMetaData *meta, const CagraBuildState *bs,
+					   const cagra::Graph *graph)
+{
+	BlockNumber nblocks = cagra_blocks_for(meta, (uint32) bs->n);
+	CagraPageFiller filler;
+	int			nworkers = cagra_write_workers(index, nblocks);
+
+	filler.meta = meta;
+	filler.bs = bs;
+	filler.graph = graph;
+	filler.group = (char *) palloc(cagra_group_bytes(meta));
+	if (nworkers == 0 || !cagra_parallel_write_pages(index, indexInfo, &filler, nblocks, nworkers))
+		cagra_serial_write_pages(index, &filler, nblocks);
+	pfree(filler.group);
+}
+
+/* The meta page, last: into its block when node pages follow it, else as
+ * the file's only block. */
+static void
+cagra_write_meta_page(Relation index, const CagraMetaData *meta, bool has_nodes)
+{
+	PGAlignedBlock buf;
+	BlockNumber blkno = CAGRA_METAPAGE_BLKNO;
+	Page		page = (Page) buf.data;
+
+	cagra_init_meta_page(page, meta);
+	cagra_write_run(RelationGetSmgr(index), &CAGRA_REL_FILE_ID(index), RelationNeedsWAL(index), !has_nodes, 1,
+					&blkno, &page);
 }
 
 static void
@@ -1073,20 +1358,81 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
  * the smallest that reaches recall 0.95 on a sample of its own rows, each
  * searched for in the graph without it, and the entry probes CPU searches
  * use while cagra.entry_probes is -1 (cagra::choose_itopk, docs/tuning.md),
- * into the meta page.  A NOTICE says when itopk_size is above the default.
+ * for the meta page.  It runs on a thread of its own while the node pages
+ * are written: both only read the graph and the vectors, and the meta page
+ * goes last.
  */
-static void
-cagra_measure_search(const CagraBuildState *bs, const cagra::BuiltGraph &built, CagraMetaData *meta)
+struct CagraMeasureJob
 {
+	cagra::DatasetView data;
+	cagra::Metric metric = cagra::Metric::L2;
+	const cagra::BuiltGraph *built = nullptr;
+	uint64_t	seed = 0;
+	uint32_t	threads = 1;
 	cagra::ItopkChoice choice;
+	CagraStatus status;
+	double		seconds = 0;
+	std::thread thread;
 
+	~CagraMeasureJob()
+	{
+		if (thread.joinable())
+			thread.join();
+	}
+
+	void run() noexcept
+	{
+		instr_time	start;
+
+		INSTR_TIME_SET_CURRENT(start);
+		cagra_guard(&status, [this] {
+			choice = cagra::choose_itopk(built->graph, data, metric, built->entry_nodes, seed, threads);
+		});
+		seconds = cagra_lap(&start);
+	}
+};
+
+/* Start the measurement; its owner (in the build's memory context) joins
+ * the thread when freed, on any error too. */
+static CagraMeasureJob *
+cagra_start_measure(const CagraBuildState *bs, const cagra::BuiltGraph *built, CagraOwner **owner_out)
+{
+	CagraStatus st;
+	CagraMeasureJob *job = nullptr;
+
+	if (!cagra_guard(&st, [&job] { job = new CagraMeasureJob(); }))
+		cagra_report_status(&st);
+	*owner_out = cagra_owner_new(bs->cxt, job, cagra_delete_object<CagraMeasureJob>);
+	job->data = cagra::DatasetView{bs->vectors, bs->n, bs->dims};
+	job->metric = bs->metric;
+	job->built = built;
+	job->seed = bs->params.seed;
+	job->threads = bs->params.threads;
+	if (!cagra_guard(&st, [job] { job->thread = cagra_start_thread([job] { job->run(); }); }))
+	{
+		cagra_owner_free(*owner_out);
+		cagra_report_status(&st);
+	}
+	return job;
+}
+
+/* Wait for the measurement and put its result into the meta page; a
+ * NOTICE says when itopk_size is above the default.  *seconds: how long it
+ * ran (beside the writes). */
+static void
+cagra_finish_measure(const CagraBuildState *bs, CagraMeasureJob *job, CagraOwner *owner, CagraMetaData *meta,
+					 double *seconds)
+{
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_MEASURE);
-	cagra_guard_or_error([&] {
-		cagra::DatasetView view{bs->vectors, bs->n, bs->dims};
+	job->thread.join();
 
-		choice = cagra::choose_itopk(built.graph, view, bs->metric, built.entry_nodes, bs->params.seed,
-									 bs->params.threads);
-	});
+	cagra::ItopkChoice choice = job->choice;
+	CagraStatus st = job->status;
+
+	*seconds = job->seconds;
+	cagra_owner_free(owner);
+	if (!st.ok)
+		cagra_report_status(&st);
 	if (choice.measured)
 		elog(DEBUG1, "cagra build of \"%s\": itopk_size %u reaches recall@10 %.3f on %u of its rows, against %s; "
 			 "from the entry index %u probes %.3f, %u probes %.3f",
@@ -1151,7 +1497,8 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	double		scan_s,
 				graph_s,
 				measure_s = 0,
-				write_s,
+				measure_wait_s = 0,
+				write_s = 0,
 				sync_s;
 
 	INSTR_TIME_SET_CURRENT(mark);
@@ -1180,23 +1527,48 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	meta.build_device = built_on;
 	if (built)
 	{
-		cagra_measure_search(bs, *built, &meta);
 		meta.entry_count = (uint32) Min(built->entry_nodes.size(), (size_t) CAGRA_MAX_ENTRY_NODES);
 		if (built->long_edges)
 			meta.build_flags |= CAGRA_BUILT_LONG_EDGES;
 		for (uint32 i = 0; i < meta.entry_count; i++)
 			meta.entries[i] = built->entry_nodes[i];
-		measure_s = cagra_lap(&mark);
-	}
 
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
-	cagra_write_pages(index, &meta, bs, built ? &built->graph : NULL, &mark, &write_s);
+		CagraOwner *measure_owner;
+		CagraMeasureJob *measure = cagra_start_measure(bs, built, &measure_owner);
+
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) bs->n);
+		/* The measurement reads the rows segment and the mappings, which an
+		 * abort releases before it deletes this memory context: joined
+		 * first. */
+		PG_TRY();
+		{
+			cagra_write_node_pages(index, indexInfo, &meta, bs, &built->graph);
+		}
+		PG_CATCH();
+		{
+			cagra_owner_free(measure_owner);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		write_s = cagra_lap(&mark);
+		cagra_finish_measure(bs, measure, measure_owner, &meta, &measure_s);
+		measure_wait_s = cagra_lap(&mark);
+	}
+	else
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_WRITE);
+	cagra_write_meta_page(index, &meta, built != NULL);
+	write_s += cagra_lap(&mark);
+	if (RelationNeedsWAL(index))
+	{
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_SYNC);
+		smgrimmedsync(RelationGetSmgr(index), MAIN_FORKNUM);
+	}
 	sync_s = cagra_lap(&mark);
 	ereport(DEBUG1,
-			(errmsg_internal("cagra build of \"%s\": %llu rows; seconds: scan %.3f, graph %.3f, measure %.3f, write %.3f, sync %.3f",
+			(errmsg_internal("cagra build of \"%s\": %llu rows; seconds: scan %.3f, graph %.3f, write %.3f, measure %.3f (beside the write; then waited for %.3f), sync %.3f",
 							 RelationGetRelationName(index), (unsigned long long) bs->n, scan_s, graph_s,
-							 measure_s, write_s, sync_s)));
+							 write_s, measure_s, measure_wait_s, sync_s)));
 
 	if (bs->skipped_zero > 0)
 		ereport(NOTICE,
