@@ -78,7 +78,7 @@ rdir=/tmp/regress-gpu
 rm -rf "$rdir" && mkdir -p "$rdir" && cp -r sql expected "$rdir"/ && chown -R pguser "$rdir"
 tests=$(for f in sql/*.sql; do basename "$f" .sql; done | tr '\n' ' ')
 # the real pgvector is not carried to the GPU machine
-[ -f "$("$pgc" --sharedir)/extension/vector.control" ] || tests=$(echo "$tests" | sed 's/\bpgvector\b//')
+[ -f "$("$pgc" --sharedir)/extension/vector.control" ] || tests=$(echo "$tests" | sed 's/\bpgvector\b//; s/\bpgvector_settings\b//')
 su pguser -c "cd $rdir && PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH $pgxs_src/test/regress/pg_regress \
   --bindir=$(dirname "$(command -v psql)") --host=/tmp --user=pguser --dbname=regress_gpu --inputdir=$rdir --outputdir=$rdir \
   $tests" >"$out/regress.log" 2>&1
