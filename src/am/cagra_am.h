@@ -440,6 +440,9 @@ typedef struct CagraWalBatch
 
 void		cagra_batch_begin(CagraWalBatch *b, Relation index, const CagraMetaData *meta);
 Page		cagra_batch_page(CagraWalBatch *b, BlockNumber blkno);
+/* Room in the record for the pages of bytes [offset, offset + len) of node
+ * `id`'s record: the record is finished first when they would not all fit. */
+void		cagra_batch_reserve(CagraWalBatch *b, uint32 id, uint32 offset, uint32 len);
 /* Write bytes of node `id`'s (logical) record: may cover the header/row
  * part and the vector, and span pages.  The pages of the header/row part of
  * one write go into one WAL record. */

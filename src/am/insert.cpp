@@ -118,23 +118,14 @@ cagra_batch_edge(CagraWalBatch *b, uint32 id, uint32 slot)
 static void
 cagra_batch_lock_row(CagraWalBatch *b, uint32 id)
 {
+	uint32		row_bytes = b->meta->graph_degree * sizeof(uint32);
 	BlockNumber first,
 				last;
 	uint32		poff;
-	int			need = 0;
 
+	cagra_batch_reserve(b, id, CAGRA_ROW_OFFSET, row_bytes);
 	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET, &first, &poff);
-	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET + (b->meta->graph_degree - 1) * sizeof(uint32), &last, &poff);
-	for (BlockNumber blk = first; blk <= last; blk++)
-	{
-		bool		have = false;
-
-		for (int i = 0; i < b->nbufs; i++)
-			have |= BufferGetBlockNumber(b->bufs[i]) == blk;
-		need += have ? 0 : 1;
-	}
-	if (b->nbufs + need > MAX_GENERIC_XLOG_PAGES)
-		cagra_batch_finish(b);
+	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET + row_bytes - 1, &last, &poff);
 	for (BlockNumber blk = first; blk <= last; blk++)
 		cagra_batch_page(b, blk);
 }

@@ -700,33 +700,37 @@ cagra_batch_page(CagraWalBatch *b, BlockNumber blkno)
 }
 
 void
+cagra_batch_reserve(CagraWalBatch *b, uint32 id, uint32 offset, uint32 len)
+{
+	BlockNumber first,
+				last;
+	uint32		poff;
+	int			need = 0;
+
+	cagra_locate(b->meta, id, offset, &first, &poff);
+	cagra_locate(b->meta, id, offset + len - 1, &last, &poff);
+	for (BlockNumber blk = first; blk <= last; blk++)
+	{
+		bool		have = false;
+
+		for (int i = 0; i < b->nbufs; i++)
+			have |= BufferGetBlockNumber(b->bufs[i]) == blk;
+		need += have ? 0 : 1;
+	}
+	if (b->nbufs + need > MAX_GENERIC_XLOG_PAGES)
+		cagra_batch_finish(b);
+}
+
+void
 cagra_batch_write(CagraWalBatch *b, uint32 id, uint32 offset, const void *src, uint32 len)
 {
 	const char *in = (const char *) src;
 	uint32		voff = cagra_vector_offset(b->meta->graph_degree);
 
+	/* a packed row may cross into the next page: both pages of the
+	 * header/row part go into one WAL record */
 	if (offset < voff && len > 0)
-	{
-		/* a packed row may cross into the next page: both pages of the
-		 * header/row part go into one WAL record */
-		BlockNumber first,
-					last;
-		uint32		poff;
-		int			need = 0;
-
-		cagra_locate(b->meta, id, offset, &first, &poff);
-		cagra_locate(b->meta, id, Min(offset + len, voff) - 1, &last, &poff);
-		for (BlockNumber blk = first; blk <= last; blk++)
-		{
-			bool		have = false;
-
-			for (int i = 0; i < b->nbufs; i++)
-				have |= BufferGetBlockNumber(b->bufs[i]) == blk;
-			need += have ? 0 : 1;
-		}
-		if (b->nbufs + need > MAX_GENERIC_XLOG_PAGES)
-			cagra_batch_finish(b);
-	}
+		cagra_batch_reserve(b, id, offset, Min(offset + len, voff) - offset);
 	while (len > 0)
 	{
 		BlockNumber blkno;
