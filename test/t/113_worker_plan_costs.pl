@@ -12,18 +12,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use CagraGpuNode;
 
-my $node = PostgreSQL::Test::Cluster->new('plancosts');
-$node->init;
-$node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'cagra'
-cagra.worker_backend = cpu
-cagra.batch_window = 0
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
-$node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status")
-  or die 'worker not running';
+my $node = CagraGpuNode::cpu_worker('plancosts');
 
 sub plan_of
 {
