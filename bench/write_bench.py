@@ -34,6 +34,7 @@ usage: write_bench.py DIR [options]      (psql and pgbench from PATH)
   --churn 0.1                   fraction deleted and inserted again (0: skip)
   --devices auto,cpu            cagra.device values for cagra's inserts
   --methods cagra,hnsw          which indexes
+  --gt-queries 200              queries recall is measured over (exact answers computed here)
   --skip-load                   reuse bench_items of an earlier run
 """
 import argparse
@@ -284,8 +285,8 @@ def main():
             continue
         method = METHODS[name]
         build_phase(db, args, method)
-        load_truth(db, exact_ids(base, queries, np.ones(len(base), dtype=bool), args.op))
         insert_phase(db, args, method, base, queries)
+        # the grow phase loaded the truth of its own rows
         load_truth(db, exact_ids(base, queries, np.ones(len(base), dtype=bool), args.op))
 
 
