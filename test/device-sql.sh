@@ -19,7 +19,8 @@
 #   SKIP_TAP=1: pg_regress only; SKIP_REGRESS=1: TAP only;
 #   TAP_ONLY="102 103": only the TAP files whose names contain one of these
 #   words (separated by spaces or commas); GPU_LIB=path: install that
-#   libcagra_gpu.so (built elsewhere with the same CUDA) instead of building
+#   libcagra_gpu.so (built elsewhere with the same CUDA) instead of building;
+#   CAGRA_CUDA_ARCH="80-virtual": the architectures to build it for
 set -uo pipefail
 out=${1:-${OUT:-device-sql-out}}
 mkdir -p "$out"
@@ -36,7 +37,8 @@ echo "== GPU library"
 if [ -n "${GPU_LIB:-}" ]; then
   lib=$GPU_LIB
 else
-  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON >"$out/cmake.log" 2>&1 &&
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON \
+    ${CAGRA_CUDA_ARCH:+-DCAGRA_CUDA_ARCH="$CAGRA_CUDA_ARCH"} >"$out/cmake.log" 2>&1 &&
     cmake --build build-device -j "$jobs" --target cagra_gpu >>"$out/cmake.log" 2>&1 ||
     { tail -30 "$out/cmake.log"; exit 1; }
   lib=$(find build-device -name libcagra_gpu.so | head -1)
