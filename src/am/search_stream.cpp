@@ -509,6 +509,7 @@ cagra_stream_end(CagraSearchStream *s)
 		return;
 	if (s->learn)
 		cagra_remember_returned(RelationGetRelid(s->session.index), s->round_rows);
+	s->learn = false;
 	if (s->cpu)
 	{
 		s->cpu->release_pins();
