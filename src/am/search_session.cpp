@@ -479,3 +479,235 @@ cagra_session_settle(const CagraSearchSession *s, Relation heap, const float *qu
 	if (s->allowed)
 		cagra_complete_short_queries(s, heap, queries, present, k, c);
 }
+
+/* ---- many queries, part by part ---- */
+
+/*
+ * Bytes of memory one query of a part needs: its vector (detoasted and
+ * prepared), its candidates (ids, distances, states, TIDs, the worker's
+ * TIDs) and the resolution's work records (search_resolve.cpp: the list,
+ * the work records and their sorted copy, the counting sort's counts).
+ */
+static Size
+cagra_search_query_bytes(const CagraMetaData *meta, uint32 kk)
+{
+	return (Size) meta->dims * 2 * sizeof(float) + 64 +
+		(Size) kk * (sizeof(uint32) + sizeof(float) + 1 + sizeof(ItemPointerData) + sizeof(uint64) +
+					 sizeof(uint32) + 2 * 12 + 4 * sizeof(uint32));
+}
+
+/*
+ * Parts a call through the worker is cut into, at least: while the worker
+ * searches one part the backend settles the one before, so all but the
+ * first part's search is hidden behind the backend's own work.  Parts of
+ * fewer queries than the minimum are not worth a request of their own:
+ * smaller calls stay in one part.
+ */
+#define CAGRA_PIPELINE_PARTS 4
+#define CAGRA_PIPELINE_PART_MIN 1024
+
+/* Whether a call's parts are pipelined through the worker. */
+static bool
+cagra_search_pipelined(int nitems, const CagraAllowed *allowed)
+{
+	/* a filtered search sends its allowed rows with each request: one
+	 * request at a time */
+	return nitems >= 2 * CAGRA_PIPELINE_PART_MIN && !allowed && cagra_worker_wanted("search");
+}
+
+/* Queries per part: as many as fit work_mem (two parts, when they are
+ * pipelined: both are in memory at once), one at least. */
+static int
+cagra_search_part_size(const CagraMetaData *meta, uint32 kk, int nitems, bool pipelined)
+{
+	Size		fit = ((Size) work_mem * 1024) / cagra_search_query_bytes(meta, kk);
+
+	if (pipelined)
+		fit = Min(fit / 2, Max((Size) CAGRA_PIPELINE_PART_MIN,
+							   ((Size) nitems + CAGRA_PIPELINE_PARTS - 1) / CAGRA_PIPELINE_PARTS));
+	/* candidates are numbered in 32 bits */
+	fit = Min(fit, (Size) PG_UINT32_MAX / kk);
+	return (int) Max((Size) 1, Min(fit, (Size) nitems));
+}
+
+static Size
+cagra_queries_bytes(const CagraMetaData *meta, int nq)
+{
+	return (Size) nq * meta->dims * sizeof(float);
+}
+
+/*
+ * One part of a call's queries on its way: collected into its own set of
+ * scratch arrays, searched (on the worker, perhaps while the part before
+ * it is settled), settled against the snapshot and emitted.
+ */
+typedef struct CagraSearchPart
+{
+	MemoryContext cxt;
+	int			first;			/* number of its first query, from 0 */
+	float	   *queries;		/* in scratch, or in the request's payload */
+	bool		queries_in_request;
+	bool	   *present;
+	CagraCandidates c;
+	CagraSearchPending request; /* request.wait.queued: the worker has it */
+} CagraSearchPart;
+
+/* Give the part's request back; with keep_queries, its queries are first
+ * copied out of the request into the part's scratch, for a search the
+ * usual way (which may reuse the mailbox). */
+static void
+cagra_part_release(CagraSearchPart *p, const CagraMetaData *meta, bool keep_queries)
+{
+	if (p->queries_in_request)
+	{
+		float	   *own = NULL;
+
+		if (keep_queries)
+		{
+			Size		bytes = cagra_queries_bytes(meta, p->c.nq);
+
+			own = (float *) cagra_scratch_of(p->c.scratch_set, CAGRA_SCRATCH_QUERIES, bytes);
+			memcpy(own, p->queries, bytes);
+		}
+		p->queries = own;
+		p->queries_in_request = false;
+	}
+	cagra_worker_search_release(&p->request);
+}
+
+/*
+ * Collect the part's queries; with to_worker, straight into a request to
+ * the worker, queued at once and answered while the backend settles the
+ * part before (when it cannot be queued so, cagra_part_search searches
+ * the usual way).
+ */
+static void
+cagra_part_collect(CagraSearchPart *p, int set, const CagraSearchSession *session, int first, int nq, uint32 kk,
+				   bool to_worker, CagraNextQueries next_queries, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(p->cxt);
+	const CagraMetaData *meta = &session->meta;
+	CagraCandidates *c = &p->c;
+	Size		total = (Size) nq * kk;
+	float	   *into = NULL;
+
+	p->first = first;
+	c->nq = nq;
+	c->kk = kk;
+	c->scratch_set = set;
+	if (to_worker)
+	{
+		CagraSearchRequest req = cagra_session_request(session, c);
+
+		into = cagra_search_begin_through_worker(session->index, meta, &req, (uint32) nq, &p->request);
+	}
+	p->queries = into ? into :
+		(float *) cagra_scratch_of(set, CAGRA_SCRATCH_QUERIES, cagra_queries_bytes(meta, nq));
+	p->present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
+	next_queries(arg, nq, p->queries, p->present);
+	p->queries_in_request = into != NULL;
+	if (into && !cagra_worker_search_queue(&p->request))
+		cagra_part_release(p, meta, true);
+	c->ids = (uint32 *) cagra_scratch_of(set, CAGRA_SCRATCH_IDS, total * sizeof(uint32));
+	c->dists = (float *) cagra_scratch_of(set, CAGRA_SCRATCH_DISTS, total * sizeof(float));
+	c->state = (uint8 *) cagra_scratch_of(set, CAGRA_SCRATCH_STATE, total);
+	c->tids = (ItemPointerData *) cagra_scratch_of(set, CAGRA_SCRATCH_TIDS, total * sizeof(ItemPointerData));
+	c->copy_tids = NULL;
+	c->by_worker = false;
+	memset(c->state, CAGRA_CAND_UNKNOWN, total);
+	for (Size i = 0; i < total; i++)
+		c->ids[i] = cagra::kInvalidNode;	/* rows of NULL queries stay empty */
+	MemoryContextSwitchTo(old);
+}
+
+/* The part's candidates: the answer to its queued request, or the usual
+ * search (also when the worker did not serve the queued one). */
+static void
+cagra_part_search(CagraSearchPart *p, const CagraSearchSession *session)
+{
+	MemoryContext old = MemoryContextSwitchTo(p->cxt);
+
+	if (p->request.wait.queued)
+	{
+		char		why[256];
+		CagraCopyExtent copy;
+		uint64	   *copy_tids = cagra_session_copy_tids_room(&p->c);
+		CagraOffload r = cagra_worker_search_finish(&p->request, p->c.ids, p->c.dists, copy_tids, &copy, why,
+													sizeof(why));
+
+		if (r == CAGRA_OFFLOAD_OK)
+		{
+			cagra_session_take_worker(session, p->queries, p->present, &copy, copy_tids, &p->c);
+			cagra_part_release(p, &session->meta, false);
+		}
+		else
+		{
+			/* not searched (no copy yet, loading): the usual way, which
+			 * uploads the copy; failed: on the CPU, as any failure */
+			cagra_part_release(p, &session->meta, true);
+			if (r == CAGRA_OFFLOAD_FAILED)
+				cagra_worker_search_fallback(r, why);
+			cagra_session_candidates(session, p->queries, p->present, &p->c, r == CAGRA_OFFLOAD_SKIPPED);
+		}
+	}
+	else
+		cagra_session_candidates(session, p->queries, p->present, &p->c, true);
+	MemoryContextSwitchTo(old);
+}
+
+/* Settle the part's candidates and hand them to `settled`. */
+static void
+cagra_part_settle(CagraSearchPart *p, const CagraSearchSession *session, Relation heap, uint32 k,
+				  CagraSettledPart settled, void *arg)
+{
+	MemoryContext old = MemoryContextSwitchTo(p->cxt);
+
+	cagra_session_settle(session, heap, p->queries, p->present, k, &p->c);
+	settled(arg, p->first, p->present, k, &p->c);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(p->cxt);
+}
+
+void
+cagra_session_search_all(const CagraSearchSession *s, Relation heap, int nitems, uint32 k,
+						 CagraNextQueries next_queries, CagraSettledPart settled, void *arg)
+{
+	uint32		kk = cagra_session_candidates_per_query(s, k);
+	bool		pipelined = cagra_search_pipelined(nitems, s->allowed);
+	int			part = cagra_search_part_size(&s->meta, kk, nitems, pipelined);
+	CagraSearchPart *parts = (CagraSearchPart *) palloc0(sizeof(CagraSearchPart) * CAGRA_SCRATCH_SETS);
+
+	for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
+		parts[i].cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra_search part", ALLOCSET_DEFAULT_SIZES);
+	PG_TRY();
+	{
+		CagraSearchPart *prev = NULL;
+
+		/* part n: collected and queued (from the second on: the first goes
+		 * the usual way, which uploads a copy the worker lacks), the part
+		 * before it settled meanwhile, then its answer taken */
+		for (int first = 0, n = 0; first < nitems; first += part, n++)
+		{
+			CagraSearchPart *cur = &parts[n % CAGRA_SCRATCH_SETS];
+
+			cagra_part_collect(cur, n % CAGRA_SCRATCH_SETS, s, first, Min(part, nitems - first), kk,
+							   pipelined && prev, next_queries, arg);
+			if (prev)
+				cagra_part_settle(prev, s, heap, k, settled, arg);
+			cagra_part_search(cur, s);
+			prev = cur;
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (prev)
+			cagra_part_settle(prev, s, heap, k, settled, arg);
+	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
+			cagra_worker_search_release(&parts[i].request);
+	}
+	PG_END_TRY();
+	for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
+		MemoryContextDelete(parts[i].cxt);
+	pfree(parts);
+}

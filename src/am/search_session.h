@@ -4,8 +4,8 @@
  * the candidates of every query, through the GPU worker (the nodes appended
  * after its copy was made measured here and merged in) or on the CPU, only
  * allowed rows when the search has a set; and their settling against the
- * snapshot.  cagra_search (search_sql.cpp) runs its queries through a
- * session; the index scan and the filtered scan take one query's rows from
+ * snapshot, part by part for many queries.  cagra_search (search_sql.cpp)
+ * runs its queries through a session; the index scan and the filtered scan take one query's rows from
  * it in distance order (search_stream.h).  Backends only.
  */
 #pragma once
@@ -71,3 +71,19 @@ void		cagra_session_candidates(const CagraSearchSession *s, const float *queries
  */
 void		cagra_session_settle(const CagraSearchSession *s, Relation heap, const float *queries,
 								 const bool *present, uint32 k, CagraCandidates *c);
+
+/*
+ * Many queries through the session, in parts whose scratch memory fits
+ * work_mem (one query at least), so a call's memory does not grow with
+ * their number: next_queries(arg, nq, queries, present) puts the next nq
+ * queries, prepared, into `queries` (nq x dims; present[q] false for a
+ * query that returns nothing); settled(arg, first, present, k, c) gets each
+ * part's settled candidates (its queries numbered from `first`).  Through
+ * the worker, each part after the first is queued before the part before
+ * it is settled, so that the worker searches while the backend settles.
+ */
+typedef void (*CagraNextQueries) (void *arg, int nq, float *queries, bool *present);
+typedef void (*CagraSettledPart) (void *arg, int first, const bool *present, uint32 k, const CagraCandidates *c);
+
+void		cagra_session_search_all(const CagraSearchSession *s, Relation heap, int nitems, uint32 k,
+									 CagraNextQueries next_queries, CagraSettledPart settled, void *arg);
