@@ -1,11 +1,12 @@
 /*
- * exhaustive.h — what the index scan (scan.cpp) and the filtered scan
- * (filtered_scan.cpp) do when their graph search stops (cagra.max_scan_tuples
- * rows returned, or no more found) while the executor still wants rows:
- * every node not yet returned, in distance order, so that LIMIT k returns
- * as many rows as pass its filter, up to k, less any the search missed
- * closer than the last row it returned (they would break the order).  And
- * the rows a scan returned, which every later row is checked against.
+ * exhaustive.h — what a search stream (search_stream.h, behind the index
+ * scan and the filtered scan) does when its graph search stops
+ * (cagra.max_scan_tuples rows returned, or no more found) while the
+ * executor still wants rows: every node not yet returned, in distance
+ * order, so that LIMIT k returns as many rows as pass its filter, up to k,
+ * less any the search missed closer than the last row it returned (they
+ * would break the order).  And the rows a stream returned, which every
+ * later row is checked against.
  */
 #pragma once
 

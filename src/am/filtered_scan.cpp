@@ -16,10 +16,11 @@
  *      gives the TIDs of the rows that may pass: read one by one from its
  *      index when that is a single index that returns TIDs (a btree), else
  *      as the plan's bitmap;
- *   2. those rows go to the search as its allowed set (search_resolve.h):
- *      to the GPU worker, which maps them to its copy's nodes, or to the
- *      CPU; the search measures every allowed node when they are few, else
- *      traverses the graph returning only them (cagra::plan_filtered_search);
+ *   2. those rows go to a search stream (search_stream.h) as its allowed
+ *      set: to the GPU worker, which maps them to its copy's nodes, or to
+ *      the CPU; the search measures every allowed node when they are few,
+ *      else traverses the graph returning only them
+ *      (cagra::plan_filtered_search);
  *   3. the results, in distance order, are fetched from the heap under the
  *      statement's snapshot into the scan slot, a tuple of the table with
  *      its ctid and tableoid, and every condition of the WHERE clause
@@ -39,13 +40,10 @@
  * executor rechecks, xs_recheckorderby) are left to the index scan: this
  * scan returns rows in the index's order as exact.
  */
-#include "am/accessor.h"
-#include "am/exhaustive.h"
+#include "am/search_stream.h"
 
 #include <algorithm>
-#include <cmath>
 
-#include "core/search.h"
 #include "type/vector.h"
 
 extern "C" {
@@ -325,23 +323,12 @@ typedef struct CagraFilteredScanState
 
 	/* the search of the current rescan */
 	bool		started;
-	bool		rounds_done;	/* the search's rounds found all they could */
-	bool		done;			/* no row left */
-	CagraMetaData meta;
-	float	   *query;			/* prepared */
-	CagraAllowed *allowed;
-	uint32		cap;			/* most candidates a round may ask for */
-	CagraCandidates round;		/* nq 1: ids, dists, copy TIDs of one round */
-	uint32		pos;
-	CagraReturnedRows returned;
-	CagraExhaustivePass *pass;	/* after the rounds, when the executor wants more */
+	CagraSearchStream *stream;	/* NULL: no row */
 
 	/* for EXPLAIN ANALYZE, over all rescans */
 	uint64		searches;
-	uint64		rounds;
-	uint64		worker_rounds;
 	uint64		allowed_rows;
-	uint64		exhaustive_passes;
+	CagraStreamCounts counts;	/* of the rescans before the current one */
 } CagraFilteredScanState;
 
 static void cagra_fs_begin(CustomScanState *node, EState *estate, int eflags);
@@ -549,38 +536,6 @@ cagra_fs_allowed_from_index(BitmapIndexScanState *node)
 	return cagra_allowed_packed(packed, (uint32) n);
 }
 
-/* One round: the kk nearest allowed nodes, on the worker or the CPU. */
-static void
-cagra_fs_round(CagraFilteredScanState *s, uint32 kk)
-{
-	CagraCandidates *c = &s->round;
-	bool		present = true;
-
-	c->nq = 1;
-	c->kk = kk;
-	c->ids = (uint32 *) (c->ids ? repalloc(c->ids, sizeof(uint32) * kk) : palloc(sizeof(uint32) * kk));
-	c->dists = (float *) (c->dists ? repalloc(c->dists, sizeof(float) * kk) : palloc(sizeof(float) * kk));
-	for (uint32 i = 0; i < kk; i++)
-		c->ids[i] = cagra::kInvalidNode;
-	c->state = NULL;
-	c->tids = NULL;
-	c->copy_tids = NULL;
-	c->by_worker = false;
-	c->scratch_set = 0;
-	cagra_search_candidates(s->index, &s->meta, s->query, &present, s->allowed, c);
-	/* the worker's TIDs are in scratch memory, valid until the next search */
-	if (c->copy_tids)
-	{
-		uint64	   *tids = (uint64 *) palloc(sizeof(uint64) * kk);
-
-		memcpy(tids, c->copy_tids, sizeof(uint64) * kk);
-		c->copy_tids = tids;
-	}
-	s->pos = 0;
-	s->rounds++;
-	s->worker_rounds += c->by_worker;
-}
-
 /* Set up the search of this rescan; false when it returns nothing. */
 static bool
 cagra_fs_start(CagraFilteredScanState *s)
@@ -589,177 +544,76 @@ cagra_fs_start(CagraFilteredScanState *s)
 	bool		isnull;
 	Datum		q = ExecEvalExprSwitchContext(s->query_expr, econtext, &isnull);
 	PlanState  *child = (PlanState *) linitial(s->css.custom_ps);
+	CagraMetaData meta;
 
-	cagra_read_meta(s->index, &s->meta);
-	if (cagra_index_rounds_vectors(s->index, &s->meta))
+	cagra_read_meta(s->index, &meta);
+	if (cagra_index_rounds_vectors(s->index, &meta))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cagra filtered scan of index \"%s\": its vectors are rounded to float16 since the plan was made",
 						RelationGetRelationName(s->index)),
 				 errhint("Run the query again: it is planned anew.")));
-	if (s->meta.n == 0 || s->meta.live == 0)
+	if (meta.n == 0 || meta.live == 0)
 		return false;
 
 	const float *raw;
 
 	if (isnull)
-		raw = (const float *) palloc0(sizeof(float) * s->meta.dims);	/* any order will do */
+		raw = (const float *) palloc0(sizeof(float) * meta.dims);	/* any order will do */
 	else
 	{
 		int			dim;
 
 		raw = vector_datum_floats(q, cagra_index_is_halfvec(s->index), &dim);
-		cagra_check_dims(s->index, s->meta.dims, dim);
+		cagra_check_dims(s->index, meta.dims, dim);
 	}
-	s->query = (float *) palloc(sizeof(float) * s->meta.dims);
-	cagra_prepare((cagra::Metric) s->meta.metric, raw, s->query, s->meta.dims);
 
-	s->allowed = cagra_fs_index_gives_tids(child)
+	float	   *query = (float *) palloc(sizeof(float) * meta.dims);
+	CagraAllowed *allowed;
+	CagraSearchSession session;
+
+	cagra_prepare((cagra::Metric) meta.metric, raw, query, meta.dims);
+	allowed = cagra_fs_index_gives_tids(child)
 		? cagra_fs_allowed_from_index((BitmapIndexScanState *) child)
 		: cagra_fs_allowed_from_bitmap(child, s->css.ss.ss_currentRelation);
 	s->searches++;
-	s->allowed_rows += s->allowed->rows.count;
-	if (s->allowed->rows.count == 0)
+	s->allowed_rows += allowed->rows.count;
+	if (allowed->rows.count == 0)
 		return false;
-
-	cagra_returned_init(&s->returned, CurrentMemoryContext);
-	/* past what one traversal keeps, the exhaustive pass measures them once,
-	 * rather than rounds of every allowed node for twice as many each */
-	s->cap = (uint32) Min(Min((uint64) s->allowed->rows.count, (uint64) s->meta.live),
-						  Min((uint64) cagra_max_scan_tuples, (uint64) cagra::kMaxItopk));
-
-	uint32		kk = Max(cagra_search_params(&s->meta).itopk_size, (uint32) s->limit);
-
-	cagra_fs_round(s, Max(Min(Min(kk, (uint32) CAGRA_WORKER_MAX_K), s->cap), (uint32) 1));
+	cagra_session_init(&session, s->index, &meta, allowed, s->css.ss.ps.state->es_snapshot);
+	s->stream = cagra_stream_begin(&session, query, true, (uint32) s->limit);
 	return true;
 }
 
-/* The row at `root` into `slot` when the snapshot sees a version of it;
- * the scan returns it either way. */
-static bool
-cagra_fs_fetch(CagraFilteredScanState *s, ItemPointer root, float distance, TupleTableSlot *slot)
-{
-	bool		call_again = false;
-	bool		all_dead = false;
-	ItemPointerData tid = *root;
-
-	cagra_returned_add(&s->returned, root, distance);
-	return table_index_fetch_tuple(s->fetch, &tid, s->css.ss.ps.state->es_snapshot, slot, &call_again,
-								   &all_dead);
-}
-
-/* The next candidate's visible heap tuple into `slot`; false when the round
- * has none left. */
-static bool
-cagra_fs_next_in_round(CagraFilteredScanState *s, TupleTableSlot *slot)
-{
-	CagraCandidates *c = &s->round;
-
-	while (s->pos < c->kk)
-	{
-		uint32		i = s->pos++;
-		uint32		id = c->ids[i];
-		ItemPointerData root;
-
-		if (id == cagra::kInvalidNode)
-		{
-			s->pos = c->kk;
-			break;
-		}
-		if (c->copy_tids)
-			cagra_unpack_tid(c->copy_tids[i], &root);
-		else
-		{
-			CagraNodeHeader hdr;
-
-			/* the page says whether vacuum removed it since the copy was made */
-			cagra_read_record_bytes(s->index, &s->meta, id, 0, sizeof(hdr), &hdr);
-			if (!cagra_node_is_live(hdr.flags))
-				continue;
-			root = hdr.heap_tid;
-		}
-		/* a later round may find rows an earlier one did not: keep the order */
-		if (!cagra_returned_admits(&s->returned, &root, c->dists[i]))
-			continue;
-		if (cagra_fs_fetch(s, &root, c->dists[i], slot))
-			return true;
-	}
-	return false;
-}
-
-/*
- * After the rounds: every allowed node they did not return, nearest first
- * (exhaustive.h), unless they returned every allowed row already.  The
- * rounds stop at cagra.max_scan_tuples rows, or when a traversal finds no
- * more, which a traversal may do while allowed rows are left.
- */
-static bool
-cagra_fs_next_exhaustive(CagraFilteredScanState *s, TupleTableSlot *slot)
-{
-	ItemPointerData root;
-	float		distance;
-
-	if (!s->pass)
-	{
-		if (s->returned.count >= s->allowed->rows.count)
-			return false;
-
-		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
-
-		s->pass = cagra_exhaustive_begin(s->index, &s->meta, s->query, s->allowed);
-		s->exhaustive_passes++;
-		MemoryContextSwitchTo(old);
-	}
-	while (cagra_exhaustive_next(s->pass, &s->returned, &root, &distance))
-	{
-		if (cagra_fs_fetch(s, &root, distance, slot))
-			return true;
-		CHECK_FOR_INTERRUPTS();
-	}
-	return false;
-}
-
 /* The scan's next row into its scan slot, a tuple of the table (see
- * cagra_fs_init_table_slot). */
+ * cagra_fs_init_table_slot): the stream's next row that the snapshot sees
+ * a version of. */
 static TupleTableSlot *
 cagra_fs_next(ScanState *ss)
 {
 	CagraFilteredScanState *s = (CagraFilteredScanState *) ss;
 	TupleTableSlot *slot = ss->ss_ScanTupleSlot;
+	ItemPointerData root;
+	float		distance;
 
 	if (!s->started)
 	{
 		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
 
 		s->started = true;
-		s->done = !cagra_fs_start(s);
+		if (!cagra_fs_start(s))
+			s->stream = NULL;
 		MemoryContextSwitchTo(old);
 	}
-	while (!s->done)
+	while (s->stream && cagra_stream_next(s->stream, &root, &distance))
 	{
-		if (s->pass || s->rounds_done)
-		{
-			if (cagra_fs_next_exhaustive(s, slot))
-				return slot;
-			s->done = true;
-			break;
-		}
-		if (cagra_fs_next_in_round(s, slot))
+		bool		call_again = false;
+		bool		all_dead = false;
+		ItemPointerData tid = root;
+
+		if (table_index_fetch_tuple(s->fetch, &tid, s->css.ss.ps.state->es_snapshot, slot, &call_again,
+									&all_dead))
 			return slot;
-
-		/* the round ran out: a wider one, unless it was short (no more) or the widest */
-		CagraCandidates *c = &s->round;
-
-		if (c->ids[c->kk - 1] == cagra::kInvalidNode || c->kk >= s->cap)
-		{
-			s->rounds_done = true;
-			continue;
-		}
-
-		MemoryContext old = MemoryContextSwitchTo(s->search_cxt);
-
-		cagra_fs_round(s, (uint32) Min((uint64) 2 * c->kk, (uint64) s->cap));
-		MemoryContextSwitchTo(old);
 		CHECK_FOR_INTERRUPTS();
 	}
 	return ExecClearTuple(slot);
@@ -784,18 +638,31 @@ cagra_fs_exec(CustomScanState *node)
 	return ExecScan(&node->ss, cagra_fs_next, cagra_fs_recheck);
 }
 
+/* What the searches of every rescan did, the current one's too. */
+static CagraStreamCounts
+cagra_fs_counts(const CagraFilteredScanState *s)
+{
+	CagraStreamCounts all = s->counts;
+
+	if (s->stream)
+	{
+		const CagraStreamCounts *c = cagra_stream_counts(s->stream);
+
+		all.rounds += c->rounds;
+		all.worker_rounds += c->worker_rounds;
+		all.exhaustive_passes += c->exhaustive_passes;
+	}
+	return all;
+}
+
+/* End the search of the last rescan, its counts kept for EXPLAIN. */
 static void
 cagra_fs_reset(CagraFilteredScanState *s)
 {
+	s->counts = cagra_fs_counts(s);
+	cagra_stream_end(s->stream);
+	s->stream = NULL;
 	s->started = false;
-	s->done = false;
-	s->query = NULL;
-	s->allowed = NULL;
-	memset(&s->round, 0, sizeof(s->round));
-	memset(&s->returned, 0, sizeof(s->returned));
-	s->pass = NULL;
-	s->rounds_done = false;
-	s->pos = 0;
 	if (s->search_cxt)
 		MemoryContextReset(s->search_cxt);
 }
@@ -817,6 +684,7 @@ cagra_fs_end(CustomScanState *node)
 {
 	CagraFilteredScanState *s = (CagraFilteredScanState *) node;
 
+	cagra_stream_end(s->stream);
 	ExecEndNode((PlanState *) linitial(node->custom_ps));
 	if (s->fetch)
 		table_index_fetch_end(s->fetch);
@@ -841,12 +709,14 @@ cagra_fs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	ExplainPropertyFloat("Allowed Rows", NULL, allowed, 0, es);
 	if (es->analyze && s->searches > 0)
 	{
+		CagraStreamCounts counts = cagra_fs_counts(s);
+
 		ExplainPropertyFloat("Actual Allowed Rows", NULL, (double) s->allowed_rows / s->searches, 0, es);
-		ExplainPropertyInteger("Search Rounds", NULL, (int64) s->rounds, es);
-		if (s->exhaustive_passes > 0)
-			ExplainPropertyInteger("Exhaustive Passes", NULL, (int64) s->exhaustive_passes, es);
+		ExplainPropertyInteger("Search Rounds", NULL, (int64) counts.rounds, es);
+		if (counts.exhaustive_passes > 0)
+			ExplainPropertyInteger("Exhaustive Passes", NULL, (int64) counts.exhaustive_passes, es);
 		if (es->verbose)
-			ExplainPropertyInteger("Worker Rounds", NULL, (int64) s->worker_rounds, es);
+			ExplainPropertyInteger("Worker Rounds", NULL, (int64) counts.worker_rounds, es);
 	}
 }
 

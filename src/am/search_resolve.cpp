@@ -3,7 +3,9 @@
  * into visible rows (search_resolve.h): node headers read index page by page
  * (each page once), heap tuples checked block by block of the table, so a
  * batch of thousands of queries costs one buffer access per distinct page
- * instead of one per candidate; and the scratch arrays kept between calls.
+ * instead of one per candidate; the live nodes of a filtered search's
+ * allowed rows, read the same way; and the scratch arrays kept between
+ * calls.
  */
 #include "am/search_resolve.h"
 
@@ -58,6 +60,60 @@ void *
 cagra_scratch(CagraScratchKind kind, Size size)
 {
 	return cagra_scratch_of(0, kind, size);
+}
+
+/* ---- the rows a filtered search may return ---- */
+
+CagraAllowed *
+cagra_allowed_packed(uint64 *packed, uint32 count)
+{
+	CagraAllowed *a = (CagraAllowed *) palloc0(sizeof(CagraAllowed));
+
+	a->rows.tids = packed;
+	a->rows.count = count;
+	return a;
+}
+
+void
+cagra_allowed_nodes(Relation index, const CagraMetaData *meta, CagraAllowed *a)
+{
+	if (a->bits)
+		return;
+
+	MemoryContext cxt = GetMemoryChunkContext(a);
+
+	a->bits = (uint64 *) MemoryContextAllocExtended(cxt, sizeof(uint64) *
+													Max(cagra_node_bitset_words(meta->n), (Size) 1),
+													MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	a->ids = (uint32 *) MemoryContextAllocExtended(cxt, sizeof(uint32) * (Size) Max(Min(a->rows.count, meta->n), 1),
+												   MCXT_ALLOC_HUGE);
+	a->count = 0;
+	for (uint32 first = 0, end; first < meta->n && a->count < a->rows.count; first = end)
+	{
+		Buffer		buf = ReadBuffer(index, cagra_header_block(meta, first));
+		Page		page;
+
+		end = cagra_header_run_end(meta, first);
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		for (uint32 id = first; id < end; id++)
+		{
+			BlockNumber blkno;
+			uint32		off;
+
+			cagra_locate(meta, id, 0, &blkno, &off);
+
+			const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((const char *) page + off);
+
+			if (cagra_node_is_live(hdr->flags) && cagra_allowed_tid(&a->rows, cagra_pack_tid(&hdr->heap_tid)))
+			{
+				a->bits[id >> 6] |= UINT64CONST(1) << (id & 63);
+				a->ids[a->count++] = id;
+			}
+		}
+		UnlockReleaseBuffer(buf);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /* ---- ordering work by page ---- */

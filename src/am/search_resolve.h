@@ -1,9 +1,8 @@
 /*
- * search_resolve.h — what cagra_search (search_sql.cpp), the filtered scan
- * (filtered_scan.cpp) and the resolution of a whole batch's candidates
- * (search_resolve.cpp) share: the rows a filtered search may return, the
- * candidates of every query with what is known of each, the search that
- * finds them, and scratch arrays kept between calls.  Backends only.
+ * search_resolve.h — the rows a filtered search may return, the candidates
+ * of every query of a search with what is known of each, their settling
+ * against a snapshot page by page, and scratch arrays kept between calls.
+ * The search session (search_session.h) finds the candidates; backends only.
  */
 #pragma once
 
@@ -30,6 +29,12 @@ typedef struct CagraAllowed
 /* The allowed rows of `count` packed root TIDs (cagra_pack_tid), ascending
  * and without repeats; takes `packed`. */
 CagraAllowed *cagra_allowed_packed(uint64 *packed, uint32 count);
+
+/* Fill in the live nodes of the allowed rows (bits, count, ids), for a
+ * search in the backend: the node headers read page by page, each page
+ * share-locked once; nothing when they are known.  They live as long as
+ * `a` (every part of a call's queries uses them). */
+void		cagra_allowed_nodes(Relation index, const CagraMetaData *meta, CagraAllowed *a);
 
 /* What is known of one candidate (query q, rank i: candidate q * kk + i). */
 #define CAGRA_CAND_UNKNOWN 0
@@ -93,15 +98,3 @@ void		cagra_resolve(Relation index, const CagraMetaData *meta, Relation heap, Sn
  * rounds before it. */
 void		cagra_resolve_widening(Relation index, const CagraMetaData *meta, Relation heap, Snapshot snapshot,
 								   const bool *present, uint32 k, CagraCandidates *c);
-
-/*
- * Candidates of every present query into c->ids/dists (c->kk each, sorted,
- * kInvalidNode padded): on the worker when it can and kk is within its
- * limit, else on the CPU; only nodes of allowed rows when `allowed` is not
- * NULL (the worker maps the rows to its copy's nodes; the backend reads the
- * node headers only when it searches itself, and measures every allowed
- * node when that is cheaper or kk exceeds what a traversal keeps).
- * c->copy_tids is set when the worker's copy gave every candidate's TID.
- */
-void		cagra_search_candidates(Relation index, const CagraMetaData *meta, const float *queries,
-									const bool *present, CagraAllowed *allowed, CagraCandidates *c);
