@@ -4,24 +4,10 @@
  */
 #pragma once
 
-#include <atomic>
-
+#include "progress.h"
 #include "types.h"
 
 namespace cagra {
-
-enum class BuildPhase : uint32_t { Validating = 0, KnnGraph = 1, Pruning = 2, Done = 3 };
-
-/* Shared with the thread that started the build: the caller polls the
- * counters for progress reports (done/total restart in each phase) and sets
- * `cancel` to stop the build, which then throws Error(ErrorCode::Cancelled)
- * within about 100 ms, from every phase. */
-struct BuildProgress {
-    std::atomic<uint32_t> phase{0};
-    std::atomic<uint64_t> done{0};
-    std::atomic<uint64_t> total{0};
-    std::atomic<bool> cancel{false};
-};
 
 /* The kNN graph: n rows of k (id, distance), each row sorted by distance. */
 struct KnnGraph {
