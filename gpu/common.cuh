@@ -187,6 +187,23 @@ bool ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
 /* Selects `device`, failing with NO_DEVICE / INVALID_ARGUMENT as fits. */
 void use_device(int device);
 
+/* An owned non-blocking stream (made while no resident kernel runs). */
+struct Stream {
+    cudaStream_t s = nullptr;
+    Stream()
+    {
+        ResidentPause pause;
+        check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    ~Stream()
+    {
+        if (s)
+            cudaStreamDestroy(s);
+    }
+    Stream(const Stream &) = delete;
+    Stream &operator=(const Stream &) = delete;
+};
+
 /* ---- device helpers ---- */
 
 /* A float mapped to a uint32 whose unsigned order is the float order

@@ -1,7 +1,9 @@
 /*
  * internal.cuh — the library's internal interfaces between its CUDA files:
  * the device dataset used by the build, the kNN build (nn_descent.cu), the
- * graph optimisation (optimize.cu) and the memory formulas (api.cu).
+ * graph optimisation (optimize.cu), the connect step (connect.cu), the
+ * long edges (long_edges.cu) and their memory formulas, for the build
+ * pipeline (build.cu).
  */
 #pragma once
 
@@ -53,17 +55,21 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
 /* Rank-based pruning, reverse edges and merge: knn (n x k) -> graph (n x degree). */
 void optimize_graph(const uint32_t *knn, uint64_t n, uint32_t k, uint32_t degree, uint32_t *graph, cudaStream_t stream);
 
+/* What connect_graph did: the links it added, and the nodes `entry` still
+ * does not reach when its bounded passes ran out (0: every node reached). */
+struct ConnectResult {
+    uint64_t links = 0;
+    uint64_t unreached = 0;
+};
+
 /* Links every node into the part reachable from `entry` (device graph,
- * edited in place); returns the links added. */
-uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,
-                       uint32_t entry, cudaStream_t stream);
+ * edited in place). */
+ConnectResult connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,
+                            uint32_t entry, cudaStream_t stream);
 uint64_t connect_phase_bytes(uint64_t n, uint32_t dim16);
 
 /* The node nearest to the mean of the data (a fixed entry node). */
 uint32_t central_node(const HalfDataset &data, cudaStream_t stream);
-
-/* CAGRA_GPU_VERBOSE set: phase timings of builds go to stderr. */
-bool verbose();
 
 /* Fixed entry nodes after `first`: farthest-point picks over a seeded
  * sample of 8192 nodes (of `pool` when given and not empty), `want` in all

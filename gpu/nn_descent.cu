@@ -860,8 +860,6 @@ void build_knn(const HalfDataset &data, cagra_gpu_metric metric, uint32_t k, con
         unsigned long long changed = 0;
         check(cudaMemcpyAsync(&changed, updates.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
         check(cudaStreamSynchronize(stream), "NN-descent iteration");
-        if (verbose())
-            std::fprintf(stderr, "cagra_gpu: nn-descent iteration %u: %llu updates\n", it + 1, changed);
         if ((double)changed <= stop)
             break;
         check_cancel(params);

@@ -742,10 +742,15 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 				   bool *long_edges, std::string *msg) noexcept
 {
 	return cagra_engine_guard(msg, [&]() -> CagraReply {
+		cagra::DatasetView data;
+
+		data.data = vectors;
+		data.n = n;
+		data.dim = format.dim;
 		if (gpu_api)
 		{
 			cagra_gpu_build_params p = cagra_gpu_build_params_of(params);
-			uint32_t	count = 0;
+			cagra_gpu_build_result result;
 
 			p.cancel = &control->gpu_cancel;
 			*device = cagra_gpu_pick_device();
@@ -753,18 +758,34 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 			entries->resize(CAGRA_MAX_ENTRY_NODES);
 			cagra_gpu_status st = gpu_api->build(*device, vectors, n, format.dim,
 												 cagra_gpu_metric_of(format.metric), &p, rows->data(),
-												 entries->data(), CAGRA_MAX_ENTRY_NODES, &count);
+												 entries->data(), CAGRA_MAX_ENTRY_NODES, &result);
 
-			entries->resize(st == CAGRA_GPU_OK ? count : 0);
-			*long_edges = false;	/* the GPU library does not report it (yet) */
-			return cagra_gpu_reply(st, msg);
+			if (st != CAGRA_GPU_OK)
+			{
+				entries->clear();
+				return cagra_gpu_reply(st, msg);
+			}
+			entries->resize(result.entry_count);
+			*long_edges = result.long_edges != 0;
+
+			/*
+			 * The device's connect step is bounded: what it left unreached
+			 * the core's step links here, so that the graph is final when
+			 * it leaves the worker.
+			 */
+			if (result.unreached > 0 && !entries->empty())
+			{
+				cagra::Graph graph;
+
+				graph.degree = params.graph_degree;
+				graph.edges.swap(*rows);
+				cagra::connect_graph(graph, data, format.metric, *entries, &control->progress);
+				rows->swap(graph.edges);
+			}
+			return CAGRA_REPLY_OK;
 		}
-		cagra::DatasetView data;
 		cagra::BuildParams p = params;
 
-		data.data = vectors;
-		data.n = n;
-		data.dim = format.dim;
 		p.threads = std::max(1u, std::thread::hardware_concurrency());
 		*device = 0;
 
