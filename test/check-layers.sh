@@ -1,10 +1,11 @@
 #!/bin/bash
 # test/check-layers.sh — fails when an #include crosses the layers of
-# docs/architecture.md the wrong way.
+# docs/architecture.md the wrong way, or files include each other in a
+# circle.
 #
 # Each folder may include (with #include "folder/...", or a file of its own
-# folder) only the folders listed for it below; anything else, and any
-# cycle between folders, is an error.  PostgreSQL headers are allowed only
+# folder) only the folders listed for it below; anything else, any cycle
+# between folders and any circle of includes between files is an error.  PostgreSQL headers are allowed only
 # where the table says so (pg), CUDA headers only in gpu/.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -81,6 +82,32 @@ reaches() {  # reaches FROM TO [seen...]: does FROM reach TO through the table?
 for short_name in "${!NAME[@]}"; do
     reaches "$short_name" "$short_name" && complain "the layer table has a cycle through $short_name"
 done
+
+# No circle of files either: a source and its header count as one file
+# (their path without the extension), and one includes another when its
+# source or its header does.  A circle means neither can be read, tested or
+# replaced without the other.
+module() { echo "${1%.*}"; }
+resolve() {  # resolve FILE INCLUDE: the included file's path, or nothing
+    local dir; dir=$(dirname "$1")
+    if [ -e "$dir/$2" ]; then echo "$dir/$2"
+    elif [ -e "src/$2" ]; then echo "src/$2"
+    fi
+}
+edges=$(
+    find src gpu -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort |
+    while IFS= read -r file; do
+        from=$(module "$file")
+        while IFS= read -r inc; do
+            target=$(resolve "$file" "$inc")
+            [ -z "$target" ] && continue
+            to=$(module "${target#./}")
+            [ "$to" != "$from" ] && echo "$from $to"
+        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
+    done | sort -u)
+if ! loop=$(printf '%s\n' "$edges" | tsort 2>&1 >/dev/null); then
+    complain "a circle of #includes between files: $(printf '%s\n' "$loop" | sed -n 's/^tsort: \([^:]*\)$/\1/p' | tr '\n' ' ')"
+fi
 
 [ $status = 0 ] && echo "check-layers: every include follows docs/architecture.md"
 exit $status

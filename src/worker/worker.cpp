@@ -191,7 +191,11 @@ cagra_worker_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			cagra_cache_forget_limits();
 		}
-		bool		built = cagra_worker_poll_build();
+		int			built_slot = cagra_worker_poll_build(cagra_worker_drain_searches);
+		bool		built = built_slot >= 0;
+
+		if (built)
+			cagra_worker_answer(&built_slot, 1);
 		bool		served = cagra_worker_serve_queue() > 0;
 
 		/* the copies of dropped and rewritten indexes, freed within a
