@@ -135,8 +135,8 @@ void check_search_params(const cagra_gpu_index *ix, const cagra_gpu_search_param
     if (!p)
         invalid("params must not be NULL");
     if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
-        invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) +
-                ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
+        invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) + ") and " +
+                std::to_string(CAGRA_GPU_MAX_ITOPK));
     if (p->search_width == 0 || (uint64_t)p->search_width * ix->degree > kMaxCandidates)
         invalid("search_width " + std::to_string(p->search_width) +
                 " must be at least 1 and search_width * degree at most " + std::to_string(kMaxCandidates));
@@ -263,7 +263,6 @@ cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degre
     });
 }
 
-
 cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint32_t dim, cagra_gpu_metric metric,
                                  const cagra_gpu_build_params *params, uint32_t *graph_out, uint32_t *entries_out,
                                  uint32_t entry_capacity, cagra_gpu_build_result *result)
@@ -298,8 +297,7 @@ cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n, 
         if (n < 2)
             invalid("a kNN graph needs at least 2 rows");
         use_device(device);
-        require_free_memory(build_bytes(n, dim, params->intermediate_degree, params->graph_degree),
-                            "this kNN build");
+        require_free_memory(build_bytes(n, dim, params->intermediate_degree, params->graph_degree), "this kNN build");
         run_build_knn(data, n, dim, metric, *params, knn_out);
     });
 }
@@ -456,8 +454,8 @@ cagra_gpu_status cagra_gpu_resident_start(cagra_gpu_index *ix, const float *quer
     });
 }
 
-cagra_gpu_status cagra_gpu_resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done,
-                                            uint32_t *ids_out, float *distances_out, uint32_t *count)
+cagra_gpu_status cagra_gpu_resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done, uint32_t *ids_out,
+                                            float *distances_out, uint32_t *count)
 {
     if (count)
         *count = 0;

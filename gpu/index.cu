@@ -20,7 +20,8 @@ uint64_t index_bytes(uint64_t n, uint32_t dim, uint32_t degree, cagra_gpu_dtype 
 {
     constexpr uint32_t kMaxEntryNodes = cagra::kMaxStoredEntries;
     uint64_t elt = dtype == CAGRA_GPU_FLOAT16 ? 2 : 4;
-    return n * stride_for(dim, dtype) * elt + n * degree * 4 + kMaxEntryNodes * 4 + entry_rows_bytes(kMaxEntryNodes, dim);
+    return n * stride_for(dim, dtype) * elt + n * degree * 4 + kMaxEntryNodes * 4 +
+           entry_rows_bytes(kMaxEntryNodes, dim);
 }
 
 cagra_gpu_index *load_index(int device, const void *vectors, cagra_gpu_dtype dtype, uint64_t n, uint32_t dim,

@@ -22,8 +22,8 @@ struct cagra_gpu_search_context {
     bool blocking_wait = false;
     cagra_gpu::Stream stream;
     cudaEvent_t started = nullptr, done = nullptr; /* around the last launched search, for its device time */
-    float resident_ms = -1.0f; /* the last search's device time when the resident kernel served it, else < 0 */
-    cagra_gpu::QueryDone query_done;      /* cagra_gpu_search_context_on_query_done */
+    float resident_ms = -1.0f;       /* the last search's device time when the resident kernel served it, else < 0 */
+    cagra_gpu::QueryDone query_done; /* cagra_gpu_search_context_on_query_done */
     /* per-batch buffers, kept and grown so small batches allocate nothing */
     cagra_gpu::DeviceBuffer<float> queries;
     cagra_gpu::DeviceBuffer<uint32_t> ids;
@@ -38,9 +38,9 @@ struct cagra_gpu_search_context {
     cagra_gpu::DeviceBuffer<uint64_t> handed_in;
     cagra_gpu::DeviceBuffer<uint32_t> arrivals;
     cagra_gpu::DeviceBuffer<uint32_t> bounds;
-    cagra_gpu::DeviceBuffer<float> entry_scores; /* nq x the fixed entries (entry_scores.cuh) */
+    cagra_gpu::DeviceBuffer<float> entry_scores;                 /* nq x the fixed entries (entry_scores.cuh) */
     cagra_gpu::DeviceBuffer<cagra_gpu::SearchStats> batch_stats; /* the last launched batch's, zeroed before it */
-    cagra_gpu_search_stats stats{};        /* every batch's so far */
+    cagra_gpu_search_stats stats{};                              /* every batch's so far */
     /* page-locked copies of a batch's answers and counts, and of a small
      * batch's queries: a copy to pageable memory holds the calling thread
      * inside the driver until the stream drains, and small copies from

@@ -36,8 +36,8 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
           "cudaDeviceGetAttribute");
     if (a.smem_bytes + 64 > (size_t)max_smem)
         fail(CAGRA_GPU_INVALID_ARGUMENT, "this search needs " + std::to_string(a.smem_bytes) +
-                " bytes of shared memory per query, more than the device's " + std::to_string(max_smem) +
-                ": lower itopk_size or search_width");
+                                             " bytes of shared memory per query, more than the device's " +
+                                             std::to_string(max_smem) + ": lower itopk_size or search_width");
 
     const uint64_t fwords = filter ? div_up(ix->n, 64) : 0;
     const uint32_t k = a.k;
@@ -65,8 +65,7 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     }
     SearchStats *staged_stats = reinterpret_cast<SearchStats *>(ctx->staging->get());
     float *staged_queries = reinterpret_cast<float *>(staged_stats + 1);
-    uint32_t *staged_ids =
-        reinterpret_cast<uint32_t *>(staged_queries + (stage_queries ? (uint64_t)nq * ix->dim : 0));
+    uint32_t *staged_ids = reinterpret_cast<uint32_t *>(staged_queries + (stage_queries ? (uint64_t)nq * ix->dim : 0));
     float *staged_dists = reinterpret_cast<float *>(staged_ids + (uint64_t)nq * k);
     if (stage_queries)
         std::memcpy(staged_queries, queries, query_bytes);
@@ -114,8 +113,8 @@ void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchA
     if (score)
         score_entries(ix->entry_rows, ix->metric, dq.get(), ix->stride, nq, ctx->entry_scores.get(), s);
     if (a.entries_distinct && measure_fits(nq, count)) {
-        const MeasureArgs m{ix->vectors.get(), ix->dtype == CAGRA_GPU_FLOAT16, ix->dim, ix->stride, ix->metric,
-                            nq, count, k};
+        const MeasureArgs m{
+            ix->vectors.get(), ix->dtype == CAGRA_GPU_FLOAT16, ix->dim, ix->stride, ix->metric, nq, count, k};
         measure_nodes(m, ctx->measure, dq.get(), ctx->nodes.get(), ddist.get(), dids.get(), s);
     } else {
         run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);

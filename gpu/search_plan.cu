@@ -36,8 +36,8 @@ void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
      * nodes in chunks of at most 256, and with scored entries the itopk
      * entries measured after them */
     const uint32_t entries = a.entry_count + a.random_entries;
-    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), std::min(256u, pow2_at_least(entries)),
-                           a.entry_scores ? a.itopk_cap : 0u});
+    a.cand_cap = std::max(
+        {32u, pow2_at_least(a.step_cands), std::min(256u, pow2_at_least(entries)), a.entry_scores ? a.itopk_cap : 0u});
     /* room for every entry node measured (but distinct ones, which skip
      * it), and for itopk plus an iteration's candidates below half load
      * after each forgetting */
@@ -128,7 +128,6 @@ void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint3
     lay_out_shared_memory(a, width);
 }
 
-
 SearchArgs index_args(const cagra_gpu_index *ix, uint32_t k)
 {
     SearchArgs a{};
@@ -152,7 +151,8 @@ SearchArgs plan_batch(const cagra_gpu_index *ix, const cagra_gpu_search_params &
     a.random_entries = p.random_entries;
     a.seed = p.seed;
     const uint64_t row_bytes = (uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4);
-    const SearchShape shape = search_shape(nq, p.itopk_size, k, p.search_width, p.ctas_per_query, ix->degree * row_bytes);
+    const SearchShape shape =
+        search_shape(nq, p.itopk_size, k, p.search_width, p.ctas_per_query, ix->degree * row_bytes);
     a.ctas = shape.ctas;
     /* several CTAs per query: each walks with a buffer of its own */
     const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p.itopk_size) : p.itopk_size;
