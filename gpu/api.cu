@@ -15,7 +15,7 @@
 #include "build.cuh"
 #include "core/types.h"
 #include "index.cuh"
-#include "internal.cuh"
+#include "nn_descent.cuh"
 #include "search_batch.cuh"
 #include "search_plan.cuh"
 #include "search_resident.cuh"

@@ -11,8 +11,12 @@
 #include <vector>
 
 #include "build.cuh"
+#include "connect.cuh"
+#include "core/build.h"
 #include "core/types.h"
-#include "internal.cuh"
+#include "long_edges.cuh"
+#include "nn_descent.cuh"
+#include "optimize.cuh"
 
 namespace cagra_gpu {
 

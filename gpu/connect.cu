@@ -16,7 +16,7 @@
  */
 #include <algorithm>
 
-#include "internal.cuh"
+#include "connect.cuh"
 #include "search.cuh"
 #include "search_plan.cuh"
 

@@ -26,8 +26,10 @@
 
 #include "core/build.h"
 #include "core/types.h"
-#include "internal.cuh"
+#include "long_edges.cuh"
 #include "metric.cuh"
+#include "nn_descent.cuh"
+#include "optimize.cuh"
 #include "search.cuh"
 #include "search_plan.cuh"
 
