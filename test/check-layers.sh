@@ -116,6 +116,9 @@ fi
 # header itself (x_impl.h: its templates).  Only a folder's interface
 # header, named after the folder (client/client.h, protocol/protocol.h,
 # am/cagra_am.h, gpu/cagra_gpu.h), declares for several sources.
+if ! ctags --version 2>/dev/null | grep -q 'Universal Ctags'; then
+    complain "universal-ctags is needed to check which source defines what a header declares"
+fi
 misnamed=$(
     for dir in "${!ALLOWED[@]}"; do
         [[ $dir == src/* || $dir == gpu ]] || continue
