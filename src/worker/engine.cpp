@@ -9,13 +9,13 @@
 
 #include <algorithm>
 #include <exception>
-#include <memory>
 #include <new>
 #include <numeric>
 
 #include "core/search.h"
 
-static std::unique_ptr<CagraEngine> engine;
+/* Lives as long as the process: copies and lanes freed at exit still call it. */
+static CagraEngine *engine = nullptr;
 static std::vector<std::string> device_names;
 static std::vector<uint64_t> device_totals;
 
@@ -34,7 +34,7 @@ CagraSearchLane::~CagraSearchLane()
 void
 cagra_engine_init(CagraEngine *chosen)
 {
-	engine.reset(chosen);
+	engine = chosen;
 	device_names.clear();
 	device_totals.clear();
 	engine->devices(&device_names, &device_totals);

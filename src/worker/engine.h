@@ -135,7 +135,8 @@ class CagraEngine
 							 bool *long_edges, std::string *msg) = 0;
 };
 
-/* Starts the worker's engine (engine_gpu.h or engine_core.h), which it owns from then on. */
+/* Starts the worker's engine (engine_gpu.h or engine_core.h), once; it
+ * lives as long as the process. */
 void		cagra_engine_init(CagraEngine *engine);
 bool		cagra_engine_is_gpu(void);
 int			cagra_engine_device_count(void);
