@@ -93,6 +93,7 @@ resolve() {  # resolve FILE INCLUDE: the included file's path, or nothing
     local dir; dir=$(dirname "$1")
     if [ -e "$dir/$2" ]; then echo "$dir/$2"
     elif [ -e "src/$2" ]; then echo "src/$2"
+    elif [ -e "$2" ]; then echo "$2"
     fi
 }
 edges=$(
