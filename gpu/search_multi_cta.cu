@@ -1,7 +1,7 @@
 /*
  * search_multi_cta.cu — CAGRA search with several CTAs per query, for
- * batches too small to fill the device one CTA per query, and the
- * library's choice between one and several (search_shape).
+ * batches too small to fill the device one CTA per query (the choice
+ * between one and several: search_shape, search_plan.cu).
  *
  * The grid is (ctas, nq).  Each CTA of a query keeps a small sorted buffer
  * of its own (cta_itopk_for(itopk) keys in shared memory), starts from its
