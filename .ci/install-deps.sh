@@ -11,6 +11,7 @@ packages=(
     libipc-run-perl                   # IPC::Run, needed by PostgreSQL::Test::Cluster
     libhnswlib-dev                    # hnswlib headers (reference in core tests/benchmarks)
     python3-numpy                     # data set generator of the benchmarks
+    universal-ctags                   # test/check-layers.sh: which source defines what a header declares
 )
 
 missing=()

@@ -12,8 +12,8 @@
  * its build time, the navigation probe of its graph (1,024 rows searched
  * for themselves, as the build's own probe does) and its recall curve
  * (batch 10,000); the other figures use the first termination's graph.
- * Whether a build added long edges is on standard error with
- * CAGRA_GPU_VERBOSE set.
+ * Each build's steps, their seconds and whether it added long edges are
+ * printed from its cagra_gpu_build_result.
  * --ctas N: every search with N thread blocks per query (0, the default:
  * the library chooses from the batch size; 1: one block per query).
  * --entries E[,E...]: after the build, the fp16 index loaded with only the
@@ -749,13 +749,20 @@ int main(int argc, char **argv)
         cagra_gpu_build_params tp = bp;
         tp.nn_descent_termination = terminations[ti];
         std::vector<uint32_t> g(n * bp.graph_degree), e(1024);
-        uint32_t ec = 0;
+        cagra_gpu_build_result built;
         PeakMemory peak;
         t0 = Clock::now();
-        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &tp, g.data(), e.data(), 1024, &ec));
+        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &tp, g.data(), e.data(), 1024, &built));
         const double secs = seconds_since(t0);
         const uint64_t peak_bytes = peak.stop();
+        const uint32_t ec = built.entry_count;
         e.resize(ec);
+        std::printf("build steps (s): upload %.3f, kNN %.3f, pruning %.3f, connect %.3f (%llu links, %llu "
+                    "unreached), entries %.3f, probe %.3f (%.2f%% missed), long edges %.3f (%s), download %.3f\n",
+                    built.upload_seconds, built.knn_seconds, built.optimize_seconds, built.connect_seconds,
+                    (unsigned long long)built.connect_links, (unsigned long long)built.unreached,
+                    built.entries_seconds, built.probe_seconds, 100.0 * built.probe_miss_rate,
+                    built.long_edges_seconds, built.long_edges ? "added" : "none", built.download_seconds);
         if (ti == 0) {
             bp = tp;
             std::snprintf(line, sizeof line,
@@ -853,7 +860,8 @@ int main(int argc, char **argv)
         CUDA_OK(cudaProfilerStart());
         Row r = sweep_point(ix, queries, nq, dim, gt, gt_dim, 64, 10000);
         std::printf("profiled search: recall %.4f, %.0f q/s\n", r.recall, r.qps);
-        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(), entries.data(), 1024, &entry_count));
+        cagra_gpu_build_result built;
+        GPU_OK(cagra_gpu_build(0, base.data(), n, dim, metric, &bp, graph.data(), entries.data(), 1024, &built));
         CUDA_OK(cudaProfilerStop());
         cagra_gpu_index_free(ix);
         return 0;

@@ -1,27 +1,23 @@
 /*
- * api.cu — the C interface of libcagra_gpu.so (cagra_gpu.h): argument
- * checks, device selection, memory checks before any allocation, and the
- * boundary where internal failures become a status and a message.  No C++
- * exception leaves this file.
+ * api.cu — the C interface of libcagra_gpu.so (cagra_gpu.h): each call
+ * checks its arguments and selects the device, then hands the work to the
+ * build pipeline (build.cu), the index and its contexts (index.cu), the
+ * search planner (search_plan.cu) and the batch run (search_batch.cu).  It
+ * is the boundary where internal failures become a status and a message:
+ * no C++ exception leaves this file.
  */
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <new>
 #include <string>
-#include <vector>
 
+#include "build.cuh"
 #include "core/types.h"
-#include "entry_scores.cuh"
-#include "internal.cuh"
-#include "measure_nodes.cuh"
-#include "metric.cuh"
-
-#include "search.cuh"
+#include "index.cuh"
+#include "nn_descent.cuh"
+#include "search_batch.cuh"
+#include "search_plan.cuh"
 #include "search_resident.cuh"
 
 static_assert(CAGRA_GPU_INVALID_NODE == cagra::kInvalidNode, "one invalid node id");
@@ -53,15 +49,6 @@ constexpr uint32_t kMaxDim = cagra::kMaxDim;
 constexpr uint32_t kMaxRandomEntries = cagra::kMaxRandomEntries;
 constexpr uint32_t kMaxEntryNodes = cagra::kMaxStoredEntries;
 constexpr uint32_t kMaxCandidates = CAGRA_GPU_MAX_STEP_CANDIDATES;
-/* Kept free beside our own buffers: the context, CUB scratch, fragmentation. */
-constexpr uint64_t kHeadroom = 64ULL << 20;
-
-std::string mib(uint64_t bytes)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
-    return buf;
-}
 
 template <class F>
 cagra_gpu_status guarded(F &&body)
@@ -123,171 +110,49 @@ void check_build_params(const cagra_gpu_build_params *p)
         invalid("nn_descent_termination must lie in [0, 1)");
 }
 
-struct Stream {
-    cudaStream_t s = nullptr;
-    Stream()
-    {
-        ResidentPause pause;
-        check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    }
-    ~Stream()
-    {
-        if (s)
-            cudaStreamDestroy(s);
-    }
-};
-
-uint64_t build_bytes(uint64_t n, uint32_t dim, uint32_t k, uint32_t degree)
+/* What every search checks of its context and index. */
+void check_context(const cagra_gpu_search_context *ctx, const cagra_gpu_index *ix)
 {
-    uint64_t dim16 = round_up(dim, 16);
-    uint64_t half = n * dim16 * 2 + n * 4;
-    uint64_t upload = 2 * std::min<uint64_t>(n, upload_chunk_rows(dim)) * dim * 4; /* two staging buffers */
-    uint64_t knn = n * k * 4;
-    uint64_t graph = n * degree * 4;
-    uint64_t phase = std::max({upload, knn + (n > kExactKnnLimit ? knn_phase_bytes(n, k) : 0),
-                               optimize_phase_bytes(n, k, degree), graph + connect_phase_bytes(n, (uint32_t)dim16),
-                               graph + long_edge_phase_bytes(n, (uint32_t)dim16, k, degree)});
-    return half + phase;
+    if (!ctx || !ix)
+        invalid("context and index must not be NULL");
+    if (ctx->device != ix->device)
+        invalid("the search context is on device " + std::to_string(ctx->device) + ", the index on device " +
+                std::to_string(ix->device));
 }
 
-uint32_t stride_for(uint32_t dim, cagra_gpu_dtype dtype)
+/* ... and of a batch that is not empty. */
+void check_batch(const float *queries, uint32_t k, const uint32_t *ids_out, const float *distances_out)
 {
-    return (uint32_t)round_up(dim, dtype == CAGRA_GPU_FLOAT16 ? 8 : 4);
+    if (!queries || !ids_out || !distances_out)
+        invalid("queries, ids_out and distances_out must not be NULL");
+    if (k == 0 || k > CAGRA_GPU_MAX_K)
+        invalid("k " + std::to_string(k) + " is out of range 1.." + std::to_string(CAGRA_GPU_MAX_K));
 }
 
-uint64_t index_bytes(uint64_t n, uint32_t dim, uint32_t degree, cagra_gpu_dtype dtype)
+/* What every traversal checks of its settings. */
+void check_search_params(const cagra_gpu_index *ix, const cagra_gpu_search_params *p, uint32_t k)
 {
-    uint64_t elt = dtype == CAGRA_GPU_FLOAT16 ? 2 : 4;
-    return n * stride_for(dim, dtype) * elt + n * degree * 4 + kMaxEntryNodes * 4 + entry_rows_bytes(kMaxEntryNodes, dim);
+    if (!p)
+        invalid("params must not be NULL");
+    if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
+        invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) + ") and " +
+                std::to_string(CAGRA_GPU_MAX_ITOPK));
+    if (p->search_width == 0 || (uint64_t)p->search_width * ix->degree > kMaxCandidates)
+        invalid("search_width " + std::to_string(p->search_width) +
+                " must be at least 1 and search_width * degree at most " + std::to_string(kMaxCandidates));
+    if (p->random_entries > kMaxRandomEntries)
+        invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
+    if (p->random_entries == 0 && ix->entry_count == 0)
+        invalid("no entry nodes: give the index entry nodes or random_entries > 0");
+    if (p->ctas_per_query > CAGRA_GPU_MAX_CTAS_PER_QUERY)
+        invalid("ctas_per_query must be at most " + std::to_string(CAGRA_GPU_MAX_CTAS_PER_QUERY));
 }
 
 } // namespace
-
-bool verbose()
-{
-    static const bool on = std::getenv("CAGRA_GPU_VERBOSE") != nullptr;
-    return on;
-}
-
-namespace {
-
-/* Phase timer for CAGRA_GPU_VERBOSE (host clock after a stream sync). */
-struct PhaseTimer {
-    cudaStream_t stream;
-    std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
-    void lap(const char *phase)
-    {
-        if (!verbose())
-            return;
-        cudaStreamSynchronize(stream);
-        auto now = std::chrono::steady_clock::now();
-        std::fprintf(stderr, "cagra_gpu: %s %.3f s\n", phase, std::chrono::duration<double>(now - t).count());
-        t = now;
-    }
-};
-
-} // namespace
-
-[[noreturn]] void fail_cuda(cudaError_t err, const char *what)
-{
-    cudaGetLastError(); /* clear a non-sticky error so later calls can proceed */
-    std::string msg = std::string(what) + ": " + cudaGetErrorString(err);
-    switch (err) {
-    case cudaErrorMemoryAllocation:
-        fail(CAGRA_GPU_OUT_OF_MEMORY, "device out of memory in " + msg);
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorInvalidDevice:
-    case cudaErrorDevicesUnavailable:
-        fail(CAGRA_GPU_NO_DEVICE, msg);
-    default:
-        fail(CAGRA_GPU_DEVICE_ERROR, msg);
-    }
-}
-
-void require_free_memory(uint64_t need, const char *what)
-{
-    size_t free_b = 0, total_b = 0;
-    check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-    if (need + kHeadroom > free_b)
-        fail(CAGRA_GPU_OUT_OF_MEMORY, std::string(what) + " needs " + mib(need) + " of device memory, but only " +
-                                          mib(free_b) + " of " + mib(total_b) + " are free");
-}
-
-void use_device(int device)
-{
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        cudaGetLastError();
-        fail(CAGRA_GPU_NO_DEVICE,
-             std::string("no CUDA device: ") + (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
-    }
-    if (device < 0 || device >= count)
-        invalid("device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " present)");
-    check(cudaSetDevice(device), "cudaSetDevice");
-}
 
 } // namespace cagra_gpu
 
 using namespace cagra_gpu;
-
-struct cagra_gpu_search_context {
-    int device = 0;
-    /* wait briefly, then on a blocking event, rather than spin in
-     * cudaStreamSynchronize for the whole search */
-    bool blocking_wait = false;
-    Stream stream;
-    cudaEvent_t started = nullptr, done = nullptr; /* around the last launched search, for its device time */
-    float resident_ms = -1.0f; /* the last search's device time when the resident kernel served it, else < 0 */
-    QueryDone query_done;      /* cagra_gpu_search_context_on_query_done */
-    /* per-batch buffers, kept and grown so small batches allocate nothing */
-    DeviceBuffer<float> queries;
-    DeviceBuffer<uint32_t> ids;
-    DeviceBuffer<float> dists;
-    DeviceBuffer<uint64_t> filter;
-    DeviceBuffer<uint32_t> nodes; /* cagra_gpu_search_nodes */
-    MeasureScratch measure;       /* its pairs and their sort */
-    /* multi-CTA searches: visited tables (all free between launches),
-     * hand-ins, arrival counts (all 0 between launches) and bounds (all
-     * kInvalid between launches) */
-    DeviceBuffer<uint32_t> visited;
-    DeviceBuffer<uint64_t> handed_in;
-    DeviceBuffer<uint32_t> arrivals;
-    DeviceBuffer<uint32_t> bounds;
-    DeviceBuffer<float> entry_scores; /* nq x the fixed entries (entry_scores.cuh) */
-    DeviceBuffer<SearchStats> batch_stats; /* the last launched batch's, zeroed before it */
-    cagra_gpu_search_stats stats{};        /* every batch's so far */
-    /* page-locked copies of a batch's answers and counts, and of a small
-     * batch's queries: a copy to pageable memory holds the calling thread
-     * inside the driver until the stream drains, and small copies from
-     * several threads' contexts take turns there (batches of 10 from 4
-     * threads: about half the queries/s of staged copies on the H200) */
-    std::unique_ptr<PinnedBuffer<unsigned char>> staging;
-    uint64_t staging_bytes = 0;
-
-    ~cagra_gpu_search_context()
-    {
-        if (started)
-            cudaEventDestroy(started);
-        if (done)
-            cudaEventDestroy(done);
-    }
-};
-
-struct cagra_gpu_index {
-    int device = 0;
-    cagra_gpu_dtype dtype = CAGRA_GPU_FLOAT32;
-    cagra_gpu_metric metric = CAGRA_GPU_L2;
-    uint64_t n = 0;
-    uint32_t dim = 0, stride = 0, degree = 0, entry_count = 0;
-    DeviceBuffer<unsigned char> vectors;
-    DeviceBuffer<uint32_t> graph;
-    DeviceBuffer<uint32_t> entries;
-    EntryRows entry_rows; /* the fixed entries' rows, for scoring them per batch */
-    cagra_gpu_search_context search; /* for cagra_gpu_search */
-};
 
 extern "C" {
 
@@ -400,10 +265,12 @@ cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t dim, uint32_t degre
 
 cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint32_t dim, cagra_gpu_metric metric,
                                  const cagra_gpu_build_params *params, uint32_t *graph_out, uint32_t *entries_out,
-                                 uint32_t entry_capacity, uint32_t *entry_count)
+                                 uint32_t entry_capacity, cagra_gpu_build_result *result)
 {
-    if (entry_count)
-        *entry_count = 0;
+    cagra_gpu_build_result local;
+    if (!result)
+        result = &local;
+    std::memset(result, 0, sizeof *result);
     return guarded([&] {
         if (!data || !graph_out)
             invalid("data and graph_out must not be NULL");
@@ -413,98 +280,8 @@ cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint
         check_metric(metric);
         check_build_params(params);
         use_device(device);
-        const uint32_t k = params->intermediate_degree, degree = params->graph_degree;
-        require_free_memory(build_bytes(n, dim, k, degree), "this build");
-
-        Stream stream;
-        PhaseTimer timer{stream.s};
-        HalfDataset half;
-        make_half_dataset(data, n, dim, half, stream.s);
-        timer.lap("upload and fp16 conversion");
-        /* allocated after NN-descent, whose join is the build's peak */
-        DeviceBuffer<uint32_t> graph;
-        uint32_t entry = 0;
-        /* the fixed entry nodes, when the probe needed them before the download */
-        std::vector<uint32_t> entries;
-        if (n == 1) {
-            graph.allocate(n * degree);
-            check(cudaMemsetAsync(graph.get(), 0xFF, graph.bytes(), stream.s), "cudaMemset");
-        } else {
-            {
-                DeviceBuffer<uint32_t> knn(n * k);
-                build_knn(half, metric, k, *params, knn.get(), stream.s);
-                timer.lap("kNN graph");
-                check_cancel(*params);
-                graph.allocate(n * degree);
-                optimize_graph(knn.get(), n, k, degree, graph.get(), stream.s);
-                timer.lap("pruning, reverse edges, merge");
-                check_cancel(*params);
-            }
-            entry = central_node(half, stream.s);
-            uint64_t links = connect_graph(half, metric, graph.get(), degree, entry, stream.s);
-            if (verbose())
-                std::fprintf(stderr, "cagra_gpu: %llu links to connect the graph\n", (unsigned long long)links);
-            timer.lap("entry node and connection");
-            /* Can a default search find the nodes themselves?  Where it cannot
-             * (every edge local: clusters smaller than the kNN lists, more
-             * clusters than entries), add long edges, pick the entries among
-             * long-edge nodes and connect again (the core's step 8). */
-            if (n >= kLongEdgeMinNodes) {
-                check_cancel(*params);
-                const uint32_t want = (uint32_t)cagra::fixed_entry_count(n);
-                entries = farthest_entry_nodes(half, metric, entry, params->seed, want, stream.s);
-                timer.lap("entry nodes");
-                check_cancel(*params);
-                const double miss =
-                    navigation_miss_rate(half, metric, graph.get(), degree, entries, params->seed, stream.s);
-                timer.lap("navigation probe");
-                bool added = false;
-                if (miss > cagra::kLongEdgeMissRate) {
-                    check_cancel(*params);
-                    const std::vector<uint32_t> pool =
-                        add_long_edges(half, metric, graph.get(), degree, *params, stream.s);
-                    timer.lap("long edges");
-                    if (!pool.empty()) {
-                        added = true;
-                        check_cancel(*params);
-                        entries = farthest_entry_nodes(half, metric, entry, params->seed, want, stream.s, &pool);
-                        check_cancel(*params);
-                        links = connect_graph(half, metric, graph.get(), degree, entry, stream.s);
-                        timer.lap("entry nodes among long-edge nodes and connection");
-                    }
-                }
-                if (verbose()) {
-                    std::fprintf(stderr, "cagra_gpu: navigation probe: %.1f%% of %u missed; long edges %s\n",
-                                 100.0 * miss, cagra::kNavigationProbes, added ? "added" : "not added");
-                    if (added) {
-                        /* diagnostics only: the same probe on the final graph */
-                        const double after =
-                            navigation_miss_rate(half, metric, graph.get(), degree, entries, params->seed, stream.s);
-                        std::fprintf(stderr,
-                                     "cagra_gpu: %llu links to connect the graph again; the probe then misses "
-                                     "%.1f%%\n",
-                                     (unsigned long long)links, 100.0 * after);
-                    }
-                }
-            }
-        }
-        check(cudaMemcpyAsync(graph_out, graph.get(), graph.bytes(), cudaMemcpyDeviceToHost, stream.s),
-              "copying the graph to the host");
-        check(cudaStreamSynchronize(stream.s), "the build");
-        timer.lap("graph download");
-        if (entry_capacity) {
-            if (entries.empty()) {
-                entries =
-                    farthest_entry_nodes(half, metric, entry, params->seed,
-                                         (uint32_t)std::min<uint64_t>(cagra::fixed_entry_count(n), entry_capacity), stream.s);
-                timer.lap("entry nodes");
-            }
-            /* farthest-point order: a prefix is what a smaller `want` picks */
-            const uint32_t count = (uint32_t)std::min<uint64_t>(entries.size(), entry_capacity);
-            std::copy(entries.begin(), entries.begin() + count, entries_out);
-            if (entry_count)
-                *entry_count = count;
-        }
+        require_free_memory(build_bytes(n, dim, params->intermediate_degree, params->graph_degree), "this build");
+        run_build(data, n, dim, metric, *params, graph_out, entries_out, entry_capacity, result);
     });
 }
 
@@ -520,16 +297,8 @@ cagra_gpu_status cagra_gpu_build_knn(int device, const float *data, uint64_t n, 
         if (n < 2)
             invalid("a kNN graph needs at least 2 rows");
         use_device(device);
-        const uint32_t k = params->intermediate_degree;
-        require_free_memory(build_bytes(n, dim, k, params->graph_degree), "this kNN build");
-        Stream stream;
-        HalfDataset half;
-        make_half_dataset(data, n, dim, half, stream.s);
-        DeviceBuffer<uint32_t> knn(n * k);
-        build_knn(half, metric, k, *params, knn.get(), stream.s);
-        check(cudaMemcpyAsync(knn_out, knn.get(), knn.bytes(), cudaMemcpyDeviceToHost, stream.s),
-              "copying the kNN graph to the host");
-        check(cudaStreamSynchronize(stream.s), "the kNN build");
+        require_free_memory(build_bytes(n, dim, params->intermediate_degree, params->graph_degree), "this kNN build");
+        run_build_knn(data, n, dim, metric, *params, knn_out);
     });
 }
 
@@ -561,39 +330,7 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
             if (entries[i] >= n)
                 invalid("entry node " + std::to_string(entries[i]) + " is beyond the " + std::to_string(n) + " nodes");
 
-        auto *ix = new cagra_gpu_index;
-        try {
-            ix->device = device;
-            ix->search.device = device;
-            ix->dtype = dtype;
-            ix->metric = metric;
-            ix->n = n;
-            ix->dim = dim;
-            ix->degree = degree;
-            ix->entry_count = entry_count;
-            ix->stride = stride_for(dim, dtype);
-            const uint64_t elt = dtype == CAGRA_GPU_FLOAT16 ? 2 : 4;
-            ix->vectors.allocate(n * ix->stride * elt);
-            ix->graph.allocate(n * degree);
-            ix->entries.allocate(std::max<uint32_t>(entry_count, 1));
-            cudaStream_t s = ix->search.stream.s;
-            check(cudaMemsetAsync(ix->vectors.get(), 0, ix->vectors.bytes(), s), "cudaMemset");
-            check(cudaMemcpy2DAsync(ix->vectors.get(), ix->stride * elt, vectors, dim * elt, dim * elt, n,
-                                    cudaMemcpyHostToDevice, s),
-                  "copying the vectors to the device");
-            check(cudaMemcpyAsync(ix->graph.get(), graph, n * degree * 4, cudaMemcpyHostToDevice, s),
-                  "copying the graph to the device");
-            if (entry_count)
-                check(cudaMemcpyAsync(ix->entries.get(), entries, entry_count * 4, cudaMemcpyHostToDevice, s),
-                      "copying the entry nodes to the device");
-            if (metric_has_dot_form(metric))
-                load_entry_rows(ix->entry_rows, vectors, dtype, dim, entries, entry_count, s);
-            check(cudaStreamSynchronize(s), "loading the index");
-        } catch (...) {
-            delete ix;
-            throw;
-        }
-        *index = ix;
+        *index = load_index(device, vectors, dtype, n, dim, graph, degree, metric, entries, entry_count);
     });
 }
 
@@ -605,17 +342,7 @@ cagra_gpu_status cagra_gpu_search_context_create(int device, cagra_gpu_search_co
         if (!context)
             invalid("context must not be NULL");
         use_device(device);
-        auto *c = new cagra_gpu_search_context;
-        try {
-            c->device = device;
-            c->blocking_wait = true;
-            check(cudaEventCreate(&c->started), "cudaEventCreate");
-            check(cudaEventCreateWithFlags(&c->done, cudaEventBlockingSync), "cudaEventCreate");
-        } catch (...) {
-            delete c;
-            throw;
-        }
-        *context = c;
+        *context = make_search_context(device);
     });
 }
 
@@ -640,251 +367,6 @@ cagra_gpu_status cagra_gpu_search(cagra_gpu_index *ix, const float *queries, uin
 
 } /* extern "C" */
 
-namespace {
-
-/* What every search checks of its context and index. */
-void check_context(const cagra_gpu_search_context *ctx, const cagra_gpu_index *ix)
-{
-    if (!ctx || !ix)
-        invalid("context and index must not be NULL");
-    if (ctx->device != ix->device)
-        invalid("the search context is on device " + std::to_string(ctx->device) + ", the index on device " +
-                std::to_string(ix->device));
-}
-
-/* ... and of a batch that is not empty. */
-void check_batch(const float *queries, uint32_t k, const uint32_t *ids_out, const float *distances_out)
-{
-    if (!queries || !ids_out || !distances_out)
-        invalid("queries, ids_out and distances_out must not be NULL");
-    if (k == 0 || k > CAGRA_GPU_MAX_K)
-        invalid("k " + std::to_string(k) + " is out of range 1.." + std::to_string(CAGRA_GPU_MAX_K));
-}
-
-/* The kernel's description for a search of `ix` (entries, filter and
- * iterations left to the caller). */
-SearchArgs index_args(const cagra_gpu_index *ix, uint32_t k)
-{
-    SearchArgs a{};
-    a.vectors = ix->vectors.get();
-    a.graph = ix->graph.get();
-    a.entries = ix->entries.get();
-    a.n = (uint32_t)ix->n;
-    a.dim = ix->dim;
-    a.stride = ix->stride;
-    a.degree = ix->degree;
-    a.entry_count = ix->entry_count;
-    a.metric = ix->metric;
-    a.k = k;
-    return a;
-}
-
-/* Plan `a` (shared memory), copy the queries and the filter (NULL: none)
- * or, for distinct entries, the `count` ids of `nodes` to the device, run
- * the kernel and copy the answers back. */
-void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchArgs &a, uint32_t width, uint32_t itopk,
-               const float *queries, uint32_t nq, const uint64_t *filter, const uint32_t *nodes, uint32_t count,
-               uint32_t *ids_out, float *distances_out)
-{
-    check(cudaSetDevice(ix->device), "cudaSetDevice");
-    /* one CTA a query, more fixed entries than its buffer keeps: rank them
-     * for the whole batch at once, so each walk measures only its best */
-    const bool score = a.ctas <= 1 && !a.entries_distinct && ix->entry_rows.count > pow2_at_least(itopk) &&
-                       (uint64_t)nq * ix->entry_rows.count * sizeof(float) <= kEntryScoreBytesLimit;
-    if (score) {
-        ensure(ctx->entry_scores, (uint64_t)nq * ix->entry_rows.count, "this search batch");
-        a.entry_scores = ctx->entry_scores.get();
-    }
-    plan_search(a, width, ix->degree, itopk);
-    int max_smem = 0;
-    check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
-          "cudaDeviceGetAttribute");
-    if (a.smem_bytes + 64 > (size_t)max_smem)
-        invalid("this search needs " + std::to_string(a.smem_bytes) +
-                " bytes of shared memory per query, more than the device's " + std::to_string(max_smem) +
-                ": lower itopk_size or search_width");
-
-    const uint64_t fwords = filter ? div_up(ix->n, 64) : 0;
-    const uint32_t k = a.k;
-    ensure(ctx->queries, (uint64_t)nq * ix->stride, "this search batch");
-    ensure(ctx->ids, (uint64_t)nq * k, "this search batch");
-    ensure(ctx->dists, (uint64_t)nq * k, "this search batch");
-    ensure(ctx->filter, fwords, "this search batch");
-    ensure(ctx->nodes, a.entries_distinct ? count : 0, "this search batch");
-    DeviceBuffer<float> &dq = ctx->queries;
-    DeviceBuffer<uint32_t> &dids = ctx->ids;
-    DeviceBuffer<float> &ddist = ctx->dists;
-    cudaStream_t s = ctx->stream.s;
-    /* a large batch's queries go straight from the caller's memory: the
-     * driver overlaps its staging with the transfer, one memcpy here first
-     * would not */
-    constexpr uint64_t kStagedQueryBytesMax = 4 << 20;
-    const uint64_t query_bytes = (uint64_t)nq * ix->dim * 4, answer_bytes = (uint64_t)nq * k * 4;
-    const bool stage_queries = query_bytes <= kStagedQueryBytesMax;
-    const uint64_t staged = (stage_queries ? query_bytes : 0) + 2 * answer_bytes + sizeof(SearchStats);
-    if (ctx->staging_bytes < staged) {
-        ctx->staging.reset();
-        ctx->staging_bytes = 0;
-        ctx->staging = std::make_unique<PinnedBuffer<unsigned char>>(staged);
-        ctx->staging_bytes = staged;
-    }
-    SearchStats *staged_stats = reinterpret_cast<SearchStats *>(ctx->staging->get());
-    float *staged_queries = reinterpret_cast<float *>(staged_stats + 1);
-    uint32_t *staged_ids =
-        reinterpret_cast<uint32_t *>(staged_queries + (stage_queries ? (uint64_t)nq * ix->dim : 0));
-    float *staged_dists = reinterpret_cast<float *>(staged_ids + (uint64_t)nq * k);
-    if (stage_queries)
-        std::memcpy(staged_queries, queries, query_bytes);
-    if (a.ctas > 1) {
-        /* the kernel leaves them as it found them: initialised once */
-        if (ensure(ctx->visited, (uint64_t)nq * a.visited_slots, "this search batch"))
-            check(cudaMemsetAsync(ctx->visited.get(), 0xFF, ctx->visited.bytes(), s), "cudaMemset");
-        if (ensure(ctx->arrivals, nq, "this search batch"))
-            check(cudaMemsetAsync(ctx->arrivals.get(), 0, ctx->arrivals.bytes(), s), "cudaMemset");
-        if (ensure(ctx->bounds, nq, "this search batch"))
-            check(cudaMemsetAsync(ctx->bounds.get(), 0xFF, ctx->bounds.bytes(), s), "cudaMemset");
-        ensure(ctx->handed_in, (uint64_t)nq * a.ctas * a.hand_in, "this search batch");
-        a.visited = ctx->visited.get();
-        a.arrivals = ctx->arrivals.get();
-        a.bounds = ctx->bounds.get();
-        a.handed_in = ctx->handed_in.get();
-    }
-    ctx->resident_ms = -1.0f;
-    if (ctx->started)
-        check(cudaEventRecord(ctx->started, s), "cudaEventRecord");
-    if (ix->stride != ix->dim)
-        check(cudaMemsetAsync(dq.get(), 0, (uint64_t)nq * ix->stride * 4, s), "cudaMemset");
-    check(cudaMemcpy2DAsync(dq.get(), ix->stride * 4, stage_queries ? staged_queries : queries, ix->dim * 4,
-                            ix->dim * 4, nq, cudaMemcpyHostToDevice, s),
-          "copying the queries to the device");
-    if (filter)
-        check(cudaMemcpyAsync(ctx->filter.get(), filter, fwords * 8, cudaMemcpyHostToDevice, s),
-              "copying the filter to the device");
-    if (a.entries_distinct && count)
-        check(cudaMemcpyAsync(ctx->nodes.get(), nodes, (uint64_t)count * 4, cudaMemcpyHostToDevice, s),
-              "copying the nodes to the device");
-    a.queries = dq.get();
-    a.filter = filter ? ctx->filter.get() : nullptr;
-    if (a.entries_distinct) {
-        a.entries = ctx->nodes.get();
-        a.entry_count = count;
-    }
-    a.ids_out = dids.get();
-    a.dist_out = ddist.get();
-    if (a.ctas <= 1 && !a.entries_distinct) {
-        ensure(ctx->batch_stats, 1, "this search batch");
-        check(cudaMemsetAsync(ctx->batch_stats.get(), 0, sizeof(SearchStats), s), "cudaMemset");
-        a.stats = ctx->batch_stats.get();
-    }
-    if (score)
-        score_entries(ix->entry_rows, ix->metric, dq.get(), ix->stride, nq, ctx->entry_scores.get(), s);
-    if (a.entries_distinct && measure_fits(nq, count)) {
-        const MeasureArgs m{ix->vectors.get(), ix->dtype == CAGRA_GPU_FLOAT16, ix->dim, ix->stride, ix->metric,
-                            nq, count, k};
-        measure_nodes(m, ctx->measure, dq.get(), ctx->nodes.get(), ddist.get(), dids.get(), s);
-    } else {
-        run_search(a, ix->dtype == CAGRA_GPU_FLOAT16, nq, s);
-    }
-    check(cudaMemcpyAsync(staged_ids, dids.get(), answer_bytes, cudaMemcpyDeviceToHost, s),
-          "copying the results to the host");
-    check(cudaMemcpyAsync(staged_dists, ddist.get(), answer_bytes, cudaMemcpyDeviceToHost, s),
-          "copying the results to the host");
-    if (a.stats)
-        check(cudaMemcpyAsync(staged_stats, a.stats, sizeof(SearchStats), cudaMemcpyDeviceToHost, s),
-              "copying the search's counts");
-    if (ctx->blocking_wait) {
-        check(cudaEventRecord(ctx->done, s), "cudaEventRecord");
-        const auto since = std::chrono::steady_clock::now();
-        cudaError_t state;
-        for (auto waited = std::chrono::steady_clock::duration::zero();
-             (state = cudaEventQuery(ctx->done)) == cudaErrorNotReady && waited < kBriefWait;
-             waited = std::chrono::steady_clock::now() - since)
-            wait_step(waited);
-        check(state == cudaErrorNotReady ? cudaEventSynchronize(ctx->done) : state, "the search");
-    } else {
-        check(cudaStreamSynchronize(s), "the search");
-    }
-    std::memcpy(ids_out, staged_ids, answer_bytes);
-    std::memcpy(distances_out, staged_dists, answer_bytes);
-    if (a.stats) {
-        ctx->stats.queries += nq;
-        ctx->stats.distances += staged_stats->measured;
-        ctx->stats.iterations += staged_stats->iterations;
-    }
-}
-
-/* How the device's resident kernel (search_resident.cu) walks a query of
- * ix: one CTA at the caller's width, as a launch with ctas_per_query 1
- * would; false when the kernel cannot serve ix. */
-bool resident_plan(const cagra_gpu_index *ix, const cagra_gpu_search_params &p, uint32_t k, ResidentKey *key,
-                   SearchArgs *a)
-{
-    /* One block walks each query there; at long rows several blocks per
-     * query (a launch) finish a small batch sooner.  Through SQL on an
-     * H200: 512-byte rows (c1m) 2,061 -> 3,142 q/s with one client and
-     * 79,009 -> 110,203 with 64; 4 KB rows (1,024 float32 dimensions)
-     * 1,209 -> 826 and 34,407 -> 29,166 (docs/worker.md). */
-    constexpr uint64_t kResidentMaxRowBytes = 1024;
-    if ((uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4) > kResidentMaxRowBytes)
-        return false;
-    *a = index_args(ix, k);
-    a->random_entries = p.random_entries;
-    a->seed = p.seed;
-    a->ctas = 1;
-    a->max_iterations = search_max_iterations(p.itopk_size, p.search_width, p.max_iterations);
-    plan_search(*a, p.search_width, ix->degree, p.itopk_size);
-    int max_smem = 0;
-    check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ix->device),
-          "cudaDeviceGetAttribute");
-    if (a->smem_bytes + 64 > (size_t)max_smem)
-        return false;
-    key->index = ix;
-    key->device = ix->device;
-    key->half = ix->dtype == CAGRA_GPU_FLOAT16;
-    key->itopk = p.itopk_size;
-    key->width = p.search_width;
-    key->max_iterations = a->max_iterations;
-    key->random_entries = p.random_entries;
-    key->seed = p.seed;
-    return true;
-}
-
-/* The batch through the device's resident kernel; false when the kernel
- * cannot take it. */
-bool search_resident_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, const cagra_gpu_search_params &p,
-                           uint32_t k, const float *queries, uint32_t nq, uint32_t *ids_out, float *distances_out)
-{
-    ResidentKey key;
-    SearchArgs a;
-    float ms = -1.0f;
-    if (!resident_plan(ix, p, k, &key, &a) ||
-        !search_resident(key, a, ix->dim, queries, nq, k, ctx->query_done, ids_out, distances_out, &ms))
-        return false;
-    ctx->resident_ms = ms;
-    return true;
-}
-
-/* What every traversal checks of its settings. */
-void check_search_params(const cagra_gpu_index *ix, const cagra_gpu_search_params *p, uint32_t k)
-{
-    if (!p)
-        invalid("params must not be NULL");
-    if (p->itopk_size < k || p->itopk_size > CAGRA_GPU_MAX_ITOPK)
-        invalid("itopk_size " + std::to_string(p->itopk_size) + " must lie between k (" + std::to_string(k) +
-                ") and " + std::to_string(CAGRA_GPU_MAX_ITOPK));
-    if (p->search_width == 0 || (uint64_t)p->search_width * ix->degree > kMaxCandidates)
-        invalid("search_width " + std::to_string(p->search_width) +
-                " must be at least 1 and search_width * degree at most " + std::to_string(kMaxCandidates));
-    if (p->random_entries > kMaxRandomEntries)
-        invalid("random_entries must be at most " + std::to_string(kMaxRandomEntries));
-    if (p->random_entries == 0 && ix->entry_count == 0)
-        invalid("no entry nodes: give the index entry nodes or random_entries > 0");
-    if (p->ctas_per_query > CAGRA_GPU_MAX_CTAS_PER_QUERY)
-        invalid("ctas_per_query must be at most " + std::to_string(CAGRA_GPU_MAX_CTAS_PER_QUERY));
-}
-
-} // namespace
-
 extern "C" {
 
 cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix, const float *queries,
@@ -900,19 +382,11 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         check_batch(queries, k, ids_out, distances_out);
         check_search_params(ix, p, k);
 
-        SearchArgs a = index_args(ix, k);
-        a.random_entries = p->random_entries;
-        a.seed = p->seed;
-        const uint64_t row_bytes = (uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4);
-        const SearchShape shape =
-            search_shape(nq, p->itopk_size, k, p->search_width, p->ctas_per_query, ix->degree * row_bytes);
-        a.ctas = shape.ctas;
-        /* several CTAs per query: each walks with a buffer of its own */
-        const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;
-        a.max_iterations = search_max_iterations(buffer, shape.width, p->max_iterations);
+        uint32_t width = 0;
+        SearchArgs a = plan_batch(ix, *p, nq, k, &width);
         if (p->resident && !filter && search_resident_batch(ctx, ix, *p, k, queries, nq, ids_out, distances_out))
             return;
-        run_batch(ctx, ix, a, shape.width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
+        run_batch(ctx, ix, a, width, p->itopk_size, queries, nq, filter, nullptr, 0, ids_out, distances_out);
     });
 }
 
@@ -980,8 +454,8 @@ cagra_gpu_status cagra_gpu_resident_start(cagra_gpu_index *ix, const float *quer
     });
 }
 
-cagra_gpu_status cagra_gpu_resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done,
-                                            uint32_t *ids_out, float *distances_out, uint32_t *count)
+cagra_gpu_status cagra_gpu_resident_collect(int device, uint32_t max, cagra_gpu_resident_done *done, uint32_t *ids_out,
+                                            float *distances_out, uint32_t *count)
 {
     if (count)
         *count = 0;

@@ -33,9 +33,9 @@ extern "C" {
 /* Bumped whenever a signature, struct or enum below changes (5: the L1
  * metric; 6: device time of a search, searches of a node list; 7:
  * ctas_per_query; 8: resident; 10: each query's answer as it is final,
- * lone queries started and collected);
+ * lone queries started and collected; 12: a build's result struct);
  * compare cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 11
+#define CAGRA_GPU_API_VERSION 12
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -153,15 +153,42 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_memory(uint64_t n, uint32_t di
                                                          cagra_gpu_dtype dtype, uint64_t *bytes);
 
 /*
+ * What a build made besides the graph, and what it did, for the caller's
+ * logs (the library writes nothing to stderr).  The seconds are the host's
+ * clock after the device finished each step; steps a build skipped take 0.
+ */
+typedef struct {
+    uint32_t entry_count; /* entry nodes written to entries_out */
+    /* 1: the navigation probe missed more than the core's kLongEdgeMissRate
+     * of its nodes, and the build added long edges (the entries then are
+     * long-edge nodes); 0: no long edges */
+    int long_edges;
+    float probe_miss_rate; /* the probe's misses on the graph without long edges; 0: not probed (n < 2048) */
+    uint64_t connect_links; /* links the connect step added so that the entry reaches every node */
+    /* nodes the first entry still does not reach after the connect step's
+     * bounded passes; 0 for a final graph, else the caller must connect them */
+    uint64_t unreached;
+    double upload_seconds;     /* the rows to the device, as fp16 */
+    double knn_seconds;        /* NN-descent (exact up to 1024 nodes) */
+    double optimize_seconds;   /* pruning, reverse edges, merge */
+    double connect_seconds;    /* the central entry and the connect steps */
+    double entries_seconds;    /* the farthest-point entry nodes */
+    double probe_seconds;      /* the navigation probe */
+    double long_edges_seconds; /* the long edges */
+    double download_seconds;   /* the graph to the host */
+} cagra_gpu_build_result;
+
+/*
  * Build a CAGRA graph on `device` from n x dim float32 host vectors.
  * graph_out: caller buffer of n * graph_degree uint32.
- * entries_out: caller buffer of entry_capacity uint32 (may be 0/NULL);
- * *entry_count receives how many entry nodes were written.
+ * entries_out: caller buffer of entry_capacity uint32 (may be 0/NULL), the
+ * entry nodes searches start from, the first the one every node is
+ * connected to.  result: NULL, or what the build made and did.
  */
 CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_build(int device, const float *data, uint64_t n, uint32_t dim,
                                                   cagra_gpu_metric metric, const cagra_gpu_build_params *params,
                                                   uint32_t *graph_out, uint32_t *entries_out, uint32_t entry_capacity,
-                                                  uint32_t *entry_count);
+                                                  cagra_gpu_build_result *result);
 
 /* Only the first step of a build: the kNN graph by NN-descent (exact up to
  * 1024 nodes), n x intermediate_degree ids into knn_out, nearest first,

@@ -11,6 +11,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -62,6 +63,13 @@ inline uint64_t div_up(uint64_t a, uint64_t b)
 inline uint64_t round_up(uint64_t a, uint64_t b)
 {
     return div_up(a, b) * b;
+}
+
+/* Blocks of `block` threads for `threads` threads, capped: kernels launched
+ * this way stride over what the grid does not cover. */
+inline int grid_for(uint64_t threads, int block)
+{
+    return (int)std::min<uint64_t>(div_up(threads, block), 1u << 20);
 }
 
 __host__ __device__ inline uint32_t pow2_at_least(uint32_t x)
@@ -186,6 +194,23 @@ bool ensure(DeviceBuffer<T> &b, uint64_t count, const char *what)
 
 /* Selects `device`, failing with NO_DEVICE / INVALID_ARGUMENT as fits. */
 void use_device(int device);
+
+/* An owned non-blocking stream (made while no resident kernel runs). */
+struct Stream {
+    cudaStream_t s = nullptr;
+    Stream()
+    {
+        ResidentPause pause;
+        check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    ~Stream()
+    {
+        if (s)
+            cudaStreamDestroy(s);
+    }
+    Stream(const Stream &) = delete;
+    Stream &operator=(const Stream &) = delete;
+};
 
 /* ---- device helpers ---- */
 

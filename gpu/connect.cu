@@ -15,10 +15,10 @@
  * pass checks reachability again.
  */
 #include <algorithm>
-#include <cstdio>
 
-#include "internal.cuh"
+#include "connect.cuh"
 #include "search.cuh"
+#include "search_plan.cuh"
 
 namespace cagra_gpu {
 
@@ -110,12 +110,12 @@ uint64_t connect_phase_bytes(uint64_t n, uint32_t dim16)
     return n * 4 * 4 + div_up(n, 64) * 8 + (uint64_t)kRoundNodes * (dim16 * 4 + kNear * 8 + 4) + 4096;
 }
 
-uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,
-                       uint32_t entry, cudaStream_t stream)
+ConnectResult connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_t *graph, uint32_t degree,
+                            uint32_t entry, cudaStream_t stream)
 {
     const uint32_t n = (uint32_t)data.n;
     if (n <= degree)
-        return 0; /* rows hold every other node already */
+        return {}; /* rows hold every other node already */
     DeviceBuffer<uint32_t> reached(n), links(n), frontier(n), next(n), counters(2);
     DeviceBuffer<uint32_t> list(kRoundNodes), near((uint64_t)kRoundNodes * kNear), entry_dev(1);
     DeviceBuffer<float> queries((uint64_t)kRoundNodes * data.dim16), near_dist((uint64_t)kRoundNodes * kNear);
@@ -159,12 +159,17 @@ uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_
     a.dist_out = near_dist.get();
     plan_search(a, 1, degree, 64);
 
-    for (int pass = 0; pass < kPasses; pass++) {
+    /* reached: the entry and what a breadth-first search reaches from it */
+    auto reach_from_entry = [&] {
         check(cudaMemsetAsync(reached.get(), 0, reached.bytes(), stream), "cudaMemset");
         const uint32_t one = 1;
         check(cudaMemcpyAsync(reached.get() + entry, &one, 4, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
         check(cudaMemcpyAsync(frontier.get(), &entry, 4, cudaMemcpyHostToDevice, stream), "cudaMemcpy");
         spread(1);
+    };
+    bool connected = false;
+    for (int pass = 0; pass < kPasses && !connected; pass++) {
+        reach_from_entry();
         bool linked = false;
         for (int round = 0; round < kRounds; round++) {
             check(cudaMemsetAsync(counters.get(), 0, 8, stream), "cudaMemset");
@@ -172,8 +177,6 @@ uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_
                                                                                    kRoundNodes, counters.get());
             check_launch("collect_unreached_kernel");
             const uint32_t unreached = read_counter(counters.get(), stream);
-            if (verbose())
-                std::fprintf(stderr, "cagra_gpu: connect pass %d round %d: %u unreached\n", pass, round, unreached);
             if (unreached == 0)
                 break;
             linked = true;
@@ -192,13 +195,23 @@ uint64_t connect_graph(const HalfDataset &data, cagra_gpu_metric metric, uint32_
         }
         /* a pass that linked nothing saw every node reached from scratch; after
          * one that linked, a replaced edge may have cut a node off: check again */
-        if (!linked)
-            break;
+        connected = !linked;
+    }
+    ConnectResult result;
+    if (!connected) {
+        /* the passes ran out: count what the entry still does not reach */
+        reach_from_entry();
+        check(cudaMemsetAsync(counters.get(), 0, 4, stream), "cudaMemset");
+        collect_unreached_kernel<<<(unsigned)div_up(n, 256), 256, 0, stream>>>(reached.get(), n, list.get(),
+                                                                               kRoundNodes, counters.get());
+        check_launch("collect_unreached_kernel");
+        result.unreached = read_counter(counters.get(), stream);
     }
     unsigned long long links_added = 0;
     check(cudaMemcpyAsync(&links_added, added.get(), 8, cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
     check(cudaStreamSynchronize(stream), "connecting the graph");
-    return links_added;
+    result.links = links_added;
+    return result;
 }
 
 } // namespace cagra_gpu

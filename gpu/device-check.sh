@@ -82,7 +82,7 @@ if [ "${C1M:-1}" != 0 ]; then
   [ -f $data/gt.ivecs ] || timeout $(( $(left) - 60 )) python3 bench/gen.py $data "$bench_n" 128 1000 7
 
   step "benchmark"
-  CAGRA_GPU_VERBOSE=1 timeout $(( $(left) - 15 )) "$bench" $data --cpu-build "$cpu_build" \
+  timeout $(( $(left) - 15 )) "$bench" $data --cpu-build "$cpu_build" \
     --out "$out/bench.md" 2>"$out/bench-stderr.log"
   echo "bench exit status $?"
   tail -30 "$out/bench-stderr.log"
@@ -114,11 +114,10 @@ if [ "$hard_n" -gt 0 ] && [ "$(left)" -gt 150 ]; then
       --intrinsic 100 --clusters 1024 && rm -rf "$hard" && mv "$hard".part "$hard"; }
   if [ -f "$hard"/gt.ivecs ]; then
     step "benchmark, hard set, terminations 0.15, 0.05, 0.001"
-    CAGRA_GPU_VERBOSE=1 timeout $(( $(left) - 10 )) "$bench" "$hard" --termination 0.15,0.05,0.001 \
+    timeout $(( $(left) - 10 )) "$bench" "$hard" --termination 0.15,0.05,0.001 \
       --out "$out/bench-hard.md" 2>"$out/bench-hard-stderr.log"
     echo "bench exit status $?"
-    grep -E "navigation probe|long-edge level|connect the graph again|long edges|s$" \
-      "$out/bench-hard-stderr.log" | grep -v "nn-descent iteration" | head -60
+    tail -30 "$out/bench-hard-stderr.log"
   else
     echo "hard set not generated in time"
   fi

@@ -26,9 +26,12 @@
 
 #include "core/build.h"
 #include "core/types.h"
-#include "internal.cuh"
+#include "long_edges.cuh"
 #include "metric.cuh"
+#include "nn_descent.cuh"
+#include "optimize.cuh"
 #include "search.cuh"
+#include "search_plan.cuh"
 
 namespace cagra_gpu {
 
@@ -320,9 +323,6 @@ std::vector<uint32_t> add_long_edges(const HalfDataset &data, cagra_gpu_metric m
         s.edges[L] = level_edges[L].get();
         s.size[L] = (uint32_t)m;
         s.deg[L] = dl;
-        if (verbose())
-            std::fprintf(stderr, "cagra_gpu: long-edge level %u: %llu nodes, %u candidates, %u edges\n", L,
-                         (unsigned long long)m, kl, dl);
     }
     check_cancel(params);
     splice_kernel<<<(unsigned)div_up(ids[0].size(), kSpliceWarps), 32 * kSpliceWarps,

@@ -8,7 +8,7 @@
  *   merge    the first half of the pruned row, then the reverse edges, then
  *            the rest of the pruned row, without duplicates.
  */
-#include "internal.cuh"
+#include "optimize.cuh"
 #include "sort.cuh"
 
 namespace cagra_gpu {

@@ -1,11 +1,13 @@
 /*
  * search.cu — batched CAGRA search, one CTA per query (the walk itself:
  * search_single_cta.cuh; several CTAs per query: search_multi_cta.cu; a
- * kernel that stays running between searches: search_resident.cu), and
- * the plan of a search's shared memory.
+ * kernel that stays running between searches: search_resident.cu).  The
+ * plan it runs is search_plan.cu's.
  */
 #include <algorithm>
 
+#include "search.cuh"
+#include "search_multi_cta.cuh"
 #include "search_single_cta.cuh"
 
 namespace cagra_gpu {
@@ -47,52 +49,6 @@ void launch_team(const SearchArgs &a, uint32_t nq, uint32_t threads, cudaStream_
 }
 
 } // namespace
-
-uint32_t search_max_iterations(uint32_t itopk, uint32_t width, uint32_t requested)
-{
-    if (requested)
-        return requested;
-    return 2 * (itopk / width) + 32; /* the core's auto_max_iterations */
-}
-
-void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
-{
-    if (a.ctas > 1)
-        return plan_search_multi_cta(a, width, degree, itopk);
-    a.itopk = itopk;
-    a.width = width;
-    a.itopk_cap = std::max<uint32_t>(32, pow2_at_least(itopk));
-    a.step_cands = width * degree;
-    /* the candidate buffer takes one iteration's neighbours, the entry
-     * nodes in chunks of at most 256, and with scored entries the itopk
-     * entries measured after them */
-    const uint32_t entries = a.entry_count + a.random_entries;
-    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), std::min(256u, pow2_at_least(entries)),
-                           a.entry_scores ? a.itopk_cap : 0u});
-    /* room for every entry node measured (but distinct ones, which skip
-     * it), and for itopk plus an iteration's candidates below half load
-     * after each forgetting */
-    const uint32_t hashed = a.entries_distinct ? 0 : a.entry_scores ? a.itopk_cap + a.random_entries : entries;
-    a.hash_slots =
-        std::max({2048u, pow2_at_least(4 * (a.itopk_cap + a.step_cands)), pow2_at_least(2 * (hashed + a.step_cands))});
-    lay_out_shared_memory(a, width);
-}
-
-void lay_out_shared_memory(SearchArgs &a, uint32_t width)
-{
-    size_t off = 0;
-    a.query_off = off;
-    off += round_up(a.stride * sizeof(float), 16);
-    a.itopk_off = off;
-    off += a.itopk_cap * sizeof(uint64_t);
-    a.cand_off = off;
-    off += a.cand_cap * sizeof(uint64_t);
-    a.hash_off = off;
-    off += a.hash_slots * sizeof(uint32_t);
-    a.parents_off = off;
-    off += round_up(width * sizeof(uint32_t), 16);
-    a.smem_bytes = off;
-}
 
 void run_search(const SearchArgs &a, bool half, uint32_t nq, cudaStream_t stream)
 {

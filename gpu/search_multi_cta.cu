@@ -1,7 +1,7 @@
 /*
  * search_multi_cta.cu — CAGRA search with several CTAs per query, for
- * batches too small to fill the device one CTA per query, and the
- * library's choice between one and several (search_shape).
+ * batches too small to fill the device one CTA per query (the choice
+ * between one and several: search_shape, search_plan.cu).
  *
  * The grid is (ctas, nq).  Each CTA of a query keeps a small sorted buffer
  * of its own (cta_itopk_for(itopk) keys in shared memory), starts from its
@@ -37,6 +37,7 @@
  */
 #include <algorithm>
 
+#include "search_multi_cta.cuh"
 #include "search_steps.cuh"
 
 namespace cagra_gpu {
@@ -44,7 +45,6 @@ namespace cagra_gpu {
 namespace {
 
 constexpr uint32_t kVisitedProbes = 16;
-constexpr uint32_t kVisitedMinSlots = 4096, kVisitedMaxSlots = 1u << 18;
 constexpr uint32_t kMultiCtaThreads = 256;
 
 /* True when this CTA claimed `id` for its query (it was not yet measured). */
@@ -213,71 +213,6 @@ void launch_team(const SearchArgs &a, uint32_t nq, cudaStream_t stream)
 }
 
 } // namespace
-
-uint32_t cta_itopk_for(uint32_t itopk)
-{
-    return std::min(kCtaItopkMax, std::max(kCtaItopkMin, pow2_at_least(itopk)));
-}
-
-SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested,
-                         uint64_t parent_bytes)
-{
-    /* the grid's second dimension holds the queries */
-    constexpr uint32_t kMaxGridQueries = 65535;
-    if (requested == 1 || nq > kMaxGridQueries)
-        return {1, width};
-    SearchShape shape{requested, width};
-    const uint32_t cta_itopk = cta_itopk_for(itopk);
-    if (requested == 0) {
-        /* Batches up to 64 queries leave most multiprocessors idle one CTA
-         * per query.  An itopk beyond a CTA's buffer gets no bound, and
-         * unbounded CTAs walk longer than one CTA does.  On the H200 (c1m
-         * and a 1,024-dimension set, bench/gpu_bench --only latency): 16
-         * CTAs were the fastest up to 16 queries and 8 at 64; more parents
-         * a step than an eighth of the buffer lost recall (c1m, buffer 32,
-         * 8 parents: 0.975 against 0.990 at 4), and more than 512 KB of
-         * vectors a step per CTA was slower (1,024 dimensions, 8 parents
-         * against 4). */
-        constexpr uint32_t kMultiCtaMaxBatch = 64;
-        constexpr uint64_t kCtaStepBytes = 512 * 1024;
-        if (nq > kMultiCtaMaxBatch || itopk > kCtaItopkMax)
-            return {1, width};
-        shape.ctas = nq <= 16 ? 16 : 8;
-        shape.width = (uint32_t)std::min<uint64_t>(
-            {width, cta_itopk / 8, std::max<uint64_t>(1, kCtaStepBytes / std::max<uint64_t>(1, parent_bytes))});
-    }
-    const uint32_t hand_in = std::min(pow2_at_least(k), cta_itopk);
-    shape.ctas = std::max(shape.ctas, (uint32_t)div_up(itopk, cta_itopk));
-    shape.ctas = std::max(2u, std::min(shape.ctas, kMaxHandedIn / hand_in));
-    return shape;
-}
-
-void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t requested_itopk)
-{
-    const uint32_t itopk = cta_itopk_for(requested_itopk);
-    a.itopk = itopk;
-    a.itopk_cap = itopk;
-    a.width = width;
-    a.step_cands = width * degree;
-    a.hash_slots = 0; /* the visited table is in global memory */
-    a.hand_in = std::min(pow2_at_least(a.k), itopk);
-    a.bound_rank = requested_itopk <= itopk ? requested_itopk : 0;
-    const uint32_t entries = a.entry_count + a.random_entries;
-    /* the candidate buffer takes one step's neighbours, a chunk of the
-     * CTA's entries, and in the last CTA every hand-in */
-    a.cand_cap = std::max({32u, pow2_at_least(a.step_cands), pow2_at_least(a.ctas * a.hand_in),
-                           std::min(1024u, pow2_at_least((uint32_t)div_up(entries, a.ctas)))});
-    /* about twice the nodes the CTAs claim: bounded, when each expands
-     * half as many parents as its buffer holds and half of their
-     * neighbours are new; unbounded, up to four buffers' worth of steps */
-    const uint64_t expected =
-        a.bound_rank ? entries + (uint64_t)a.ctas * itopk * degree / 4
-                     : entries + (uint64_t)a.ctas * std::min(a.max_iterations, 4 * itopk) * width * degree / 2;
-    a.visited_slots =
-        (uint32_t)std::min<uint64_t>(kVisitedMaxSlots, std::max<uint64_t>(kVisitedMinSlots, 2 * expected));
-    a.visited_slots = pow2_at_least(a.visited_slots);
-    lay_out_shared_memory(a, width);
-}
 
 void run_search_multi_cta(const SearchArgs &a, bool half, uint32_t nq, cudaStream_t stream)
 {

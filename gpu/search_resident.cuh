@@ -12,7 +12,7 @@
  */
 #pragma once
 
-#include "search.cuh"
+#include "search_args.cuh"
 
 #include <string>
 

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "metric.cuh"
-#include "search.cuh"
+#include "search_args.cuh"
 #include "sort.cuh"
 
 namespace cagra_gpu {

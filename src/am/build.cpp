@@ -1334,16 +1334,8 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 											   cagra_report_worker_step, bs->cxt, &on_gpu);
 	if (from_worker)
 	{
-		/* the core's connect step over the worker's graph: a link only where
-		 * a node has no way in from the first entry (cheap when there is
-		 * none; the GPU's own connect step has missed a node) */
-		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, CAGRA_PHASE_CONNECT);
-		cagra_guard_or_error([&] {
-			cagra::DatasetView view{bs->vectors, bs->n, bs->dims};
-
-			if (!from_worker->entry_nodes.empty())
-				cagra::connect_graph(from_worker->graph, view, bs->metric, from_worker->entry_nodes);
-		});
+		/* final as the worker's engine hands it over: connected, with its
+		 * entry nodes */
 		*built_on = on_gpu ? CAGRA_DEVICE_GPU : CAGRA_DEVICE_CPU;
 		built = from_worker;
 	}

@@ -319,8 +319,6 @@ cagra_buildphasename(int64 phasenum)
 			return (char *) "sending vectors to the GPU worker";
 		case CAGRA_PHASE_RECEIVE:
 			return (char *) "receiving the graph from the GPU worker";
-		case CAGRA_PHASE_CONNECT:
-			return (char *) "connecting the graph";
 		case CAGRA_PHASE_SYNC:
 			return (char *) "syncing index pages to disk";
 		case CAGRA_PHASE_MEASURE:

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <deque>
 
-#include "build.h"
+#include "connect.h"
 #include "parallel.h"
 #include "search.h"
 

@@ -17,7 +17,8 @@
 #include <memory>
 #include <limits>
 
-#include "build.h"
+#include "nn_descent.h"
+#include "params.h"
 #include "distance.h"
 #include "parallel.h"
 

@@ -12,7 +12,7 @@
 #include <atomic>
 #include <memory>
 
-#include "build.h"
+#include "optimize.h"
 #include "parallel.h"
 
 namespace cagra {

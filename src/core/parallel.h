@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "build.h"
+#include "progress.h"
 #include "types.h"
 
 namespace cagra {

@@ -7,8 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "build.h"
-#include "search.h"
+#include "params.h"
 
 namespace cagra {
 namespace {

@@ -1,8 +1,10 @@
 /*
  * engine.h — what executes the worker's requests: the GPU library through
- * its C API, or the core library on the CPU (cagra.worker_backend = cpu).
- * Both serve the same requests through the same IPC path.  Worker process
- * only; no function here throws or calls ereport.
+ * its C API (engine_gpu.h), or the core library on the CPU
+ * (cagra.worker_backend = cpu: engine_core.h), behind one interface
+ * (CagraEngine), chosen once when the worker starts.  Both serve the same
+ * requests through the same IPC path.  Worker process only; no
+ * cagra_engine_* function throws or calls ereport.
  */
 #pragma once
 
@@ -16,7 +18,7 @@
 #include "core/format.h"
 #include "core/huge_pages.h"
 #include "protocol/protocol.h"
-#include "worker/gpu_loader.h"
+#include "gpu/cagra_gpu.h"
 
 /* A whole index copy as received from a backend, in host memory. */
 struct CagraStagedIndex
@@ -65,8 +67,9 @@ struct CagraIndexCopy
 	~CagraIndexCopy();
 };
 
-/* What one search thread owns: a GPU search context per device, made on
- * first use, so that threads search the same copies at the same time. */
+/* What one search thread owns: a GPU search context per device, made by
+ * the GPU engine on first use, so that threads search the same copies at
+ * the same time. */
 class CagraSearchLane
 {
   public:
@@ -74,8 +77,7 @@ class CagraSearchLane
 	CagraSearchLane(const CagraSearchLane &) = delete;
 	CagraSearchLane &operator=(const CagraSearchLane &) = delete;
 	~CagraSearchLane();
-	/* NULL (msg set) when the context cannot be made */
-	cagra_gpu_search_context *context(int device, std::string *msg);
+	std::vector<cagra_gpu_search_context *> gpu_contexts;	/* by device; NULL: not made yet */
 	/* whether the device's resident kernel answered the lane's last search */
 	bool		last_resident = false;
 	/* Called on the lane's thread as the answer of one query of its GPU
@@ -83,13 +85,59 @@ class CagraSearchLane
 	 * so that the caller can hand it out before the batch ends; queries
 	 * without a call are final when the search returns.  Must not throw. */
 	std::function<void(uint32_t)> query_done;
-
-  private:
-	std::vector<cagra_gpu_search_context *> contexts_;
 };
 
-/* Starts the engine: the GPU library (NULL api selects the CPU engine). */
-void		cagra_engine_init(const CagraGpuApi *api);
+struct CagraResidentAnswer;
+struct CagraBuildControl;
+
+/*
+ * What differs between the engines.  Their methods may throw; the
+ * cagra_engine_* functions below turn that into a reply.  A search's
+ * `accepted` is NULL for the copy's live nodes, else the nodes it may
+ * return (a bitset of the copy's nodes).
+ */
+class CagraEngine
+{
+  public:
+	virtual		~CagraEngine() = default;
+	/* the name and total memory (bytes) of each device */
+	virtual void devices(std::vector<std::string> *names, std::vector<uint64_t> *totals) = 0;
+	virtual bool is_gpu() const = 0;
+	virtual bool copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t degree, uint64_t *bytes,
+							std::string *msg) = 0;
+	/* the staged vectors and rows into `copy` (its other fields set) */
+	virtual CagraReply load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy, std::string *msg) = 0;
+	virtual void free_copy(CagraIndexCopy &copy) noexcept = 0;
+	virtual void free_lane(CagraSearchLane &lane) noexcept = 0;
+	/* the parameters a filtered search is planned at: an automatic width
+	 * resolved as this engine runs it */
+	virtual cagra::SearchParams filter_plan_params(const cagra::SearchParams &requested) const = 0;
+	/* whether a filtered search measures every allowed node, whatever its plan */
+	virtual bool measures_allowed(uint32_t nq, size_t count, const CagraIndexCopy &copy) const = 0;
+	/* the traversal of a filtered search planned at `planned` */
+	virtual cagra::SearchParams filtered_traversal(const cagra::SearchParams &requested,
+												   const cagra::SearchParams &planned) const = 0;
+	virtual CagraReply traverse(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
+								uint32_t k, const cagra::SearchParams &params, const uint64_t *accepted,
+								uint32_t *ids, float *dists, double *device_ms, std::string *msg) = 0;
+	/* the k nearest of `nodes`, each measured */
+	virtual CagraReply measure(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
+							   uint32_t k, const std::vector<uint32_t> &nodes, uint32_t *ids, float *dists,
+							   std::string *msg) = 0;
+	virtual bool can_start_resident() const = 0;
+	virtual bool start_resident(CagraIndexCopy &copy, const float *query, const CagraSearchRequest &req,
+								uint64_t tag) = 0;
+	virtual void collect_resident(std::vector<CagraResidentAnswer> &answers) = 0;
+	/* the graph, final: every node reached from (*entries)[0] */
+	virtual CagraReply build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
+							 const cagra::BuildParams &params, CagraBuildControl *control,
+							 std::vector<uint32_t> *rows, std::vector<uint32_t> *entries, int *device,
+							 bool *long_edges, std::string *msg) = 0;
+};
+
+/* Starts the worker's engine (engine_gpu.h or engine_core.h), once; it
+ * lives as long as the process. */
+void		cagra_engine_init(CagraEngine *engine);
 bool		cagra_engine_is_gpu(void);
 int			cagra_engine_device_count(void);
 /* name and total memory (bytes) of device `d` */
@@ -164,7 +212,7 @@ struct CagraBuildControl
 
 /* Build a graph over n prepared float32 vectors of format.dim dimensions
  * (params as the access method assembled them; a CPU build uses every core
- * of the host).  Calls no PostgreSQL function: it runs on the worker's build
+ * of the host), final as the backend writes it.  Calls no PostgreSQL function: it runs on the worker's build
  * thread.  A build stopped through `control` answers CAGRA_REPLY_ERROR. */
 CagraReply	cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &format,
 							   const cagra::BuildParams &params, CagraBuildControl *control,

@@ -12,7 +12,6 @@
  * further BUILD_RUN requests wait in the queue until the thread is free.
  */
 #include "worker/cache.h"
-#include "worker/batch.h"
 #include "worker/offload_build.h"
 
 #include <atomic>
@@ -312,8 +311,9 @@ cagra_worker_start_build(CagraRequestSlot *slot, int idx, void *payload, dsm_seg
 }
 
 /* The finished build's answer into its slot and payload; the job goes back
- * to `builds` for BUILD_FETCH when it succeeded. */
-static void
+ * to `builds` for BUILD_FETCH when it succeeded.  Returns the slot, for the
+ * caller to answer. */
+static int
 cagra_lane_answer(CagraWorkerShared *sh, CagraBuildLane *l)
 {
 	CagraRequestSlot *s = &sh->slots[l->slot];
@@ -344,17 +344,17 @@ cagra_lane_answer(CagraWorkerShared *sh, CagraBuildLane *l)
 	}
 	if (l->seg)
 		dsm_detach(l->seg);
-	cagra_worker_answer(&l->slot, 1);
+	return l->slot;
 }
 
-bool
-cagra_worker_poll_build(void)
+int
+cagra_worker_poll_build(void (*drain_searches) (void))
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	CagraBuildLane *l = lane;
 
 	if (!l)
-		return false;
+		return -1;
 	if (!l->finished)
 	{
 		/* the backend gave up (cancel, timeout) or exited: stop the build */
@@ -362,7 +362,7 @@ cagra_worker_poll_build(void)
 
 		if (abandoned || cagra_backend_gone(l->id.first))
 			l->control.request();
-		return false;
+		return -1;
 	}
 	uint64_t	count;
 
@@ -372,16 +372,18 @@ cagra_worker_poll_build(void)
 	 * (searches reload what they use) and try once more */
 	if (l->reply == CAGRA_REPLY_OUT_OF_MEMORY && !l->retried && !l->control.requested())
 	{
-		cagra_worker_drain_searches();
+		drain_searches();
 		if (cagra_cache_clear() > 0)
 		{
 			l->retried = true;
 			if (cagra_lane_start_thread(l))
-				return false;
+				return -1;
 		}
 	}
 	lane = nullptr;
-	cagra_lane_answer(sh, l);
+
+	int			slot = cagra_lane_answer(sh, l);
+
 	delete l;
-	return true;
+	return slot;
 }

@@ -20,9 +20,11 @@ bool		cagra_worker_build_busy(void);
 /* A descriptor readable when the build thread has finished (-1: none). */
 int			cagra_worker_build_event_fd(void);
 
-/* Stop the running build if its backend gave up or exited; answer it when
- * it has finished.  True when a build was answered. */
-bool		cagra_worker_poll_build(void);
+/* Stop the running build if its backend gave up or exited; when it has
+ * finished, write its answer and return its slot for the caller to answer
+ * (-1: none).  A build out of device memory is retried once after
+ * drain_searches() and the cache's copies are freed. */
+int			cagra_worker_poll_build(void (*drain_searches) (void));
 
 /* Drop build state of backends that are gone. */
 void		cagra_worker_forget_builds(void);

@@ -8,6 +8,8 @@
  */
 #include "worker/cache.h"
 #include "worker/batch.h"
+#include "worker/engine_core.h"
+#include "worker/engine_gpu.h"
 #include "worker/offload_build.h"
 #include "boundary/pg_compat.h"
 
@@ -105,7 +107,7 @@ cagra_worker_open_engine(void)
 			return false;
 		}
 	}
-	cagra_engine_init(api);
+	cagra_engine_init(api ? cagra_gpu_engine_make(api) : cagra_core_engine_make());
 	if (cagra_engine_device_count() == 0)
 	{
 		const char *err = api->last_error();
@@ -191,7 +193,11 @@ cagra_worker_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			cagra_cache_forget_limits();
 		}
-		bool		built = cagra_worker_poll_build();
+		int			built_slot = cagra_worker_poll_build(cagra_worker_drain_searches);
+		bool		built = built_slot >= 0;
+
+		if (built)
+			cagra_worker_answer(&built_slot, 1);
 		bool		served = cagra_worker_serve_queue() > 0;
 
 		/* the copies of dropped and rewritten indexes, freed within a

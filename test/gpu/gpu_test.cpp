@@ -180,7 +180,30 @@ cagra_gpu_metric to_c(cagra::Metric m)
 struct GpuGraph {
     std::vector<uint32_t> graph;
     std::vector<uint32_t> entries;
+    cagra_gpu_build_result result;
 };
+
+/* Nodes of `graph` that a breadth-first search from `entry` does not reach. */
+uint64_t unreached_from(const std::vector<uint32_t> &graph, uint64_t n, uint32_t degree, uint32_t entry)
+{
+    std::vector<bool> seen(n, false);
+    std::vector<uint32_t> frontier{entry};
+    seen[entry] = true;
+    uint64_t reached = 1;
+    while (!frontier.empty()) {
+        const uint32_t v = frontier.back();
+        frontier.pop_back();
+        for (uint32_t j = 0; j < degree; j++) {
+            const uint32_t w = graph[(uint64_t)v * degree + j];
+            if (w != CAGRA_GPU_INVALID_NODE && !seen[w]) {
+                seen[w] = true;
+                reached++;
+                frontier.push_back(w);
+            }
+        }
+    }
+    return n - reached;
+}
 
 GpuGraph gpu_build(const std::vector<float> &data, uint32_t dim, cagra::Metric metric, uint32_t degree = 32,
                    uint32_t inter = 64)
@@ -193,11 +216,13 @@ GpuGraph gpu_build(const std::vector<float> &data, uint32_t dim, cagra::Metric m
     GpuGraph g;
     g.graph.assign(n * degree, 0xABABABABu); /* poison: every entry must be written */
     g.entries.resize(1024);
-    uint32_t ec = 0;
     cagra_gpu_status st =
-        cagra_gpu_build(0, data.data(), n, dim, to_c(metric), &bp, g.graph.data(), g.entries.data(), 1024, &ec);
+        cagra_gpu_build(0, data.data(), n, dim, to_c(metric), &bp, g.graph.data(), g.entries.data(), 1024, &g.result);
     EXPECT_EQ(st, CAGRA_GPU_OK) << cagra_gpu_last_error();
-    g.entries.resize(ec);
+    g.entries.resize(g.result.entry_count);
+    /* the result's word on the graph: every node reached from the first entry, or how many are not */
+    if (st == CAGRA_GPU_OK && n > 0 && !g.entries.empty())
+        EXPECT_EQ(unreached_from(g.graph, n, degree, g.entries[0]), g.result.unreached);
     return g;
 }
 
@@ -572,7 +597,7 @@ TEST(GpuBuild, CancelFlagStopsTheBuild)
     volatile int cancel = 1;
     bp.cancel = &cancel;
     std::vector<uint32_t> graph(n * bp.graph_degree), entries(1024);
-    uint32_t ec = 0;
+    cagra_gpu_build_result ec;
     EXPECT_EQ(cagra_gpu_build(0, data.data(), n, dim, CAGRA_GPU_L2, &bp, graph.data(), entries.data(), 1024, &ec),
               CAGRA_GPU_CANCELLED);
     EXPECT_NE(std::string(cagra_gpu_last_error()).find("cancelled"), std::string::npos);
@@ -751,7 +776,7 @@ TEST(GpuBuild, L1BuildTimeWithinAFewTimesL2)
     cagra_gpu_build_params bp;
     cagra_gpu_default_build_params(&bp);
     std::vector<uint32_t> graph(n * bp.graph_degree), entries(1024);
-    uint32_t ec = 0;
+    cagra_gpu_build_result ec;
     ASSERT_EQ(cagra_gpu_build(0, data.data(), 5000, dim, CAGRA_GPU_L2, &bp, graph.data(), nullptr, 0, nullptr),
               CAGRA_GPU_OK)
         << cagra_gpu_last_error(); /* warm-up: the context */
@@ -777,8 +802,8 @@ namespace {
 /* The nodes the GPU build picks its entries from when it adds long edges
  * (gpu/long_edges.cu): level L holds the nodes whose hash has 3(L+1)
  * leading zero bits; the pool is the highest level with at least 1,024
- * nodes, or the first.  Rebuilt here to tell from the entries whether the
- * build added long edges (the C API does not say). */
+ * nodes, or the first.  Rebuilt here to check what the build's result
+ * says of its long edges against its entries. */
 std::set<uint32_t> long_edge_pool(uint64_t n, uint64_t seed)
 {
     std::vector<std::set<uint32_t>> levels(4);
@@ -826,6 +851,10 @@ TEST(GpuBuild, LongEdgesReach095OnSmallClustersOfHighIntrinsicDimension)
      * the recall is what must hold */
     const double in_pool = entries_in_pool(g.entries, long_edge_pool(n, bp.seed));
     RecordProperty("entries_in_long_edge_pool", std::to_string(in_pool));
+    RecordProperty("long_edges", std::to_string(g.result.long_edges));
+    RecordProperty("probe_miss_rate", std::to_string(g.result.probe_miss_rate));
+    EXPECT_EQ(g.result.long_edges != 0, in_pool > 0.5) << "the result's long-edges flag disagrees with the entries";
+    EXPECT_EQ(g.result.long_edges != 0, g.result.probe_miss_rate > cagra::kLongEdgeMissRate);
 
     Loaded l;
     load(l, base, dim, cagra::Metric::L2, g.graph, 32, g.entries);
@@ -864,6 +893,9 @@ TEST(GpuBuild, PlainGraphKeptWhereTheProbeFindsTheNodes)
     /* entries picked from all nodes: about 1/8 of them in the pool by chance */
     const double in_pool = entries_in_pool(g.entries, long_edge_pool(n, bp.seed));
     EXPECT_LT(in_pool, 0.5) << "the entries are all long-edge nodes: long edges were added";
+    EXPECT_EQ(g.result.long_edges, 0);
+    EXPECT_LE(g.result.probe_miss_rate, cagra::kLongEdgeMissRate);
+    EXPECT_EQ(g.result.unreached, 0u);
 
     Loaded l;
     load(l, base, dim, cagra::Metric::L2, g.graph, 32, g.entries);
