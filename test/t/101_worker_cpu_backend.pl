@@ -7,7 +7,9 @@
 # work while waiting, cagra.worker_timeout and a terminated worker mean a
 # CPU search with a NOTICE, and the worker comes back; a build cancelled
 # while the worker runs it is stopped there, and the next one is served; a
-# build beyond maintenance_work_mem sends every row from temporary files.
+# build beyond maintenance_work_mem streams every row to the worker during
+# its scan, holding no more than maintenance_work_mem, and writes the graph
+# a build with ample memory writes.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -246,22 +248,51 @@ my $queries16 = status('queries');
 is($node->safe_psql('postgres', $order16), 't', 'float16 index scan through the worker: ascending exact distances');
 is(status('queries'), $queries16 + 1, 'that scan was served by the worker');
 
-# a build beyond maintenance_work_mem: the rows go to temporary files, their
-# mapping to the worker in chunks, and the graph holds every row, as the
-# index built with ample memory does
+# a build beyond maintenance_work_mem: the rows go to temporary files and
+# stream to the worker during the scan, the backend holding no more than
+# maintenance_work_mem, and the graph is the one a build with ample memory
+# makes (both scans serial, so the rows come in the same order)
+$node->safe_psql('postgres', q{SET max_parallel_maintenance_workers = 0;
+	CREATE INDEX items_v_ample ON items USING cagra (v) WITH (graph_degree = 16)});
 my $builds1 = status('builds');
 my ($sret, $sout, $serr) = $node->psql('postgres', q{SET client_min_messages = debug1;
-	SET maintenance_work_mem = '1MB';
+	SET maintenance_work_mem = '1MB'; SET max_parallel_maintenance_workers = 0;
 	CREATE INDEX items_v_small ON items USING cagra (v) WITH (graph_degree = 16)});
 is($sret, 0, '1MB build succeeds');
 like($serr, qr/\d+ rows, beyond maintenance_work_mem: [\d.]+ MB of vectors in temporary files/,
 	'its rows went to temporary files');
+my ($held) = $serr =~ /the heap scan held at most (\d+) bytes of rows in memory \(maintenance_work_mem 1024 kB\); it streamed them to the worker/;
+ok(defined $held, 'they streamed to the worker during the scan');
+cmp_ok($held // 1e12, '<=', 1024 * 1024, 'the backend held at most maintenance_work_mem of them');
 unlike($serr, qr/NOTICE/, 'without a NOTICE');
 is(status('builds'), $builds1 + 1, 'the worker built it');
 is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('items_v_small')"),
 	$node->safe_psql('postgres', "SELECT count(*) || '|' || count(*) FROM items"), 'every row is in the built graph');
 is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v_small')"), '0', 'it checks clean');
-$node->safe_psql('postgres', 'DROP INDEX items_v');
+
+# node pages (block 1 on) with their WAL position (pd_lsn, pd_checksum) masked
+sub node_pages
+{
+	my ($index) = @_;
+	my $path = $node->data_dir . '/' . $node->safe_psql('postgres', "SELECT pg_relation_filepath('$index')");
+	open(my $fh, '<:raw', $path) or die "open $path: $!";
+	local $/;
+	my $bytes = <$fh>;
+	close($fh);
+	my @pages;
+	for (my $off = 8192; $off < length($bytes); $off += 8192)
+	{
+		my $page = substr($bytes, $off, 8192);
+		substr($page, 0, 10) = "\0" x 10;
+		push @pages, $page;
+	}
+	return join('', @pages);
+}
+$node->safe_psql('postgres', 'CHECKPOINT');
+my $ample_pages = node_pages('items_v_ample');
+ok(length($ample_pages) > 0 && node_pages('items_v_small') eq $ample_pages,
+	'its node pages (TIDs, graph rows, vectors) equal those of the build with ample memory');
+$node->safe_psql('postgres', 'DROP INDEX items_v; DROP INDEX items_v_ample');
 (my $search_small = $search) =~ s/'items_v'/'items_v_small'/;
 is($node->safe_psql('postgres', $search_small), $node->safe_psql('postgres', $exact_sql),
 	'cagra_search finds the exact neighbours in it');
