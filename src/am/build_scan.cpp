@@ -191,7 +191,8 @@ cagra_build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnul
 	MemoryContextReset(bs->tuple_cxt);
 }
 
-/* The end of a serial scan: the last rows to the files and the worker. */
+/* The end of a serial scan: the last rows to the files and the worker,
+ * whose answer to them is awaited. */
 static void
 cagra_serial_scan_end(CagraBuildState *bs)
 {
@@ -203,6 +204,8 @@ cagra_serial_scan_end(CagraBuildState *bs)
 	}
 	else
 		cagra_stream_arrays(bs);
+	if (bs->streaming && bs->stream_failure[0] == '\0')
+		(void) cagra_worker_build_flush(bs->stream_failure, sizeof(bs->stream_failure));
 }
 
 /*
@@ -288,26 +291,48 @@ typedef struct CagraParallelScan
 	bool		leader;
 } CagraParallelScan;
 
-/* The buffer's rows to the worker, unless a participant's send failed. */
+/* Whether a participant's chunk failed: the others then send no more. */
+static bool
+cagra_parallel_stream_failed(CagraParallelBuild *shared)
+{
+	bool		failed;
+
+	SpinLockAcquire(&shared->mutex);
+	failed = shared->stream_failure[0] != '\0';
+	SpinLockRelease(&shared->mutex);
+	return failed;
+}
+
+static void
+cagra_parallel_stream_fail(CagraParallelBuild *shared, const char *why)
+{
+	SpinLockAcquire(&shared->mutex);
+	if (shared->stream_failure[0] == '\0')
+		strlcpy(shared->stream_failure, why, sizeof(shared->stream_failure));
+	SpinLockRelease(&shared->mutex);
+}
+
+/* The buffer's rows to the worker, unless a participant's chunk failed. */
 static void
 cagra_parallel_stream(CagraParallelScan *ps, uint64 first)
 {
 	CagraParallelBuild *shared = ps->shared;
 	char		why[sizeof(shared->stream_failure)];
-	bool		failed;
 
-	if (!shared->streaming)
-		return;
-	SpinLockAcquire(&shared->mutex);
-	failed = shared->stream_failure[0] != '\0';
-	SpinLockRelease(&shared->mutex);
-	if (failed ||
-		cagra_worker_build_send(&shared->stream, first, ps->buffer.buffered, ps->buffer.vectors, why, sizeof(why)))
-		return;
-	SpinLockAcquire(&shared->mutex);
-	if (shared->stream_failure[0] == '\0')
-		strlcpy(shared->stream_failure, why, sizeof(shared->stream_failure));
-	SpinLockRelease(&shared->mutex);
+	if (shared->streaming && !cagra_parallel_stream_failed(shared) &&
+		!cagra_worker_build_send(&shared->stream, first, ps->buffer.buffered, ps->buffer.vectors, why, sizeof(why)))
+		cagra_parallel_stream_fail(shared, why);
+}
+
+/* The end of a participant's stream: the answer to its last chunk. */
+static void
+cagra_parallel_stream_end(CagraParallelScan *ps)
+{
+	CagraParallelBuild *shared = ps->shared;
+	char		why[sizeof(shared->stream_failure)];
+
+	if (shared->streaming && !cagra_worker_build_flush(why, sizeof(why)))
+		cagra_parallel_stream_fail(shared, why);
 }
 
 /* The buffer's rows to the next node ids: the segment's slots, the files'
@@ -384,11 +409,22 @@ cagra_parallel_participate(CagraParallelBuild *shared, float *vectors, Relation 
 	cagra_row_buffer_init(&ps.buffer, ps.cxt, shared->dims);
 
 	TableScanDesc scan = table_beginscan_parallel(heap, cagra_parallel_scan_desc(shared));
-	double		reltuples = table_index_build_scan(heap, index, indexInfo, true, leader,
-												   cagra_parallel_callback, &ps, scan);
+	double		reltuples = 0;
 
-	if (ps.buffer.buffered > 0)
-		cagra_parallel_flush(&ps);
+	PG_TRY();
+	{
+		reltuples = table_index_build_scan(heap, index, indexInfo, true, leader, cagra_parallel_callback, &ps,
+										   scan);
+		if (ps.buffer.buffered > 0)
+			cagra_parallel_flush(&ps);
+		cagra_parallel_stream_end(&ps);
+	}
+	PG_CATCH();
+	{
+		cagra_worker_build_abandon();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	if (ps.spill)
 	{
 		FileClose(ps.spill->vectors);
@@ -602,8 +638,18 @@ cagra_build_scan(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuild
 	cagra_build_stream_open(bs);
 	if (!cagra_parallel_heap_scan(heap, index, indexInfo, bs, &reltuples))
 	{
-		reltuples = table_index_build_scan(heap, index, indexInfo, true, true, cagra_build_callback, bs, NULL);
-		cagra_serial_scan_end(bs);
+		PG_TRY();
+		{
+			reltuples = table_index_build_scan(heap, index, indexInfo, true, true, cagra_build_callback, bs,
+											   NULL);
+			cagra_serial_scan_end(bs);
+		}
+		PG_CATCH();
+		{
+			cagra_worker_build_abandon();
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
 	}
 	return reltuples;
 }

@@ -74,11 +74,11 @@ cagra_worker_build_open(const cagra::VectorFormat &format, const cagra::BuildPar
 	return true;
 }
 
-/* One BUILD_* call with `body` bytes after the header, filled from `in`
- * when not NULL; the answered call stays attached (caller detaches). */
+/* One BUILD_RUN or BUILD_FETCH call with `body` bytes after the header for
+ * the answer; the answered call stays attached (caller detaches). */
 static bool
 cagra_build_call(const CagraBuildStream *stream, CagraRequestKind kind, uint64 n, uint32 first, uint32 count,
-				 Size body, const void *in, int timeout_ms, CagraCall *call, char *why, size_t whylen)
+				 Size body, int timeout_ms, CagraCall *call, char *why, size_t whylen)
 {
 	if (!cagra_call_init(call, kind, MAXALIGN(sizeof(CagraBuildPayload)) + body))
 	{
@@ -93,8 +93,6 @@ cagra_build_call(const CagraBuildStream *stream, CagraRequestKind kind, uint64 n
 	p->params = stream->params;
 	p->first = first;
 	p->count = count;
-	if (in)
-		memcpy(cagra_build_body(p), in, body);
 	call->build_id = stream->build_id;
 
 	CagraCallOutcome o = cagra_call_run(call, timeout_ms);
@@ -109,17 +107,79 @@ cagra_build_call(const CagraBuildStream *stream, CagraRequestKind kind, uint64 n
 	return false;
 }
 
+/*
+ * This process's chunk on its way to the worker: queued, its answer not yet
+ * read, while the scan prepares the next one.  One at a time: the next
+ * send reads its answer first (by then the worker has usually copied it),
+ * so the backend's mailbox holds one chunk and the worker's copy of a chunk
+ * overlaps the scan of the next.
+ */
+static CagraCall chunk_call;
+static CagraPendingCall chunk_pending;
+static bool chunk_in_flight = false;
+
+/* The answer to the chunk in flight, if any; false, with why set, when the
+ * worker did not take it. */
+bool
+cagra_worker_build_flush(char *why, size_t whylen)
+{
+	if (!chunk_in_flight)
+		return true;
+	chunk_in_flight = false;
+
+	CagraCallOutcome o = cagra_call_finish(&chunk_call, &chunk_pending);
+	bool		ok = o == CAGRA_CALL_ANSWERED && chunk_call.reply == CAGRA_REPLY_OK;
+
+	if (o != CAGRA_CALL_ANSWERED)
+		strlcpy(why, cagra_call_outcome_text(o), whylen);
+	else if (!ok)
+		strlcpy(why, chunk_call.message[0] ? chunk_call.message : "the worker refused the build", whylen);
+	cagra_call_done(&chunk_call);
+	return ok;
+}
+
+void
+cagra_worker_build_abandon(void)
+{
+	if (!chunk_in_flight)
+		return;
+	chunk_in_flight = false;
+	cagra_call_abandon(&chunk_call, &chunk_pending);
+	cagra_call_done(&chunk_call);
+}
+
 bool
 cagra_worker_build_send(const CagraBuildStream *stream, uint64 first, uint32 count, const float *vectors,
 						char *why, size_t whylen)
 {
-	CagraCall	call;
+	Size		body = (Size) count * stream->format.dim * sizeof(float);
+	CagraCallOutcome o;
 
-	if (!cagra_build_call(stream, CAGRA_REQ_BUILD_DATA, 0, (uint32) first, count,
-						  (Size) count * stream->format.dim * sizeof(float), vectors, cagra_worker_timeout_ms,
-						  &call, why, whylen))
+	if (!cagra_worker_build_flush(why, whylen))
 		return false;
-	cagra_call_done(&call);
+	if (!cagra_call_init(&chunk_call, CAGRA_REQ_BUILD_DATA, MAXALIGN(sizeof(CagraBuildPayload)) + body))
+	{
+		strlcpy(why, "no dynamic shared memory segment for the build", whylen);
+		return false;
+	}
+
+	CagraBuildPayload *p = (CagraBuildPayload *) chunk_call.payload;
+
+	p->owner = stream->owner;
+	p->n = 0;
+	p->format = stream->format;
+	p->params = stream->params;
+	p->first = (uint32) first;
+	p->count = count;
+	memcpy(cagra_build_body(p), vectors, body);
+	chunk_call.build_id = stream->build_id;
+	if (!cagra_call_start(&chunk_call, cagra_worker_timeout_ms, &chunk_pending, &o))
+	{
+		strlcpy(why, cagra_call_outcome_text(o), whylen);
+		cagra_call_done(&chunk_call);
+		return false;
+	}
+	chunk_in_flight = true;
 	return true;
 }
 
@@ -133,7 +193,7 @@ cagra_build_on_worker(const CagraBuildStream *stream, uint64 n, cagra::BuiltGrap
 
 	report_step(CAGRA_WORKER_BUILD_GRAPH);
 	/* no deadline: a build takes as long as it takes; cancel still works */
-	if (!cagra_build_call(stream, CAGRA_REQ_BUILD_RUN, n, 0, 0, 0, NULL, -1, &call, why, whylen))
+	if (!cagra_build_call(stream, CAGRA_REQ_BUILD_RUN, n, 0, 0, 0, -1, &call, why, whylen))
 		return false;
 
 	CagraBuildPayload *run = (CagraBuildPayload *) call.payload;
@@ -162,7 +222,7 @@ cagra_build_on_worker(const CagraBuildStream *stream, uint64 n, cagra::BuiltGrap
 		uint32		count = (uint32) Min(rows_per_chunk, n - first);
 
 		if (!cagra_build_call(stream, CAGRA_REQ_BUILD_FETCH, n, (uint32) first, count, (Size) count * row_bytes,
-							  NULL, cagra_worker_timeout_ms, &call, why, whylen))
+							  cagra_worker_timeout_ms, &call, why, whylen))
 			return false;
 		memcpy(edges + first * degree, cagra_build_body((CagraBuildPayload *) call.payload),
 			   (Size) count * row_bytes);

@@ -181,10 +181,20 @@ uint32		cagra_build_stream_rows(uint32 dim);
 bool		cagra_worker_build_open(const cagra::VectorFormat &format, const cagra::BuildParams &params,
 									CagraBuildStream *stream);
 
-/* Nodes first .. first + count - 1 to the worker; false, with why set,
- * when it did not take them (the build then goes on without the stream). */
+/* Nodes first .. first + count - 1 to the worker: copied into a request
+ * that is queued, so the caller may reuse `vectors` and go on while the
+ * worker takes them; the answer is read at the next send or flush.  false,
+ * with why set, when the worker did not take these or the chunk before
+ * (the build then goes on without the stream). */
 bool		cagra_worker_build_send(const CagraBuildStream *stream, uint64 first, uint32 count,
 									const float *vectors, char *why, size_t whylen);
+
+/* Wait for the answer to this process's last chunk: at the end of its part
+ * of the scan.  false, with why set, when the worker did not take it. */
+bool		cagra_worker_build_flush(char *why, size_t whylen);
+
+/* Give back the chunk in flight, unanswered: on an error of the scan. */
+void		cagra_worker_build_abandon(void);
 
 /*
  * Build the graph of the n vectors streamed to the worker.  On success

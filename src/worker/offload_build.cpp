@@ -16,13 +16,13 @@
 #include "worker/batch.h"
 #include "worker/offload_build.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <algorithm>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <thread>

@@ -17,6 +17,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use CagraGpuNode;
 use IPC::Run;
+use Time::HiRes qw(sleep);
 
 my $node = CagraGpuNode::cpu_worker('cpuworker');
 
@@ -296,6 +297,33 @@ $node->safe_psql('postgres', 'DROP INDEX items_v; DROP INDEX items_v_ample');
 (my $search_small = $search) =~ s/'items_v'/'items_v_small'/;
 is($node->safe_psql('postgres', $search_small), $node->safe_psql('postgres', $exact_sql),
 	'cagra_search finds the exact neighbours in it');
+
+# vectors beyond cagra.gpu_memory_limit: the worker refuses the stream
+# (every chunk after the first refused one too), the scan goes on and the
+# graph is built in the backend, with a NOTICE that names the setting
+$node->safe_psql('postgres', 'ALTER SYSTEM SET cagra.gpu_memory_limit = 1');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+# the worker publishes the limit it read after a request
+my $limit_taken = 0;
+for (1 .. 300)
+{
+	$node->safe_psql('postgres', "SELECT count(*) FROM cagra_search('items_v_small', ARRAY[(SELECT v FROM items LIMIT 1)], 1)");
+	$limit_taken = status('memory_limit_mb') eq '1' and last;
+	sleep 0.1;
+}
+$limit_taken or die 'the worker did not take cagra.gpu_memory_limit = 1';
+my ($builds2, $fallbacks2) = split /\|/, status('builds, fallbacks');
+my ($lret, $lout, $lerr) = $node->psql('postgres', 'CREATE INDEX big_v_limited ON big USING cagra (v)');
+is($lret, 0, 'a build whose vectors exceed cagra.gpu_memory_limit succeeds');
+like($lerr, qr/NOTICE:  building index "big_v_limited" on the CPU: the GPU worker failed: the build's vectors need more than the 1 MB cagra.gpu_memory_limit allows/,
+	'on the CPU, with a NOTICE naming the limit');
+is(status('builds, fallbacks'), $builds2 . '|' . ($fallbacks2 + 1), 'the worker built nothing; one fallback counted');
+is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('big_v_limited')"),
+	'30000|30000', 'every row is in its graph');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('big_v_limited')"), '0', 'it checks clean');
+$node->safe_psql('postgres', 'DROP INDEX big_v_limited');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET cagra.gpu_memory_limit');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 
 # build_device = gpu needs a GPU engine, not the CPU one
 ($ret, $out, $err) = $node->psql('postgres', 'CREATE INDEX ON items USING cagra (v) WITH (build_device = gpu)');
