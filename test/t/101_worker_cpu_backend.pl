@@ -298,6 +298,33 @@ $node->safe_psql('postgres', 'DROP INDEX items_v; DROP INDEX items_v_ample');
 is($node->safe_psql('postgres', $search_small), $node->safe_psql('postgres', $exact_sql),
 	'cagra_search finds the exact neighbours in it');
 
+# cancel while the heap scan streams (a slow index expression keeps the
+# scan going): the chunk in flight is given back, the worker builds nothing
+# for it, and the next build streams and is built there
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION slow_v(v vector) RETURNS vector IMMUTABLE LANGUAGE plpgsql AS
+	  $$BEGIN PERFORM pg_sleep(0.0005); RETURN v; END$$});
+my ($builds3, $fallbacks3) = split /\|/, status('builds, fallbacks');
+($bout, $berr) = ('', '');
+$bg = IPC::Run::start(
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', "SET application_name = 'streamer'",
+	  '-c', "SET maintenance_work_mem = '1MB'", '-c', 'SET max_parallel_maintenance_workers = 0',
+	  '-c', 'CREATE INDEX big_slow ON big USING cagra (slow_v(v))' ],
+	'>', \$bout, '2>', \$berr);
+$node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_progress_create_index p JOIN pg_stat_activity a USING (pid)
+	 WHERE a.application_name = 'streamer' AND p.phase = 'building index: loading tuples'
+	   AND p.tuples_done >= 5000})
+  or die 'the build never streamed';
+$node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'streamer'");
+$bg->finish;
+like($berr, qr/canceling statement due to user request/, 'CREATE INDEX cancelled while its scan streams');
+is(status('builds, fallbacks'), "$builds3|$fallbacks3", 'the worker built nothing for it');
+$node->safe_psql('postgres', 'CREATE INDEX big_v8 ON big USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16)');
+is(status('builds, fallbacks'), ($builds3 + 1) . "|$fallbacks3", 'the next build streams to the worker and is built there');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('big_v8')"), '0', 'and checks clean');
+$node->safe_psql('postgres', 'DROP INDEX big_v8; DROP FUNCTION slow_v(vector)');
+
 # vectors beyond cagra.gpu_memory_limit: the worker refuses the stream
 # (every chunk after the first refused one too), the scan goes on and the
 # graph is built in the backend, with a NOTICE that names the setting
