@@ -501,7 +501,6 @@ void		cagra_endscan(IndexScanDesc scan);
 #define CAGRA_PHASE_KNN 3
 #define CAGRA_PHASE_PRUNE 4
 #define CAGRA_PHASE_WRITE 5
-#define CAGRA_PHASE_SEND 7		/* vectors to the GPU worker */
 #define CAGRA_PHASE_RECEIVE 8	/* the graph back from it */
 #define CAGRA_PHASE_SYNC 10		/* fsync of the pages written around shared buffers */
 #define CAGRA_PHASE_MEASURE 11	/* the search buffer the graph needs */

@@ -315,8 +315,6 @@ cagra_buildphasename(int64 phasenum)
 			return (char *) "optimizing graph";
 		case CAGRA_PHASE_WRITE:
 			return (char *) "writing and WAL-logging index pages";
-		case CAGRA_PHASE_SEND:
-			return (char *) "sending vectors to the GPU worker";
 		case CAGRA_PHASE_RECEIVE:
 			return (char *) "receiving the graph from the GPU worker";
 		case CAGRA_PHASE_SYNC:

@@ -1,7 +1,8 @@
 /*
- * build.cpp — CREATE INDEX offload, backend side: after the heap
- * scan the prepared vectors go to the worker in chunks, the worker builds
- * the graph, and its rows come back in chunks into a BuiltGraph that the
+ * build.cpp — CREATE INDEX offload, backend side: while the heap scan runs,
+ * the backend and its parallel scan workers send the prepared vectors to
+ * the worker in chunks (a stream); after the scan the worker builds the
+ * graph, and its rows come back in chunks into a BuiltGraph that the
  * access method writes exactly as it writes a CPU-built one.  A failure
  * means a CPU build with a NOTICE, or an ERROR with build_device = gpu;
  * nothing is written before the whole graph is back.
@@ -45,20 +46,39 @@ cagra_new_built_graph(uint64 n, uint32 degree) noexcept
 	return nullptr;
 }
 
-typedef struct CagraBuildRequest
-{
-	uint64		build_id;
-	uint64		n;
-	dsm_segment *vectors_seg;	/* holds the vectors, or NULL */
-	cagra::VectorFormat format;
-	cagra::BuildParams params;
-} CagraBuildRequest;
+/* A chunk of a stream: about a megabyte, so that a 1,024-dimension build
+ * of a million rows takes a few thousand round trips, each a small part of
+ * the scan's time, and the backend's buffer stays small. */
+#define CAGRA_STREAM_CHUNK_BYTES ((Size) 1024 * 1024)
 
-/* One BUILD_* call with `body` bytes after the header; the answered call
- * stays attached (caller detaches). */
+uint32
+cagra_build_stream_rows(uint32 dim)
+{
+	return (uint32) Max(CAGRA_STREAM_CHUNK_BYTES / ((Size) dim * sizeof(float)), (Size) 1);
+}
+
+bool
+cagra_worker_build_open(const cagra::VectorFormat &format, const cagra::BuildParams &params,
+						CagraBuildStream *stream)
+{
+	static uint64 builds_started = 0;
+	int			backend;
+
+	if (!cagra_worker_running(&backend))
+		return false;
+	stream->owner = MyProcPid;
+	stream->build_id = ++builds_started;
+	stream->backend = backend;
+	stream->format = format;
+	stream->params = params;
+	return true;
+}
+
+/* One BUILD_RUN or BUILD_FETCH call with `body` bytes after the header for
+ * the answer; the answered call stays attached (caller detaches). */
 static bool
-cagra_build_call(const CagraBuildRequest *req, CagraRequestKind kind, uint32 first, uint32 count,
-				 Size body, const void *in, int timeout_ms, CagraCall *call, char *why, size_t whylen)
+cagra_build_call(const CagraBuildStream *stream, CagraRequestKind kind, uint64 n, uint32 first, uint32 count,
+				 Size body, int timeout_ms, CagraCall *call, char *why, size_t whylen)
 {
 	if (!cagra_call_init(call, kind, MAXALIGN(sizeof(CagraBuildPayload)) + body))
 	{
@@ -67,22 +87,13 @@ cagra_build_call(const CagraBuildRequest *req, CagraRequestKind kind, uint32 fir
 	}
 	CagraBuildPayload *p = (CagraBuildPayload *) call->payload;
 
-	p->n = req->n;
-	p->format = req->format;
-	p->params = req->params;
+	p->owner = stream->owner;
+	p->n = n;
+	p->format = stream->format;
+	p->params = stream->params;
 	p->first = first;
 	p->count = count;
-	p->segment = DSM_HANDLE_INVALID;
-	p->segment_offset = 0;
-	if (kind == CAGRA_REQ_BUILD_DATA && req->vectors_seg)
-	{
-		p->segment = dsm_segment_handle(req->vectors_seg);
-		p->segment_offset = (uint64) ((const char *) in - (const char *) dsm_segment_address(req->vectors_seg));
-		in = NULL;
-	}
-	if (in)
-		memcpy(cagra_build_body(p), in, body);
-	call->build_id = req->build_id;
+	call->build_id = stream->build_id;
 
 	CagraCallOutcome o = cagra_call_run(call, timeout_ms);
 
@@ -96,45 +107,93 @@ cagra_build_call(const CagraBuildRequest *req, CagraRequestKind kind, uint32 fir
 	return false;
 }
 
-/* Vectors to the worker, the build, rows back into g.  false: why set. */
+/*
+ * This process's chunk on its way to the worker: queued, its answer not yet
+ * read, while the scan prepares the next one.  One at a time: the next
+ * send reads its answer first (by then the worker has usually copied it),
+ * so the backend's mailbox holds one chunk and the worker's copy of a chunk
+ * overlaps the scan of the next.
+ */
+static CagraCall chunk_call;
+static CagraPendingCall chunk_pending;
+static bool chunk_in_flight = false;
+
+/* The answer to the chunk in flight, if any; false, with why set, when the
+ * worker did not take it. */
+bool
+cagra_worker_build_flush(char *why, size_t whylen)
+{
+	if (!chunk_in_flight)
+		return true;
+	chunk_in_flight = false;
+
+	CagraCallOutcome o = cagra_call_finish(&chunk_call, &chunk_pending);
+	bool		ok = o == CAGRA_CALL_ANSWERED && chunk_call.reply == CAGRA_REPLY_OK;
+
+	if (o != CAGRA_CALL_ANSWERED)
+		strlcpy(why, cagra_call_outcome_text(o), whylen);
+	else if (!ok)
+		strlcpy(why, chunk_call.message[0] ? chunk_call.message : "the worker refused the build", whylen);
+	cagra_call_done(&chunk_call);
+	return ok;
+}
+
+void
+cagra_worker_build_abandon(void)
+{
+	if (!chunk_in_flight)
+		return;
+	chunk_in_flight = false;
+	cagra_call_abandon(&chunk_call, &chunk_pending);
+	cagra_call_done(&chunk_call);
+}
+
+bool
+cagra_worker_build_send(const CagraBuildStream *stream, uint64 first, uint32 count, const float *vectors,
+						char *why, size_t whylen)
+{
+	Size		body = (Size) count * stream->format.dim * sizeof(float);
+	CagraCallOutcome o;
+
+	if (!cagra_worker_build_flush(why, whylen))
+		return false;
+	if (!cagra_call_init(&chunk_call, CAGRA_REQ_BUILD_DATA, MAXALIGN(sizeof(CagraBuildPayload)) + body))
+	{
+		strlcpy(why, "no dynamic shared memory segment for the build", whylen);
+		return false;
+	}
+
+	CagraBuildPayload *p = (CagraBuildPayload *) chunk_call.payload;
+
+	p->owner = stream->owner;
+	p->n = 0;
+	p->format = stream->format;
+	p->params = stream->params;
+	p->first = (uint32) first;
+	p->count = count;
+	memcpy(cagra_build_body(p), vectors, body);
+	chunk_call.build_id = stream->build_id;
+	if (!cagra_call_start(&chunk_call, cagra_worker_timeout_ms, &chunk_pending, &o))
+	{
+		strlcpy(why, cagra_call_outcome_text(o), whylen);
+		cagra_call_done(&chunk_call);
+		return false;
+	}
+	chunk_in_flight = true;
+	return true;
+}
+
+/* The build of the streamed vectors, its rows back into g.  false: why set. */
 static bool
-cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra::BuiltGraph *g,
+cagra_build_on_worker(const CagraBuildStream *stream, uint64 n, cagra::BuiltGraph *g,
 					  void (*report_step) (CagraWorkerBuildStep), char *why, size_t whylen)
 {
 	Size		header = MAXALIGN(sizeof(CagraBuildPayload));
-	Size		vector_bytes = (Size) req->format.dim * sizeof(float);
-	uint64		per_chunk = Max((CAGRA_CHUNK_BYTES - header) / vector_bytes, (Size) 1);
 	CagraCall	call;
-
-	report_step(CAGRA_WORKER_SEND_VECTORS);
-	if (req->vectors_seg)
-	{
-		/* one call: the worker copies them from where they are, at 2 ms a
-		 * megabyte beyond the usual deadline */
-		int			timeout = cagra_worker_timeout_ms < 0 ? -1 :
-			(int) Min((double) cagra_worker_timeout_ms + (double) req->n * vector_bytes / 500000.0,
-					  (double) INT_MAX);
-
-		if (!cagra_build_call(req, CAGRA_REQ_BUILD_DATA, 0, (uint32) req->n, 0, vectors, timeout, &call, why,
-							  whylen))
-			return false;
-		cagra_call_done(&call);
-	}
-	else
-		for (uint64 first = 0; first < req->n; first += per_chunk)
-		{
-			uint32		count = (uint32) Min(per_chunk, req->n - first);
-
-			if (!cagra_build_call(req, CAGRA_REQ_BUILD_DATA, (uint32) first, count,
-								  (Size) count * vector_bytes, vectors + first * req->format.dim,
-								  cagra_worker_timeout_ms, &call, why, whylen))
-				return false;
-			cagra_call_done(&call);
-		}
 
 	report_step(CAGRA_WORKER_BUILD_GRAPH);
 	/* no deadline: a build takes as long as it takes; cancel still works */
-	if (!cagra_build_call(req, CAGRA_REQ_BUILD_RUN, 0, 0, 0, NULL, -1, &call, why, whylen))
+	if (!cagra_build_call(stream, CAGRA_REQ_BUILD_RUN, n, 0, 0, 0, -1, &call, why, whylen))
 		return false;
 
 	CagraBuildPayload *run = (CagraBuildPayload *) call.payload;
@@ -152,76 +211,64 @@ cagra_build_on_worker(const CagraBuildRequest *req, const float *vectors, cagra:
 		return false;
 	}
 
-	uint32		degree = req->params.graph_degree;
+	uint32		degree = stream->params.graph_degree;
 	Size		row_bytes = (Size) degree * sizeof(uint32);
 	uint64		rows_per_chunk = Max((CAGRA_CHUNK_BYTES - header) / row_bytes, (Size) 1);
 	uint32	   *edges = g->graph.edges.data();
 
 	report_step(CAGRA_WORKER_RECEIVE_GRAPH);
-	for (uint64 first = 0; first < req->n; first += rows_per_chunk)
+	for (uint64 first = 0; first < n; first += rows_per_chunk)
 	{
-		uint32		count = (uint32) Min(rows_per_chunk, req->n - first);
+		uint32		count = (uint32) Min(rows_per_chunk, n - first);
 
-		if (!cagra_build_call(req, CAGRA_REQ_BUILD_FETCH, (uint32) first, count, (Size) count * row_bytes,
-							  NULL, cagra_worker_timeout_ms, &call, why, whylen))
+		if (!cagra_build_call(stream, CAGRA_REQ_BUILD_FETCH, n, (uint32) first, count, (Size) count * row_bytes,
+							  cagra_worker_timeout_ms, &call, why, whylen))
 			return false;
 		memcpy(edges + first * degree, cagra_build_body((CagraBuildPayload *) call.payload),
 			   (Size) count * row_bytes);
 		cagra_call_done(&call);
 	}
 	/* never write a graph the core would reject */
-	for (uint64 i = 0; i < req->n * degree; i++)
-		if (edges[i] >= req->n && edges[i] != cagra::kInvalidNode)
+	for (uint64 i = 0; i < n * degree; i++)
+		if (edges[i] >= n && edges[i] != cagra::kInvalidNode)
 		{
 			snprintf(why, whylen, "the worker returned an edge to node %u of %llu",
-					 edges[i], (unsigned long long) req->n);
+					 edges[i], (unsigned long long) n);
 			return false;
 		}
 	return true;
 }
 
 cagra::BuiltGraph *
-cagra_worker_build_graph(const char *index_name, const float *vectors, dsm_segment *vectors_seg, uint64 n,
-						 const cagra::VectorFormat &format, const cagra::BuildParams &params,
-						 bool gpu_required, void (*report_step) (CagraWorkerBuildStep),
-						 MemoryContext cxt, bool *on_gpu)
+cagra_worker_build_graph(const char *index_name, const CagraBuildStream *stream, uint64 n,
+						 const char *stream_failure, bool gpu_required,
+						 void (*report_step) (CagraWorkerBuildStep), MemoryContext cxt, bool *on_gpu)
 {
-	static uint64 builds_started = 0;
-	int			backend;
 	char		why[256];
+	bool		built = false;
+	CagraOwner *owner = NULL;
+	cagra::BuiltGraph *g = NULL;
 
-	if (n == 0)
-		return NULL;
-	if (!cagra_worker_running(&backend))
+	if (stream_failure)
+		strlcpy(why, stream_failure, sizeof(why));
+	else
 	{
-		if (gpu_required)
-			cagra_worker_require_gpu_build(index_name);
-		return NULL;
+		g = cagra_new_built_graph(n, stream->params.graph_degree);
+		if (!g)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory for the graph of index \"%s\"", index_name)));
+		owner = cagra_owner_new(cxt, g, cagra_delete_object<cagra::BuiltGraph>);
+		built = cagra_build_on_worker(stream, n, g, report_step, why, sizeof(why));
 	}
-
-	cagra::BuiltGraph *g = cagra_new_built_graph(n, params.graph_degree);
-
-	if (!g)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory for the graph of index \"%s\"", index_name)));
-	CagraOwner *owner = cagra_owner_new(cxt, g, cagra_delete_object<cagra::BuiltGraph>);
-	CagraBuildRequest req;
-
-	req.build_id = ++builds_started;
-	req.n = n;
-	req.vectors_seg = vectors_seg;
-	req.format = format;
-	req.params = params;
-	bool		built = cagra_build_on_worker(&req, vectors, g, report_step, why, sizeof(why));
-
 	cagra_mailbox_trim();
 	if (built)
 	{
-		*on_gpu = backend == CAGRA_BACKEND_GPU;
+		*on_gpu = stream->backend == CAGRA_BACKEND_GPU;
 		return g;
 	}
-	cagra_owner_free(owner);
+	if (owner)
+		cagra_owner_free(owner);
 	if (cagra_worker_shared)
 		pg_atomic_fetch_add_u64(&cagra_worker_shared->fallbacks, 1);
 	if (gpu_required)

@@ -156,23 +156,55 @@ void		cagra_worker_require_gpu_build(const char *index_name);
 /* The steps of a build on the worker, as the backend sees them. */
 typedef enum CagraWorkerBuildStep
 {
-	CAGRA_WORKER_SEND_VECTORS,	/* the vectors into the worker's memory */
 	CAGRA_WORKER_BUILD_GRAPH,	/* the worker builds (kNN graph and pruning) */
 	CAGRA_WORKER_RECEIVE_GRAPH	/* the graph's rows back into the backend */
 } CagraWorkerBuildStep;
 
 /*
- * Build the graph of n prepared vectors on the worker.  On success returns
- * a BuiltGraph owned by memory context `cxt` (deleted with it) and sets
- * *on_gpu (false: the worker's CPU engine built it).  NULL: build on the
- * CPU in the backend (a NOTICE said why, when the worker failed); with
- * gpu_required a failure is an ERROR instead.  report_step(step) is
- * called as each step starts.  When `vectors` lie in DSM segment
- * `vectors_seg` (else NULL) the worker reads them there.
+ * A build whose vectors go to the worker in chunks while the heap scan
+ * runs: what every participant of the scan needs to send its own.  Plain
+ * data, so a parallel scan keeps it in its shared memory.
  */
-cagra::BuiltGraph *cagra_worker_build_graph(const char *index_name, const float *vectors,
-											dsm_segment *vectors_seg, uint64 n,
-											const cagra::VectorFormat &format,
-											const cagra::BuildParams &params, bool gpu_required,
+typedef struct CagraBuildStream
+{
+	int32		owner;			/* the backend that leads the build */
+	uint64		build_id;
+	int			backend;		/* CAGRA_BACKEND_* of the worker it streams to */
+	cagra::VectorFormat format;
+	cagra::BuildParams params;
+} CagraBuildStream;
+
+/* Rows of `dim` dimensions one chunk of a stream carries. */
+uint32		cagra_build_stream_rows(uint32 dim);
+
+/* Start streaming a build's vectors: false when no worker runs. */
+bool		cagra_worker_build_open(const cagra::VectorFormat &format, const cagra::BuildParams &params,
+									CagraBuildStream *stream);
+
+/* Nodes first .. first + count - 1 to the worker: copied into a request
+ * that is queued, so the caller may reuse `vectors` and go on while the
+ * worker takes them; the answer is read at the next send or flush.  false,
+ * with why set, when the worker did not take these or the chunk before
+ * (the build then goes on without the stream). */
+bool		cagra_worker_build_send(const CagraBuildStream *stream, uint64 first, uint32 count,
+									const float *vectors, char *why, size_t whylen);
+
+/* Wait for the answer to this process's last chunk: at the end of its part
+ * of the scan.  false, with why set, when the worker did not take it. */
+bool		cagra_worker_build_flush(char *why, size_t whylen);
+
+/* Give back the chunk in flight, unanswered: on an error of the scan. */
+void		cagra_worker_build_abandon(void);
+
+/*
+ * Build the graph of the n vectors streamed to the worker.  On success
+ * returns a BuiltGraph owned by memory context `cxt` (deleted with it) and
+ * sets *on_gpu (false: the worker's CPU engine built it).  NULL: build on
+ * the CPU in the backend (a NOTICE said why); with gpu_required a failure
+ * is an ERROR instead.  stream_failure: why the stream broke during the
+ * scan, else NULL.  report_step(step) is called as each step starts.
+ */
+cagra::BuiltGraph *cagra_worker_build_graph(const char *index_name, const CagraBuildStream *stream, uint64 n,
+											const char *stream_failure, bool gpu_required,
 											void (*report_step) (CagraWorkerBuildStep step),
 											MemoryContext cxt, bool *on_gpu);

@@ -492,9 +492,13 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
     const uint32_t wide_S = std::min(k, 2 * S);
     const MetricKernel dist = metric_kernel(metric);
 
+    /* Progress: of the n rows, those whose list settled (took no new
+     * neighbour in the last iteration); the iterations stop when few
+     * still change, so it ends near n, not at a fraction of an iteration
+     * budget that convergence leaves unused. */
     if (progress) {
         progress->phase.store((uint32_t)BuildPhase::KnnGraph);
-        progress->total.store(n * params.nn_descent_max_iterations);
+        progress->total.store(n);
         progress->done.store(0);
     }
 
@@ -519,7 +523,9 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
         /* 1. Forward samples: the closest new entries (then marked old)
          *    and the closest old ones.  (Random picks were tried: they
          *    converge in more iterations on clustered data.) */
+        std::atomic<uint64_t> changed_rows{0};
         detail::parallel_for(n, 1024, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
+            uint64_t changed = 0;
             for (uint64_t u = begin; u < end; u++) {
                 Entry *r = lists.row(u);
                 uint32_t cn = 0, co = 0;
@@ -537,8 +543,12 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                 fwd_old.count[u] = co;
                 rev_new.count[u] = 0;
                 rev_old.count[u] = 0;
+                changed += cn > 0;
             }
+            changed_rows.fetch_add(changed, std::memory_order_relaxed);
         });
+        if (progress)
+            progress->done.store(n - changed_rows.load());
         const uint64_t iseed = mix64(params.seed + iter);
         /* 2. Reverse samples. */
         detail::parallel_for(n, 1024, threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
@@ -606,8 +616,6 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
                         }
                     }
                 }
-                if (progress)
-                    progress->done.fetch_add(end - begin, std::memory_order_relaxed);
             });
             detail::parallel_for(threads, 1, threads, progress, [&](uint64_t owner, uint64_t, uint32_t) {
                 uint64_t applied = 0;
@@ -646,7 +654,7 @@ KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &p
         }
     });
     if (progress)
-        progress->done.store(progress->total.load());
+        progress->done.store(n);
     return out;
 }
 

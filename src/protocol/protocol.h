@@ -416,24 +416,25 @@ cagra_upload_tids(CagraUploadPayload *p)
 	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_upload_live(p) + p->count);
 }
 
-/* BUILD_DATA / BUILD_RUN / BUILD_FETCH share one header.  DATA carries
- * count prepared float32 vectors of format.dim after it; FETCH receives
- * count x params.graph_degree rows after it; RUN carries nothing and
- * receives the entry nodes.  `params` are the index's build parameters,
- * assembled once by the access method; the worker sets only the thread
- * count of its own CPU builds. */
+/* BUILD_DATA / BUILD_RUN / BUILD_FETCH share one header.  A build is known
+ * by its owner (the backend that runs CREATE INDEX) and the slot's
+ * build_id: the owner's parallel scan workers send DATA for it too.  DATA
+ * carries count prepared float32 vectors of format.dim after it, nodes
+ * first .. first + count - 1, in any order while the heap scan runs (the
+ * worker keeps them in its own memory, within cagra.gpu_memory_limit); RUN
+ * carries the number of nodes n, which the chunks must have filled, and
+ * receives the entry nodes; FETCH receives count x params.graph_degree rows
+ * after it.  `params` are the index's build parameters, assembled once by
+ * the access method; the worker sets only the thread count of its own CPU
+ * builds. */
 typedef struct CagraBuildPayload
 {
-	uint64		n;				/* vectors in the whole build */
+	int32		owner;			/* pid of the backend that leads the build */
+	uint64		n;				/* RUN: vectors in the whole build */
 	cagra::VectorFormat format;
 	cagra::BuildParams params;
 	uint32		first;
 	uint32		count;
-	/* DATA: DSM_HANDLE_INVALID, the vectors follow the header; else they
-	 * are at `segment_offset` in that segment (a parallel build's rows,
-	 * which the worker copies from without a copy in the backend) */
-	dsm_handle	segment;
-	uint64		segment_offset;
 	uint32		entry_count;	/* RUN reply */
 	uint32		entries[CAGRA_MAX_ENTRY_NODES];
 	int32		device;			/* RUN reply: the device that built it */

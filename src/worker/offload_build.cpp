@@ -1,9 +1,10 @@
 /*
  * offload_build.cpp — the worker's side of CREATE INDEX offload: vectors
- * arrive in chunks (BUILD_DATA), the graph is built (BUILD_RUN), and its
- * rows go back in chunks (BUILD_FETCH).  State is kept per backend and
- * build id; state of backends that are gone is dropped before each new
- * build.
+ * arrive in chunks while the backend's heap scan runs (BUILD_DATA, from the
+ * backend and its parallel scan workers, nodes in any order), the graph is
+ * built (BUILD_RUN), and its rows go back in chunks (BUILD_FETCH).  State
+ * is kept per owner (the backend that leads the build) and build id; state
+ * of owners that are gone is dropped before each new build.
  *
  * The graph itself is built on the build thread, one build at a time, so
  * the main loop keeps serving searches, uploads, other builds' chunks,
@@ -14,6 +15,7 @@
 #include "worker/cache.h"
 #include "worker/offload_build.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -21,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
 
@@ -30,34 +33,65 @@ extern "C" {
 #include "storage/ipc.h"
 }
 
+/*
+ * A build's vectors as they arrive: an anonymous mapping reserved without
+ * swap and grown by mremap, which moves its pages instead of copying them,
+ * so a stream of unknown length costs no copy of what arrived before.
+ */
+class CagraStagedVectors
+{
+  public:
+	CagraStagedVectors() = default;
+	CagraStagedVectors(const CagraStagedVectors &) = delete;
+	CagraStagedVectors &operator=(const CagraStagedVectors &) = delete;
+	~CagraStagedVectors() { release(); }
+
+	/* At least `bytes` mapped; false when the host has no room. */
+	bool reserve(size_t bytes)
+	{
+		if (bytes <= mapped_)
+			return true;
+
+		size_t		want = std::max({bytes, mapped_ * 2, (size_t) 64 * 1024 * 1024});
+		void	   *p = data_ ? mremap(data_, mapped_, want, MREMAP_MAYMOVE) :
+			mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (p == MAP_FAILED)
+			return false;
+		data_ = (float *) p;
+		mapped_ = want;
+		return true;
+	}
+
+	void release()
+	{
+		if (data_)
+			munmap(data_, mapped_);
+		data_ = nullptr;
+		mapped_ = 0;
+	}
+
+	float	   *data() const { return data_; }
+
+  private:
+	float	   *data_ = nullptr;
+	size_t		mapped_ = 0;
+};
+
 struct CagraBuildJobState
 {
-	uint64		n = 0;
+	uint64		n = 0;			/* set by BUILD_RUN */
 	cagra::VectorFormat format;
 	cagra::BuildParams params;
-	uint64		received = 0;
+	uint64		received = 0;	/* vectors that arrived */
+	uint64		extent = 0;		/* one past the highest node that arrived */
+	std::string failed;			/* why the stream was refused (the vectors dropped) */
 	bool		built = false;
 	int			device = 0;
 	bool		long_edges = false;
-	std::unique_ptr<float[]> vectors;	/* n x dim; not zeroed: every chunk fills its part */
-	dsm_segment *vectors_seg = nullptr; /* or the backend's segment that holds them */
-	const float *vectors_in_seg = nullptr;
+	CagraStagedVectors vectors;
 	std::vector<uint32_t> rows;
 	std::vector<uint32_t> entries;
-
-	const float *data() const { return vectors_seg ? vectors_in_seg : vectors.get(); }
-
-	/* the vectors are not needed any more (on the main thread: DSM calls) */
-	void drop_vectors()
-	{
-		vectors.reset();
-		if (vectors_seg)
-			dsm_detach(vectors_seg);
-		vectors_seg = nullptr;
-		vectors_in_seg = nullptr;
-	}
-
-	~CagraBuildJobState() { drop_vectors(); }
 };
 
 typedef std::pair<pid_t, uint64> CagraBuildId;
@@ -101,64 +135,78 @@ cagra_worker_forget_builds(void)
 	}
 }
 
+/* The bytes a build's vectors may take in the worker: what a copy of an
+ * index may take on the device (cagra.gpu_memory_limit, else the device's
+ * memory) when the GPU builds; the host's otherwise. */
+static uint64
+cagra_staged_limit(void)
+{
+	return cagra_engine_is_gpu() || cagra_gpu_memory_limit_mb > 0 ? cagra_cache_limit() : UINT64_MAX;
+}
+
+/* The state of build `id`, made at its first chunk (the first of any
+ * participant of its scan); the owner's older builds were abandoned. */
+static CagraBuildJobState *
+cagra_build_job(const CagraBuildId &id, const CagraBuildPayload *p)
+{
+	auto		it = builds.find(id);
+
+	if (it != builds.end())
+		return it->second.get();
+	for (auto old = builds.begin(); old != builds.end();)
+		old = old->first.first == id.first ? builds.erase(old) : std::next(old);
+	cagra_worker_forget_builds();
+
+	std::unique_ptr<CagraBuildJobState> j(new CagraBuildJobState());
+
+	j->format = p->format;
+	j->params = p->params;
+	return (builds[id] = std::move(j)).get();
+}
+
 static CagraReply
 cagra_build_data(const CagraBuildId &id, CagraBuildPayload *p, char *msg, size_t msglen)
 {
-	if (p->first == 0)
+	CagraBuildJobState &j = *cagra_build_job(id, p);
+	size_t		vector_bytes = (size_t) j.format.dim * sizeof(float);
+	uint64		end = (uint64) p->first + p->count;
+
+	if (!j.failed.empty())
 	{
-		/* a backend runs one build at a time: older ones were abandoned */
-		for (auto it = builds.begin(); it != builds.end();)
-			it = it->first.first == id.first ? builds.erase(it) : std::next(it);
-		cagra_worker_forget_builds();
-		std::unique_ptr<CagraBuildJobState> j(new CagraBuildJobState());
-
-		j->n = p->n;
-		j->format = p->format;
-		j->params = p->params;
-		/* a parallel build's segment is read where it is (below) */
-		if (p->segment == DSM_HANDLE_INVALID)
-			j->vectors.reset(new float[p->n * p->format.dim]);
-		builds[id] = std::move(j);
+		strlcpy(msg, j.failed.c_str(), msglen);
+		return CAGRA_REPLY_ERROR;
 	}
-	auto		it = builds.find(id);
-
-	if (it == builds.end() || p->first != it->second->received ||
-		(uint64) p->first + p->count > it->second->n || p->format != it->second->format)
+	if (j.built || p->format != j.format || end >= cagra::kInvalidNode)
 	{
 		strlcpy(msg, "build chunk out of sequence", msglen);
 		return CAGRA_REPLY_ERROR;
 	}
-	CagraBuildJobState &j = *it->second;
-	size_t		bytes = (size_t) p->count * j.format.dim * sizeof(float);
 
-	if (p->segment == DSM_HANDLE_INVALID)
-	{
-		if (!j.vectors)
-		{
-			strlcpy(msg, "build chunk out of sequence", msglen);
-			return CAGRA_REPLY_ERROR;
-		}
-		memcpy(j.vectors.get() + (size_t) p->first * j.format.dim, cagra_build_body(p), bytes);
-	}
-	else
-	{
-		/* a parallel build's rows segment, all vectors at once: kept mapped
-		 * and read in place until the build is answered (the backend's own
-		 * detach on a cancel leaves this mapping valid) */
-		dsm_segment *seg = p->first == 0 && p->count == j.n ? dsm_attach(p->segment) : NULL;
+	uint64		limit = cagra_staged_limit();
+	CagraReply	reply = CAGRA_REPLY_OK;
 
-		if (seg == NULL || p->segment_offset + bytes > dsm_segment_map_length(seg))
-		{
-			if (seg)
-				dsm_detach(seg);
-			strlcpy(msg, "the build's vectors segment is gone or does not hold them", msglen);
-			return CAGRA_REPLY_ERROR;
-		}
-		dsm_pin_mapping(seg);	/* past the request's resource owner */
-		j.vectors_seg = seg;
-		j.vectors_in_seg = (const float *) ((const char *) dsm_segment_address(seg) + p->segment_offset);
+	if ((double) end * vector_bytes > (double) limit)
+	{
+		snprintf(msg, msglen, "the build's vectors need more than the %llu MB cagra.gpu_memory_limit allows",
+				 (unsigned long long) (limit / (1024 * 1024)));
+		reply = CAGRA_REPLY_TOO_LARGE;
 	}
+	else if (!j.vectors.reserve(end * vector_bytes))
+	{
+		strlcpy(msg, "out of memory in the cagra worker for the build's vectors", msglen);
+		reply = CAGRA_REPLY_OUT_OF_MEMORY;
+	}
+	if (reply != CAGRA_REPLY_OK)
+	{
+		/* later chunks of its other participants get the same answer */
+		j.failed = msg;
+		j.vectors.release();
+		return reply;
+	}
+	memcpy((char *) j.vectors.data() + (size_t) p->first * vector_bytes, cagra_build_body(p),
+		   (size_t) p->count * vector_bytes);
 	j.received += p->count;
+	j.extent = Max(j.extent, end);
 	return CAGRA_REPLY_OK;
 }
 
@@ -185,7 +233,7 @@ CagraReply
 cagra_worker_run_build_request(CagraRequestSlot *slot, void *payload)
 {
 	CagraBuildPayload *p = (CagraBuildPayload *) payload;
-	CagraBuildId id(slot->backend_pid, slot->build_id);
+	CagraBuildId id(p->owner, slot->build_id);
 
 	try
 	{
@@ -215,7 +263,7 @@ cagra_lane_run(CagraBuildLane *l) noexcept
 {
 	CagraBuildJobState &j = *l->job;
 
-	l->reply = cagra_engine_build(j.data(), j.n, j.format, j.params, &l->control, &j.rows,
+	l->reply = cagra_engine_build(j.vectors.data(), j.n, j.format, j.params, &l->control, &j.rows,
 								  &j.entries, &j.device, &j.long_edges, &l->msg);
 	l->finished = true;
 
@@ -237,7 +285,7 @@ cagra_lane_start_thread(CagraBuildLane *l) noexcept
 	return false;
 }
 
-/* Before shared memory goes: the thread may be reading staged vectors. */
+/* Before the worker exits: the thread may be reading staged vectors. */
 static void
 cagra_lane_stop(int code, Datum arg)
 {
@@ -269,15 +317,22 @@ cagra_worker_build_event_fd(void)
 bool
 cagra_worker_start_build(CagraRequestSlot *slot, int idx, void *payload, dsm_segment *seg)
 {
-	CagraBuildId id(slot->backend_pid, slot->build_id);
+	CagraBuildPayload *p = (CagraBuildPayload *) payload;
+	CagraBuildId id(p->owner, slot->build_id);
 	auto		it = builds.find(id);
 
-	if (it == builds.end() || it->second->received != it->second->n)
+	/* the chunks' node ranges come from one counter: disjoint, so n of them
+	 * below n are all of 0 .. n - 1 */
+	if (it == builds.end() || !it->second->failed.empty() || it->second->received != p->n ||
+		it->second->extent != p->n || p->n == 0)
 	{
-		strlcpy(slot->message, "build started before all vectors arrived", sizeof(slot->message));
+		strlcpy(slot->message,
+				it != builds.end() && !it->second->failed.empty() ? it->second->failed.c_str() :
+				"build started before all vectors arrived", sizeof(slot->message));
 		slot->reply = CAGRA_REPLY_ERROR;
 		return false;
 	}
+	it->second->n = p->n;
 	if (cagra_worker_build_event_fd() < 0)
 	{
 		strlcpy(slot->message, "the cagra worker could not make a build event", sizeof(slot->message));
@@ -319,7 +374,7 @@ cagra_lane_answer(CagraWorkerShared *sh, CagraBuildLane *l)
 	CagraRequestSlot *s = &sh->slots[l->slot];
 	CagraBuildJobState &j = *l->job;
 
-	j.drop_vectors();
+	j.vectors.release();
 	s->reply = l->reply;
 	strlcpy(s->message, l->control.requested() ? "the build was cancelled" : l->msg.c_str(), sizeof(s->message));
 	if (l->reply == CAGRA_REPLY_OK)

@@ -5,6 +5,8 @@
  */
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -242,6 +244,36 @@ TEST(Build, ProgressReachesDone)
     build_graph(DatasetView{data.data(), 3000, dim}, Metric::L2, p, &progress);
     EXPECT_EQ(progress.phase.load(), (uint32_t)BuildPhase::Done);
     EXPECT_EQ(progress.done.load(), progress.total.load());
+}
+
+/* The kNN phase counts the table's rows: its total is n, and the rows
+ * whose lists settled climb to most of them before pruning starts (the
+ * counts once ran against an iteration budget convergence left unused). */
+TEST(Build, KnnProgressCountsSettledRows)
+{
+    const uint32_t dim = 32;
+    const uint64_t n = 20000;
+    auto data = clustered(n, dim, 5);
+    BuildParams p;
+    p.threads = 2;
+    BuildProgress progress;
+    std::atomic<bool> finished{false};
+    uint64_t knn_total = 0, knn_done = 0;
+    std::thread poller([&] {
+        while (!finished.load()) {
+            if (progress.phase.load() == (uint32_t)BuildPhase::KnnGraph) {
+                knn_total = progress.total.load();
+                knn_done = std::max(knn_done, progress.done.load());
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+    });
+    build_graph(DatasetView{data.data(), n, dim}, Metric::L2, p, &progress);
+    finished.store(true);
+    poller.join();
+    EXPECT_EQ(knn_total, n);
+    EXPECT_GE(knn_done, n * 8 / 10);
+    EXPECT_LE(knn_done, n);
 }
 
 /* Cancel before the start, in the middle of NN-descent and during pruning:

@@ -6,8 +6,8 @@
 # an error in a worker (a value float16 cannot hold) fails the build and
 # leaves no index; CREATE INDEX CONCURRENTLY scans in parallel too; a table
 # never analyzed is scanned serially.  The worker (its CPU engine here)
-# builds the graphs: a parallel scan's vectors reach it in the scan's own
-# shared memory segment, a serial scan's in chunks.
+# builds the graphs: every participant of the scan streams its rows to it
+# as it goes, holding no more than maintenance_work_mem.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -88,6 +88,10 @@ foreach my $mem ('64MB', '1MB')
 	like($err2, qr/60000 rows, beyond maintenance_work_mem: [\d.]+ MB of vectors in temporary files/,
 		"$mem: all of them mapped from the files");
 	unlike($err2, qr/NOTICE/, "$mem: no NOTICE");
+	like($err2, qr/the heap scan held at most (\d+) bytes of rows in memory \(maintenance_work_mem (\d+) kB\); it streamed them to the worker/,
+		"$mem: the scan streamed its rows to the worker");
+	my ($held, $limit_kb) = $err2 =~ /held at most (\d+) bytes of rows in memory \(maintenance_work_mem (\d+) kB\)/;
+	cmp_ok($held, '<=', $limit_kb * 1024, "$mem: the leader held at most maintenance_work_mem ($held bytes)");
 	is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('items_small')"),
 		'60000|60000', "$mem: every row in the index, all from the build");
 	is($node->safe_psql('postgres', q{SELECT count(*) FROM cagra_index_check('items_small')}), '0',

@@ -7,7 +7,9 @@
 # work while waiting, cagra.worker_timeout and a terminated worker mean a
 # CPU search with a NOTICE, and the worker comes back; a build cancelled
 # while the worker runs it is stopped there, and the next one is served; a
-# build beyond maintenance_work_mem sends every row from temporary files.
+# build beyond maintenance_work_mem streams every row to the worker during
+# its scan, holding no more than maintenance_work_mem, and writes the graph
+# a build with ample memory writes.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -15,6 +17,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use CagraGpuNode;
 use IPC::Run;
+use Time::HiRes qw(sleep);
 
 my $node = CagraGpuNode::cpu_worker('cpuworker');
 
@@ -246,25 +249,108 @@ my $queries16 = status('queries');
 is($node->safe_psql('postgres', $order16), 't', 'float16 index scan through the worker: ascending exact distances');
 is(status('queries'), $queries16 + 1, 'that scan was served by the worker');
 
-# a build beyond maintenance_work_mem: the rows go to temporary files, their
-# mapping to the worker in chunks, and the graph holds every row, as the
-# index built with ample memory does
+# a build beyond maintenance_work_mem: the rows go to temporary files and
+# stream to the worker during the scan, the backend holding no more than
+# maintenance_work_mem, and the graph is the one a build with ample memory
+# makes (both scans serial, so the rows come in the same order)
+$node->safe_psql('postgres', q{SET max_parallel_maintenance_workers = 0;
+	CREATE INDEX items_v_ample ON items USING cagra (v) WITH (graph_degree = 16)});
 my $builds1 = status('builds');
 my ($sret, $sout, $serr) = $node->psql('postgres', q{SET client_min_messages = debug1;
-	SET maintenance_work_mem = '1MB';
+	SET maintenance_work_mem = '1MB'; SET max_parallel_maintenance_workers = 0;
 	CREATE INDEX items_v_small ON items USING cagra (v) WITH (graph_degree = 16)});
 is($sret, 0, '1MB build succeeds');
 like($serr, qr/\d+ rows, beyond maintenance_work_mem: [\d.]+ MB of vectors in temporary files/,
 	'its rows went to temporary files');
+my ($held) = $serr =~ /the heap scan held at most (\d+) bytes of rows in memory \(maintenance_work_mem 1024 kB\); it streamed them to the worker/;
+ok(defined $held, 'they streamed to the worker during the scan');
+cmp_ok($held // 1e12, '<=', 1024 * 1024, 'the backend held at most maintenance_work_mem of them');
 unlike($serr, qr/NOTICE/, 'without a NOTICE');
 is(status('builds'), $builds1 + 1, 'the worker built it');
 is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('items_v_small')"),
 	$node->safe_psql('postgres', "SELECT count(*) || '|' || count(*) FROM items"), 'every row is in the built graph');
 is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v_small')"), '0', 'it checks clean');
-$node->safe_psql('postgres', 'DROP INDEX items_v');
+
+# node pages (block 1 on) with their WAL position (pd_lsn, pd_checksum) masked
+sub node_pages
+{
+	my ($index) = @_;
+	my $path = $node->data_dir . '/' . $node->safe_psql('postgres', "SELECT pg_relation_filepath('$index')");
+	open(my $fh, '<:raw', $path) or die "open $path: $!";
+	local $/;
+	my $bytes = <$fh>;
+	close($fh);
+	my @pages;
+	for (my $off = 8192; $off < length($bytes); $off += 8192)
+	{
+		my $page = substr($bytes, $off, 8192);
+		substr($page, 0, 10) = "\0" x 10;
+		push @pages, $page;
+	}
+	return join('', @pages);
+}
+$node->safe_psql('postgres', 'CHECKPOINT');
+my $ample_pages = node_pages('items_v_ample');
+ok(length($ample_pages) > 0 && node_pages('items_v_small') eq $ample_pages,
+	'its node pages (TIDs, graph rows, vectors) equal those of the build with ample memory');
+$node->safe_psql('postgres', 'DROP INDEX items_v; DROP INDEX items_v_ample');
 (my $search_small = $search) =~ s/'items_v'/'items_v_small'/;
 is($node->safe_psql('postgres', $search_small), $node->safe_psql('postgres', $exact_sql),
 	'cagra_search finds the exact neighbours in it');
+
+# cancel while the heap scan streams (a slow index expression keeps the
+# scan going): the chunk in flight is given back, the worker builds nothing
+# for it, and the next build streams and is built there
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION slow_v(v vector) RETURNS vector IMMUTABLE LANGUAGE plpgsql AS
+	  $$BEGIN PERFORM pg_sleep(0.0005); RETURN v; END$$});
+my ($builds3, $fallbacks3) = split /\|/, status('builds, fallbacks');
+($bout, $berr) = ('', '');
+$bg = IPC::Run::start(
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', "SET application_name = 'streamer'",
+	  '-c', "SET maintenance_work_mem = '1MB'", '-c', 'SET max_parallel_maintenance_workers = 0',
+	  '-c', 'CREATE INDEX big_slow ON big USING cagra (slow_v(v))' ],
+	'>', \$bout, '2>', \$berr);
+$node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_progress_create_index p JOIN pg_stat_activity a USING (pid)
+	 WHERE a.application_name = 'streamer' AND p.phase = 'building index: loading tuples'
+	   AND p.tuples_done >= 5000})
+  or die 'the build never streamed';
+$node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'streamer'");
+$bg->finish;
+like($berr, qr/canceling statement due to user request/, 'CREATE INDEX cancelled while its scan streams');
+is(status('builds, fallbacks'), "$builds3|$fallbacks3", 'the worker built nothing for it');
+$node->safe_psql('postgres', 'CREATE INDEX big_v8 ON big USING cagra (v) WITH (graph_degree = 8, intermediate_graph_degree = 16)');
+is(status('builds, fallbacks'), ($builds3 + 1) . "|$fallbacks3", 'the next build streams to the worker and is built there');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('big_v8')"), '0', 'and checks clean');
+$node->safe_psql('postgres', 'DROP INDEX big_v8; DROP FUNCTION slow_v(vector)');
+
+# vectors beyond cagra.gpu_memory_limit: the worker refuses the stream
+# (every chunk after the first refused one too), the scan goes on and the
+# graph is built in the backend, with a NOTICE that names the setting
+$node->safe_psql('postgres', 'ALTER SYSTEM SET cagra.gpu_memory_limit = 1');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+# the worker publishes the limit it read after a request
+my $limit_taken = 0;
+for (1 .. 300)
+{
+	$node->safe_psql('postgres', "SELECT count(*) FROM cagra_search('items_v_small', ARRAY[(SELECT v FROM items LIMIT 1)], 1)");
+	$limit_taken = status('memory_limit_mb') eq '1' and last;
+	sleep 0.1;
+}
+$limit_taken or die 'the worker did not take cagra.gpu_memory_limit = 1';
+my ($builds2, $fallbacks2) = split /\|/, status('builds, fallbacks');
+my ($lret, $lout, $lerr) = $node->psql('postgres', 'CREATE INDEX big_v_limited ON big USING cagra (v)');
+is($lret, 0, 'a build whose vectors exceed cagra.gpu_memory_limit succeeds');
+like($lerr, qr/NOTICE:  building index "big_v_limited" on the CPU: the GPU worker failed: the build's vectors need more than the 1 MB cagra.gpu_memory_limit allows/,
+	'on the CPU, with a NOTICE naming the limit');
+is(status('builds, fallbacks'), $builds2 . '|' . ($fallbacks2 + 1), 'the worker built nothing; one fallback counted');
+is($node->safe_psql('postgres', "SELECT nodes || '|' || built_nodes FROM cagra_index_info('big_v_limited')"),
+	'30000|30000', 'every row is in its graph');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('big_v_limited')"), '0', 'it checks clean');
+$node->safe_psql('postgres', 'DROP INDEX big_v_limited');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET cagra.gpu_memory_limit');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 
 # build_device = gpu needs a GPU engine, not the CPU one
 ($ret, $out, $err) = $node->psql('postgres', 'CREATE INDEX ON items USING cagra (v) WITH (build_device = gpu)');
