@@ -37,6 +37,7 @@
  * transaction its snapshot cannot see.
  */
 #include "am/accessor.h"
+#include "am/worker_copy.h"
 
 #include <memory>
 
@@ -52,36 +53,107 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-/* The core's plan for node `new_id`, in a C++ object the caller owns. */
+/*
+ * The core's plan for node `new_id`, in a C++ object the caller owns: from
+ * the `ncands` candidates given (closest first), or else from a search of
+ * the pages.
+ */
 static cagra::InsertPlan *
 cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
-				  CagraStatus *st) noexcept
+				  const uint32 *cand_ids, const float *cand_dists, uint32 ncands, CagraStatus *st) noexcept
 {
 	cagra::InsertPlan *plan = nullptr;
 
 	cagra_guard(st, [&] {
 		CagraPageAccessor acc(index, *meta, true);
-		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
-		/* live neighbours only: a deleted one's slot may be taken by another
-		 * vector later, turning the edge into a random one */
-		auto		live = [&acc](uint32_t id) {
-			CagraPageAccessor::NodeInfo info;
+		std::unique_ptr<cagra::InsertPlan> p;
 
-			return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
-		};
-		std::unique_ptr<cagra::InsertPlan> p(new cagra::InsertPlan(
-			cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries, live, meta->live)));
+		if (ncands > 0)
+		{
+			std::vector<cagra::Neighbor> cands(ncands);
 
-		/* no live node to link to (all deleted): deleted ones, which searches
-		 * walk through, so the node has a way in */
-		if (p->row.empty() || p->row[0] == cagra::kInvalidNode)
-			p.reset(new cagra::InsertPlan(cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries)));
+			for (uint32 i = 0; i < ncands; i++)
+				cands[i] = {cand_ids[i], cand_dists[i]};
+			p.reset(new cagra::InsertPlan(cagra::plan_insert_from(acc, vec, new_id, cands)));
+		}
+		else
+		{
+			std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
+			/* live neighbours only: a deleted one's slot may be taken by
+			 * another vector later, turning the edge into a random one */
+			auto		live = [&acc](uint32_t id) {
+				CagraPageAccessor::NodeInfo info;
 
+				return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
+			};
+
+			p.reset(new cagra::InsertPlan(
+				cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries, live, meta->live)));
+
+			/* no live node to link to (all deleted): deleted ones, which
+			 * searches walk through, so the node has a way in */
+			if (p->row.empty() || p->row[0] == cagra::kInvalidNode)
+				p.reset(new cagra::InsertPlan(cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta),
+																 entries)));
+		}
 		std::sort(p->updates.begin(), p->updates.end(),
 				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
 		plan = p.release();
 	});
 	return plan;
+}
+
+/*
+ * The candidates of a new node (`vec`, prepared) from the GPU worker,
+ * closest first, into *ids and *dists (palloc'd): the worker searches its
+ * copy of the index, batching concurrent inserts' searches as it batches
+ * queries, and the nodes appended after the copy are merged exactly
+ * (cagra_merge_tail), as a scan gets them.  Only live nodes come back: the
+ * copy's live nodes stay live while the writers' lock keeps vacuum out,
+ * and the merge reads the headers of the others.  Returns how many; 0 when
+ * the backend searches the pages itself: no worker (or cagra.device =
+ * cpu), a fallback (counted, or a NOTICE, as a scan's), a search wider
+ * than the worker's, or fewer candidates than the row needs (an index of
+ * few live nodes, which the CPU search measures whole).
+ */
+static uint32
+cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids,
+							   float **dists)
+{
+	cagra::SearchParams params = cagra_search_params(meta);
+	uint32		want = cagra::insert_candidate_count(meta->graph_degree, params, meta->live);
+	CagraSearchRequest req;
+	CagraCopyExtent copy;
+	char		why[256];
+
+	req.params = cagra::candidate_search_params(params, want);
+	req.k = want;
+	req.filtered = false;
+	if (want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K || !cagra_worker_wanted("insert"))
+		return 0;
+	*ids = (uint32 *) palloc(sizeof(uint32) * want);
+	*dists = (float *) palloc(sizeof(float) * want);
+
+	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, vec, NULL, *ids, *dists, NULL, &copy,
+												 why, sizeof(why));
+
+	if (r != CAGRA_OFFLOAD_OK)
+	{
+		cagra_worker_search_fallback(r, why);
+		return 0;
+	}
+	if (cagra_copy_is_partial(meta, &copy))
+		cagra_merge_tail(index, meta, &copy, 1, vec, NULL, NULL, want, *ids, *dists);
+
+	uint32		count = 0;
+
+	for (uint32 i = 0; i < want; i++)
+		if ((*ids)[i] < meta->n)
+		{
+			(*ids)[count] = (*ids)[i];
+			(*dists)[count++] = (*dists)[i];
+		}
+	return count < Min(meta->live, meta->graph_degree) ? 0 : count;
 }
 
 /* The record of a new node: header (with `flags`), row, vector. */
@@ -392,6 +464,9 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	cagra::InsertPlan *plan;
 	CagraOwner *owner;
 	CagraStatus st;
+	uint32	   *cand_ids = NULL;
+	float	   *cand_dists = NULL;
+	uint32		ncands;
 
 	/* vacuum waits for the inserts in flight and keeps new ones out */
 	cagra_lock_writers(index, RowExclusiveLock);
@@ -417,7 +492,8 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 
 		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
 		 * the slot is taken after */
-		plan = cagra_plan_insert(index, &view, vec, view.n, &st);
+		ncands = cagra_worker_insert_candidates(index, &view, vec, &cand_ids, &cand_dists);
+		plan = cagra_plan_insert(index, &view, vec, view.n, cand_ids, cand_dists, ncands, &st);
 		if (!plan)
 			cagra_report_status(&st);
 		owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
