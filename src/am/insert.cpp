@@ -7,9 +7,12 @@
  * vacuum's ExclusiveLock does not: vacuum waits for the inserts in flight,
  * so no insert links to a node vacuum deleted and repaired around, or
  * takes a slot whose old edges are not repaired yet.  The neighbour search
- * runs as a scan's does, one share-locked page at a time, over the nodes
- * counted when it started; the plan is made for a slot past them (a small
- * index, whose rows still have padding, plans again if another insert came
+ * runs over the nodes counted when it started: on the GPU worker when it
+ * runs, as a scan's search request (the worker batches the searches its
+ * copy serves; the nodes appended after the copy are merged here), else as
+ * a scan's does here, one share-locked page at a time.  The candidates are
+ * pruned here and the plan is made for a slot past them (a small index,
+ * whose rows still have padding, plans again if another insert came
  * between).  Then, under the slot lock, the meta page's buffer lock held
  * exclusively (one insert at a time, two WAL records, no search; a
  * lightweight lock, which a waiter takes only once it runs), each WAL
