@@ -159,20 +159,26 @@ cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const 
 	return count < Min(meta->live, meta->graph_degree) ? 0 : count;
 }
 
-/* The record of a new node: header (with `flags`), row, vector. */
+/* The record of a new node with its vector stored, made before the slot
+ * lock; its header and row are set under it (cagra_set_record_head). */
 static char *
-cagra_make_record(const CagraMetaData *meta, ItemPointer heap_tid, uint16 flags, const uint32 *row,
-				  const float *vec)
+cagra_new_record(const CagraMetaData *meta, const float *vec)
 {
 	char	   *rec = (char *) palloc0(meta->record_size);
+
+	cagra_format_of(meta).store(vec, rec + cagra_vector_offset(meta->graph_degree));
+	return rec;
+}
+
+static void
+cagra_set_record_head(const CagraMetaData *meta, char *rec, ItemPointer heap_tid, uint16 flags, const uint32 *row)
+{
 	CagraNodeHeader hdr;
 
 	hdr.heap_tid = *heap_tid;
 	hdr.flags = flags;
 	memcpy(rec, &hdr, sizeof(hdr));
 	memcpy(rec + CAGRA_ROW_OFFSET, row, meta->graph_degree * sizeof(uint32));
-	cagra_format_of(meta).store(vec, rec + cagra_vector_offset(meta->graph_degree));
-	return rec;
 }
 
 /* Row entry `slot` of node `id`, in the working copy of the page that holds
@@ -470,6 +476,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	uint32	   *cand_ids = NULL;
 	float	   *cand_dists = NULL;
 	uint32		ncands;
+	char	   *rec = NULL;
 
 	/* vacuum waits for the inserts in flight and keeps new ones out */
 	cagra_lock_writers(index, RowExclusiveLock);
@@ -503,6 +510,8 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 		if (plan->row.size() != view.graph_degree)
 			elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
 				 plan->row.size(), view.graph_degree);
+		if (!rec)
+			rec = cagra_new_record(&view, vec);
 
 		/*
 		 * The slot lock: the meta page locked exclusively from taking the
@@ -544,8 +553,8 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
 
 	/* a reused slot's header turns live with the meta page (step 2) */
-	char	   *rec = cagra_make_record(&meta, heap_tid, new_id < meta.n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE,
-									plan->row.data(), vec);
+	cagra_set_record_head(&meta, rec, heap_tid, new_id < meta.n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE,
+						  plan->row.data());
 	CagraWalBatch batch;
 
 	/* the header and row, and the vector, lie apart in the node's group
