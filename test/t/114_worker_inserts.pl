@@ -1,10 +1,12 @@
 # test/t/114_worker_inserts.pl — the neighbour searches of inserts go to the
 # worker (its CPU engine, cagra.worker_backend = cpu) when it runs: each
 # insert is one worker query, every inserted row finds itself through the
-# index, inserts of several sessions queued while the worker is busy share
-# one launch even when other inserts came between them (their keys differ,
-# one copy serves them), and a worker terminated in the middle of a stream
-# of inserts leaves them working on the CPU with an index that checks clean.
+# index (a session keeps the appended nodes its merges read, and its later
+# searches find rows appended since), inserts of several sessions queued
+# while the worker is busy share one launch even when other inserts came
+# between them (their keys differ, one copy serves them), and a worker
+# terminated in the middle of a stream of inserts leaves them working on
+# the CPU with an index that checks clean.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -54,6 +56,17 @@ is(lost_rows(2000, 'auto'), '0', 'every row inserted through the worker finds it
 is(lost_rows(2000, 'cpu'), '0', 'and through a scan on the CPU');
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
 	'index check clean');
+
+# one session: the appended nodes its merges read are kept, and those
+# appended since are read at its next merge
+is( $node->safe_psql(
+		'postgres', q{
+	SET enable_seqscan = off;
+	INSERT INTO items VALUES (2250, } . $vector->(2250) . q{);
+	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 2250) LIMIT 1;
+	INSERT INTO items VALUES (2251, } . $vector->(2251) . q{);
+	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 2251) LIMIT 1;}),
+	"2250\n2251", 'rows appended in one session are found by its later searches');
 
 # cagra.device = cpu keeps the insert's search in the backend
 $q0 = status('queries');
