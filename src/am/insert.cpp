@@ -7,9 +7,12 @@
  * vacuum's ExclusiveLock does not: vacuum waits for the inserts in flight,
  * so no insert links to a node vacuum deleted and repaired around, or
  * takes a slot whose old edges are not repaired yet.  The neighbour search
- * runs as a scan's does, one share-locked page at a time, over the nodes
- * counted when it started; the plan is made for a slot past them (a small
- * index, whose rows still have padding, plans again if another insert came
+ * runs over the nodes counted when it started: on the GPU worker when it
+ * runs, as a scan's search request (the worker batches the searches its
+ * copy serves; the nodes appended after the copy are merged here), else as
+ * a scan's does here, one share-locked page at a time.  The candidates are
+ * pruned here and the plan is made for a slot past them (a small index,
+ * whose rows still have padding, plans again if another insert came
  * between).  Then, under the slot lock, the meta page's buffer lock held
  * exclusively (one insert at a time, two WAL records, no search; a
  * lightweight lock, which a waiter takes only once it runs), each WAL
@@ -37,6 +40,7 @@
  * transaction its snapshot cannot see.
  */
 #include "am/accessor.h"
+#include "am/worker_copy.h"
 
 #include <memory>
 
@@ -52,31 +56,49 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
-/* The core's plan for node `new_id`, in a C++ object the caller owns. */
+/*
+ * The core's plan for node `new_id`, in a C++ object the caller owns: from
+ * the `ncands` candidates given (closest first), or else from a search of
+ * the pages.
+ */
 static cagra::InsertPlan *
 cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
-				  CagraStatus *st) noexcept
+				  const uint32 *cand_ids, const float *cand_dists, uint32 ncands, CagraStatus *st) noexcept
 {
 	cagra::InsertPlan *plan = nullptr;
 
 	cagra_guard(st, [&] {
 		CagraPageAccessor acc(index, *meta, true);
-		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
-		/* live neighbours only: a deleted one's slot may be taken by another
-		 * vector later, turning the edge into a random one */
-		auto		live = [&acc](uint32_t id) {
-			CagraPageAccessor::NodeInfo info;
+		std::unique_ptr<cagra::InsertPlan> p;
 
-			return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
-		};
-		std::unique_ptr<cagra::InsertPlan> p(new cagra::InsertPlan(
-			cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries, live, meta->live)));
+		if (ncands > 0)
+		{
+			std::vector<cagra::Neighbor> cands(ncands);
 
-		/* no live node to link to (all deleted): deleted ones, which searches
-		 * walk through, so the node has a way in */
-		if (p->row.empty() || p->row[0] == cagra::kInvalidNode)
-			p.reset(new cagra::InsertPlan(cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries)));
+			for (uint32 i = 0; i < ncands; i++)
+				cands[i] = {cand_ids[i], cand_dists[i]};
+			p.reset(new cagra::InsertPlan(cagra::plan_insert_from(acc, vec, new_id, cands)));
+		}
+		else
+		{
+			std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
+			/* live neighbours only: a deleted one's slot may be taken by
+			 * another vector later, turning the edge into a random one */
+			auto		live = [&acc](uint32_t id) {
+				CagraPageAccessor::NodeInfo info;
 
+				return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
+			};
+
+			p.reset(new cagra::InsertPlan(
+				cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries, live, meta->live)));
+
+			/* no live node to link to (all deleted): deleted ones, which
+			 * searches walk through, so the node has a way in */
+			if (p->row.empty() || p->row[0] == cagra::kInvalidNode)
+				p.reset(new cagra::InsertPlan(cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta),
+																 entries)));
+		}
 		std::sort(p->updates.begin(), p->updates.end(),
 				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
 		plan = p.release();
@@ -84,20 +106,79 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 	return plan;
 }
 
-/* The record of a new node: header (with `flags`), row, vector. */
+/*
+ * The candidates of a new node (`vec`, prepared) from the GPU worker,
+ * closest first, into *ids and *dists (palloc'd): the worker searches its
+ * copy of the index, batching concurrent inserts' searches as it batches
+ * queries, and the nodes appended after the copy are merged exactly
+ * (cagra_merge_tail), as a scan gets them.  Only live nodes come back: the
+ * copy's live nodes stay live while the writers' lock keeps vacuum out,
+ * and the merge reads the headers of the others.  Returns how many; 0 when
+ * the backend searches the pages itself: no worker (or cagra.device =
+ * cpu), a fallback (counted, or a NOTICE, as a scan's), a search wider
+ * than the worker's, or fewer candidates than the row needs (an index of
+ * few live nodes, which the CPU search measures whole).
+ */
+static uint32
+cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids,
+							   float **dists)
+{
+	cagra::SearchParams params = cagra_search_params(meta);
+	uint32		want = cagra::insert_candidate_count(meta->graph_degree, params, meta->live);
+	CagraSearchRequest req;
+	CagraCopyExtent copy;
+	char		why[256];
+
+	req.params = cagra::candidate_search_params(params, want);
+	req.k = want;
+	req.filtered = false;
+	if (want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K || !cagra_worker_wanted("insert"))
+		return 0;
+	*ids = (uint32 *) palloc(sizeof(uint32) * want);
+	*dists = (float *) palloc(sizeof(float) * want);
+
+	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, vec, NULL, *ids, *dists, NULL, &copy,
+												 why, sizeof(why));
+
+	if (r != CAGRA_OFFLOAD_OK)
+	{
+		cagra_worker_search_fallback(r, why);
+		return 0;
+	}
+	if (cagra_copy_is_partial(meta, &copy))
+		cagra_merge_tail(index, meta, &copy, 1, vec, NULL, NULL, want, *ids, *dists);
+
+	uint32		count = 0;
+
+	for (uint32 i = 0; i < want; i++)
+		if ((*ids)[i] < meta->n)
+		{
+			(*ids)[count] = (*ids)[i];
+			(*dists)[count++] = (*dists)[i];
+		}
+	return count < Min(meta->live, meta->graph_degree) ? 0 : count;
+}
+
+/* The record of a new node with its vector stored, made before the slot
+ * lock; its header and row are set under it (cagra_set_record_head). */
 static char *
-cagra_make_record(const CagraMetaData *meta, ItemPointer heap_tid, uint16 flags, const uint32 *row,
-				  const float *vec)
+cagra_new_record(const CagraMetaData *meta, const float *vec)
 {
 	char	   *rec = (char *) palloc0(meta->record_size);
+
+	cagra_format_of(meta).store(vec, rec + cagra_vector_offset(meta->graph_degree));
+	return rec;
+}
+
+static void
+cagra_set_record_head(const CagraMetaData *meta, char *rec, ItemPointer heap_tid, uint16 flags, const uint32 *row)
+{
 	CagraNodeHeader hdr;
 
 	hdr.heap_tid = *heap_tid;
 	hdr.flags = flags;
 	memcpy(rec, &hdr, sizeof(hdr));
 	memcpy(rec + CAGRA_ROW_OFFSET, row, meta->graph_degree * sizeof(uint32));
-	cagra_format_of(meta).store(vec, rec + cagra_vector_offset(meta->graph_degree));
-	return rec;
 }
 
 /* Row entry `slot` of node `id`, in the working copy of the page that holds
@@ -392,6 +473,10 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	cagra::InsertPlan *plan;
 	CagraOwner *owner;
 	CagraStatus st;
+	uint32	   *cand_ids = NULL;
+	float	   *cand_dists = NULL;
+	uint32		ncands;
+	char	   *rec = NULL;
 
 	/* vacuum waits for the inserts in flight and keeps new ones out */
 	cagra_lock_writers(index, RowExclusiveLock);
@@ -417,13 +502,16 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 
 		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
 		 * the slot is taken after */
-		plan = cagra_plan_insert(index, &view, vec, view.n, &st);
+		ncands = cagra_worker_insert_candidates(index, &view, vec, &cand_ids, &cand_dists);
+		plan = cagra_plan_insert(index, &view, vec, view.n, cand_ids, cand_dists, ncands, &st);
 		if (!plan)
 			cagra_report_status(&st);
 		owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
 		if (plan->row.size() != view.graph_degree)
 			elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
 				 plan->row.size(), view.graph_degree);
+		if (!rec)
+			rec = cagra_new_record(&view, vec);
 
 		/*
 		 * The slot lock: the meta page locked exclusively from taking the
@@ -465,8 +553,8 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
 
 	/* a reused slot's header turns live with the meta page (step 2) */
-	char	   *rec = cagra_make_record(&meta, heap_tid, new_id < meta.n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE,
-									plan->row.data(), vec);
+	cagra_set_record_head(&meta, rec, heap_tid, new_id < meta.n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE,
+						  plan->row.data());
 	CagraWalBatch batch;
 
 	/* the header and row, and the vector, lie apart in the node's group

@@ -140,6 +140,88 @@ cagra_search_begin_through_worker(Relation index, const CagraMetaData *meta, con
 
 /* ---- nodes the copy lacks ---- */
 
+/*
+ * The appended nodes this backend read for its last merge, kept for the
+ * next: a backend that inserts or searches again reads only the nodes
+ * appended since.  A counted node's header and vector change only when a
+ * vacuum deletes it (and an insert takes its slot after that), and a
+ * vacuum adds one to the meta page's generation without counting a node,
+ * while each insert adds one and counts one: generation - n - reused (the
+ * epoch) stays the same exactly while only inserts came between.
+ */
+typedef struct CagraTailCache
+{
+	Oid			index;
+	Oid			relfilenode;
+	uint64		epoch;
+	uint32		vector_bytes;
+	uint32		first;			/* nodes first .. first + count - 1 */
+	uint32		count;
+	uint32		capacity;
+	uint64	   *tids;			/* packed heap TIDs; 0: not live */
+	char	   *vecs;
+} CagraTailCache;
+
+static CagraTailCache tail_cache;
+
+/* Make tail_cache hold nodes [from, meta->n) of `index`. */
+static void
+cagra_tail_cache_cover(Relation index, const CagraMetaData *meta, uint32 from)
+{
+	CagraTailCache *c = &tail_cache;
+	uint32		vbytes = cagra_format_of(meta).vector_bytes();
+	uint64		epoch = meta->generation - meta->n - meta->reused;
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+
+	if (c->index != RelationGetRelid(index) || c->relfilenode != CAGRA_REL_FILE_NUMBER(index) ||
+		c->epoch != epoch || c->vector_bytes != vbytes || from < c->first || from > c->first + c->count)
+	{
+		c->index = RelationGetRelid(index);
+		c->relfilenode = CAGRA_REL_FILE_NUMBER(index);
+		c->epoch = epoch;
+		c->vector_bytes = vbytes;
+		c->first = from;
+		c->count = 0;
+	}
+	else if (from > c->first)
+	{
+		/* a newer copy holds the first ones */
+		uint32		drop = from - c->first;
+
+		c->count -= drop;
+		memmove(c->tids, c->tids + drop, (Size) c->count * sizeof(uint64));
+		memmove(c->vecs, c->vecs + (Size) drop * vbytes, (Size) c->count * vbytes);
+		c->first = from;
+	}
+	if (meta->n - c->first > c->capacity)
+	{
+		uint32		capacity = Max(meta->n - c->first, 2 * c->capacity);
+
+		if (c->tids == NULL)
+		{
+			c->tids = (uint64 *) MemoryContextAllocHuge(TopMemoryContext, (Size) capacity * sizeof(uint64));
+			c->vecs = (char *) MemoryContextAllocHuge(TopMemoryContext, (Size) capacity * vbytes);
+		}
+		else
+		{
+			c->tids = (uint64 *) repalloc_huge(c->tids, (Size) capacity * sizeof(uint64));
+			c->vecs = (char *) repalloc_huge(c->vecs, (Size) capacity * vbytes);
+		}
+		c->capacity = capacity;
+	}
+	while (c->first + c->count < meta->n)
+	{
+		uint32		id = c->first + c->count;
+		CagraNodeHeader hdr;
+
+		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+		c->tids[c->count] = cagra_node_is_live(hdr.flags) ? cagra_pack_tid(&hdr.heap_tid) : 0;
+		if (c->tids[c->count] != 0)
+			cagra_read_record_bytes(index, meta, id, voff, vbytes, c->vecs + (Size) c->count * vbytes);
+		c->count++;
+	}
+}
+
 void
 cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
 				 const float *queries, const bool *present, const CagraAllowedTids *allowed, uint32 kk,
@@ -150,29 +232,40 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 	uint64		reused_from = Min(copy->reused, meta->reused);
 	uint32		nreused = (uint32) Min(meta->reused - reused_from, (uint64) CAGRA_REUSE_LOG);
 	uint32		span = meta->n - from + nreused;
+	uint32		vbytes = format.vector_bytes();
 	uint32	   *tail_ids = (uint32 *) palloc(sizeof(uint32) * Max(span, (uint32) 1));
-	char	   *vecs = (char *) palloc_extended((Size) Max(span, (uint32) 1) * format.vector_bytes(),
-												MCXT_ALLOC_HUGE);
+	const char **tail_vecs = (const char **) palloc(sizeof(char *) * Max(span, (uint32) 1));
+	char	   *reused_vecs = (char *) palloc((Size) Max(nreused, (uint32) 1) * vbytes);
 	float	   *d = (float *) palloc(sizeof(float) * Max(span, (uint32) 1));
 	uint32		voff = cagra_vector_offset(meta->graph_degree);
 	uint32		ntail = 0;
 	CagraStatus st;
 
-	for (uint32 i = 0; i < span; i++)
+	/* the appended nodes, then the reused slots (all below `from`) */
+	cagra_tail_cache_cover(index, meta, from);
+	for (uint32 i = 0; i < meta->n - from; i++)
 	{
-		/* the appended nodes, then the reused slots (all below `from`) */
-		uint32		id = i < meta->n - from ? from + i
-			: meta->reuse_log[(reused_from + (i - (meta->n - from))) % CAGRA_REUSE_LOG];
-		CagraNodeHeader hdr;
+		uint64		tid = tail_cache.tids[i];
 
-		if (id >= from && i >= meta->n - from)
+		if (tid == 0 || (allowed && !cagra_allowed_tid(allowed, tid)))
+			continue;
+		tail_vecs[ntail] = tail_cache.vecs + (Size) i * vbytes;
+		tail_ids[ntail++] = from + i;
+	}
+	for (uint32 r = 0; r < nreused; r++)
+	{
+		uint32		id = meta->reuse_log[(reused_from + r) % CAGRA_REUSE_LOG];
+		CagraNodeHeader hdr;
+		char	   *vec = reused_vecs + (Size) r * vbytes;
+
+		if (id >= from)
 			continue;
 
 		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
 		if (!cagra_node_is_live(hdr.flags) || (allowed && !cagra_allowed_tid(allowed, cagra_pack_tid(&hdr.heap_tid))))
 			continue;
-		cagra_read_record_bytes(index, meta, id, voff, format.vector_bytes(),
-								vecs + (Size) ntail * format.vector_bytes());
+		cagra_read_record_bytes(index, meta, id, voff, vbytes, vec);
+		tail_vecs[ntail] = vec;
 		tail_ids[ntail++] = id;
 	}
 	for (int q = 0; q < nq && ntail > 0; q++)
@@ -185,7 +278,7 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 			continue;
 		if (!cagra_guard(&st, [&] {
 				for (uint32 t = 0; t < ntail; t++)
-					d[t] = format.distance(query, vecs + (Size) t * format.vector_bytes());
+					d[t] = format.distance(query, tail_vecs[t]);
 			}))
 			cagra_report_status(&st);
 		for (uint32 t = 0; t < ntail; t++)
@@ -214,6 +307,7 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 		CHECK_FOR_INTERRUPTS();
 	}
 	pfree(tail_ids);
-	pfree(vecs);
+	pfree(tail_vecs);
+	pfree(reused_vecs);
 	pfree(d);
 }

@@ -2,8 +2,9 @@
  * worker_copy.h — the access method's side of searches through the GPU
  * worker: the worker's copy of an index is filled from the index pages
  * here, and what the copy cannot know (nodes appended after it was made)
- * is searched here, exactly, and merged into its answers.  Scans and
- * cagra_search call these; the client (src/client) never reads a page.
+ * is searched here, exactly, and merged into its answers.  Scans,
+ * cagra_search and inserts call these; the client (src/client) never
+ * reads a page.
  */
 #pragma once
 
@@ -28,10 +29,11 @@ float	   *cagra_search_begin_through_worker(Relation index, const CagraMetaData 
 /*
  * What the worker's copy lacks (cagra_copy_is_partial): nodes [copy->n,
  * meta->n), appended after it was made, and the slots of inserts
- * copy->reused + 1 .. meta->reused (reuse_log).  Read their vectors once,
- * then merge the exact nearest of the live ones (of the rows `allowed`
- * names, unless it is NULL) into every present query's sorted row of kk
- * (present NULL: all), never twice the same id.
+ * copy->reused + 1 .. meta->reused (reuse_log).  Read their vectors once
+ * (the appended ones kept by the backend for its next merge), then merge
+ * the exact nearest of the live ones (of the rows `allowed` names, unless
+ * it is NULL) into every present query's sorted row of kk (present NULL:
+ * all), never twice the same id.
  */
 void		cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
 							 const float *queries, const bool *present, const CagraAllowedTids *allowed,

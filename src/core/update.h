@@ -48,6 +48,29 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                        const std::vector<uint32_t> &entry_nodes = {}, Accept accept = Accept(),
                        uint32_t accepted = kInvalidNode);
 
+/* plan_insert in two steps, for a caller that finds the candidates
+ * elsewhere (another process's copy of the graph):
+ *   insert_candidate_count: how many candidates the search asks for, of
+ *     `others` nodes that may be neighbours;
+ *   insert_candidates: the search (candidate_search_params), closest
+ *     first, every node of it accepted and not new_id (all of them
+ *     measured when the search finds too few);
+ *   plan_insert_from: the row pruned from such candidates (each a node of
+ *     g, closest first) and the reverse edges. */
+inline uint32_t insert_candidate_count(uint32_t degree, const SearchParams &params, uint32_t others);
+
+/* The search parameters that find `want` candidates (itopk_size at least
+ * want), for inserts and repairs. */
+inline SearchParams candidate_search_params(const SearchParams &params, uint32_t want);
+
+template <class Accessor, class Accept = AnyNode>
+std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
+                                        const SearchParams &params, const std::vector<uint32_t> &entry_nodes = {},
+                                        Accept accept = Accept(), uint32_t accepted = kInvalidNode);
+
+template <class Accessor>
+InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id, const std::vector<Neighbor> &cands);
+
 /* Plan the repair of every live row among nodes first .. last - 1 that holds
  * an edge to a node with removed(id): its live edges stay, the removed ones
  * are replaced by the closest live nodes among the removed nodes' neighbours

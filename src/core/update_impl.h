@@ -67,8 +67,9 @@ std::vector<Neighbor> exhaustive_candidates(const Accessor &g, const float *vec,
     return out;
 }
 
-/* Search parameters for finding `want` candidates. */
-inline SearchParams candidate_params(const SearchParams &params, uint32_t want)
+} // namespace detail
+
+inline SearchParams candidate_search_params(const SearchParams &params, uint32_t want)
 {
     SearchParams p = params;
     p.itopk_size = std::min<uint32_t>(1024, std::max(p.itopk_size, want));
@@ -76,29 +77,46 @@ inline SearchParams candidate_params(const SearchParams &params, uint32_t want)
     return p;
 }
 
-} // namespace detail
+inline uint32_t insert_candidate_count(uint32_t degree, const SearchParams &params, uint32_t others)
+{
+    return std::min(others, std::max(2 * degree, params.itopk_size));
+}
 
 template <class Accessor, class Accept>
-InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
-                       const std::vector<uint32_t> &entry_nodes, Accept accept, uint32_t accepted)
+std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
+                                        const SearchParams &params, const std::vector<uint32_t> &entry_nodes,
+                                        Accept accept, uint32_t accepted)
 {
     const uint32_t degree = g.degree();
     const uint32_t n = g.size();
     validate_search_params(params, 0);
     const uint32_t others = std::min(new_id < n ? n - 1 : n, accepted);
-    const uint32_t want = std::min(others, std::max(2 * degree, params.itopk_size));
+    const uint32_t want = insert_candidate_count(degree, params, others);
     auto not_self = [new_id, &accept](uint32_t id) { return id != new_id && accept(id); };
 
     std::vector<Neighbor> cands;
     if (want > 0) {
-        SearchParams p = detail::candidate_params(params, want);
+        SearchParams p = candidate_search_params(params, want);
         Searcher<Accessor> s(g, vec, p, entry_nodes);
         cands.resize(std::min(want, p.itopk_size));
         cands.resize(s.next((uint32_t)cands.size(), not_self, cands.data()));
         if (cands.size() < std::min(others, degree))
             cands = detail::exhaustive_candidates(g, vec, not_self, want);
     }
+    return cands;
+}
 
+template <class Accessor, class Accept>
+InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
+                       const std::vector<uint32_t> &entry_nodes, Accept accept, uint32_t accepted)
+{
+    return plan_insert_from(g, vec, new_id, insert_candidates(g, vec, new_id, params, entry_nodes, accept, accepted));
+}
+
+template <class Accessor>
+InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id, const std::vector<Neighbor> &cands)
+{
+    const uint32_t degree = g.degree();
     InsertPlan plan;
     plan.row = detail::prune_candidates(g, cands, degree);
     plan.row.resize(degree, kInvalidNode);
@@ -254,7 +272,7 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
                            p.cands.end();
             };
             const float *va = g.vector(p.node, va_scratch.data());
-            SearchParams sp = detail::candidate_params(params, 2 * need);
+            SearchParams sp = candidate_search_params(params, 2 * need);
             Searcher<Accessor> s(g, va, sp, entry_nodes);
             std::vector<Neighbor> more(std::min(2 * need, sp.itopk_size));
             more.resize(s.next((uint32_t)more.size(), usable, more.data()));

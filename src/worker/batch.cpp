@@ -57,15 +57,27 @@ cagra_startable(const CagraRequestSlot *s)
 		!s->search.filtered && cagra_engine_can_start_resident() && cagra_search_pool_collects();
 }
 
-/* Whether two searches go into one launch: the same copy and request, and
+/* Whether two searches go into one launch: the same index and request, and
  * no filter (the kernel takes one bitset for the whole launch, and each
- * filtered search brings its own). */
+ * filtered search brings its own); cagra_same_copy says whether they
+ * search the same copy of it. */
 static bool
 cagra_same_search(const CagraRequestSlot *a, const CagraRequestSlot *b)
 {
 	return !a->search.filtered && !b->search.filtered && a->key.db == b->key.db && a->key.index == b->key.index &&
-		a->key.relfilenode == b->key.relfilenode && a->key.generation == b->key.generation &&
-		a->key.n == b->key.n && cagra_same_search_request(&a->search, &b->search);
+		a->key.relfilenode == b->key.relfilenode && cagra_same_search_request(&a->search, &b->search);
+}
+
+/* Whether search `s` is served by the copy that search `f` asked for
+ * (`copy`; NULL: none cached yet): the same key, or another key that this
+ * copy serves.  Concurrent inserts each count a node, so their neighbour
+ * searches carry different keys that one copy serves. */
+static bool
+cagra_same_copy(const CagraRequestSlot *f, const CagraRequestSlot *s, const CagraIndexCopy *copy)
+{
+	if (f->key.generation == s->key.generation && f->key.n == s->key.n)
+		return true;
+	return copy != nullptr && cagra_cache_lookup(s->key) == copy;
 }
 
 /*
@@ -128,6 +140,7 @@ static int
 cagra_collect_batch(CagraWorkerShared *sh, int first, int *picked, uint64 *queries)
 {
 	CagraRequestSlot *f = &sh->slots[first];
+	const CagraIndexCopy *copy = cagra_cache_lookup(f->key);
 	int			n = 0;
 	uint64		total = 0;
 
@@ -138,13 +151,14 @@ cagra_collect_batch(CagraWorkerShared *sh, int first, int *picked, uint64 *queri
 		CagraRequestSlot *s = &sh->slots[i];
 
 		if (i == first || cagra_slot_state(s) != CAGRA_SLOT_QUEUED || s->kind != CAGRA_REQ_SEARCH ||
-			s->worker_generation != f->worker_generation || !cagra_same_search(f, s))
+			s->worker_generation != f->worker_generation || !cagra_same_search(f, s) ||
+			!cagra_same_copy(f, s, copy))
 			continue;
 		if (total + s->nq > (uint64) cagra_batch_max || !cagra_take_slot(s))
 			continue;
 		/* taken: its fields are stable now, look again */
 		if (s->kind != CAGRA_REQ_SEARCH || s->worker_generation != f->worker_generation ||
-			!cagra_same_search(f, s) || total + s->nq > (uint64) cagra_batch_max)
+			!cagra_same_search(f, s) || !cagra_same_copy(f, s, copy) || total + s->nq > (uint64) cagra_batch_max)
 		{
 			cagra_untake_slot(s);
 			continue;

@@ -301,3 +301,46 @@ TEST(Update, InsertsKeepEveryNodeReachable)
     idx.repair(p);
     EXPECT_EQ(unreachable_live(idx), 0u) << "live nodes the repair cut off";
 }
+
+/* Inserts planned from candidates found elsewhere (the GPU worker's copy):
+ * the exact nearest nodes as candidates give a row led by the nearest node,
+ * which takes a reverse edge to the new node, and the graph grown this way
+ * finds every inserted row as plan_insert's does. */
+TEST(Update, PlanFromOutsideCandidates)
+{
+    const uint32_t n = 2000, extra = 300;
+    auto data = clustered(n + extra, kDim, 29);
+    MutableIndex idx(data.data(), n, kDim, Metric::L2, BuildParams{});
+    Graph g = idx.graph();
+    std::vector<float> vecs(idx.vector(0), idx.vector(0) + (size_t)n * kDim);
+    SearchParams p;
+    for (uint32_t i = n; i < n + extra; i++) {
+        const float *v = &data[(size_t)i * kDim];
+        InMemoryGraph acc(g, DatasetView{vecs.data(), i, kDim}, Metric::L2);
+        const uint32_t want = insert_candidate_count(g.degree, p, i);
+        std::vector<Neighbor> cands(i);
+        for (uint32_t u = 0; u < i; u++)
+            cands[u] = {u, l2_squared(v, &vecs[(size_t)u * kDim], kDim)};
+        std::sort(cands.begin(), cands.end(),
+                  [](const Neighbor &a, const Neighbor &b) { return a.distance < b.distance; });
+        cands.resize(want);
+
+        InsertPlan plan = plan_insert_from(acc, v, i, cands);
+        ASSERT_EQ(plan.row.size(), g.degree);
+        EXPECT_EQ(plan.row[0], cands[0].id) << "the nearest candidate leads the row";
+        bool linked = false;
+        for (const EdgeUpdate &u : plan.updates)
+            linked = linked || (u.node == cands[0].id && u.target == i);
+        EXPECT_TRUE(linked) << "the nearest node takes a reverse edge";
+        apply_insert(g, plan);
+        vecs.insert(vecs.end(), v, v + kDim);
+    }
+    InMemoryGraph acc(g, DatasetView{vecs.data(), n + extra, kDim}, Metric::L2);
+    uint32_t found = 0;
+    for (uint32_t i = n; i < n + extra; i++) {
+        Searcher<InMemoryGraph> s(acc, &vecs[(size_t)i * kDim], p, idx.entry_nodes());
+        Neighbor best;
+        found += s.next(1, AnyNode(), &best) == 1 && best.id == i;
+    }
+    EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
+}

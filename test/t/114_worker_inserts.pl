@@ -1,0 +1,157 @@
+# test/t/114_worker_inserts.pl — the neighbour searches of inserts go to the
+# worker (its CPU engine, cagra.worker_backend = cpu) when it runs: each
+# insert is one worker query, every inserted row finds itself through the
+# index (a session keeps the appended nodes its merges read, and its later
+# searches find rows appended since), inserts of several sessions queued
+# while the worker is busy share one launch even when other inserts came
+# between them (their keys differ, one copy serves them), and a worker
+# terminated in the middle of a stream of inserts leaves them working on
+# the CPU with an index that checks clean.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use CagraGpuNode;
+use IPC::Run;
+
+my $node = CagraGpuNode::cpu_worker('inserts', "max_connections = 40\n");
+
+my $dims = 16;
+my $vector = sub {
+	my ($seed) = @_;
+	return "array(SELECT sin($seed * 0.37 + j * 1.3) + cos($seed * 0.11 * j) FROM generate_series(1, $dims) j)::vector";
+};
+$node->safe_psql('postgres', 'CREATE TABLE items (id int PRIMARY KEY, v vector(' . $dims . ')) '
+	  . 'WITH (autovacuum_enabled = off)');
+$node->safe_psql('postgres', 'INSERT INTO items SELECT i, ' . $vector->('i') . ' FROM generate_series(1, 2000) i');
+$node->safe_psql('postgres', 'CREATE INDEX items_v ON items USING cagra (v) WITH (graph_degree = 16)');
+
+sub status
+{
+	my ($cols) = @_;
+	return $node->safe_psql('postgres', "SELECT $cols FROM cagra_status");
+}
+
+# Rows with id > $from that do not find themselves first through the index.
+sub lost_rows
+{
+	my ($from, $device) = @_;
+	return $node->safe_psql('postgres', qq{
+		SET enable_seqscan = off; SET cagra.device = $device;
+		SELECT count(*) FROM items i
+		 WHERE i.id > $from
+		   AND (SELECT j.id FROM items j ORDER BY j.v <-> i.v LIMIT 1) IS DISTINCT FROM i.id});
+}
+
+# --- inserts through the worker ---------------------------------------------------
+# a first search loads the copy, so the inserts below meet it
+$node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 1)], 1)');
+my ($q0, $f0) = split /\|/, status('queries, fallbacks');
+$node->safe_psql('postgres', "INSERT INTO items VALUES (" . join('), (', map { "$_, " . $vector->($_) } 2001 .. 2200) . ')');
+my ($q1, $f1) = split /\|/, status('queries, fallbacks');
+is($q1 - $q0, 200, 'each of 200 inserts asked the worker for its neighbours');
+is($f1 - $f0, 0, 'none fell back to the CPU');
+is(lost_rows(2000, 'auto'), '0', 'every row inserted through the worker finds itself (scan through the worker)');
+is(lost_rows(2000, 'cpu'), '0', 'and through a scan on the CPU');
+is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
+	'index check clean');
+
+# one session: the appended nodes its merges read are kept, and those
+# appended since are read at its next merge
+is( $node->safe_psql(
+		'postgres', q{
+	SET enable_seqscan = off;
+	INSERT INTO items VALUES (2250, } . $vector->(2250) . q{);
+	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 2250) LIMIT 1;
+	INSERT INTO items VALUES (2251, } . $vector->(2251) . q{);
+	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 2251) LIMIT 1;}),
+	"2250\n2251", 'rows appended in one session are found by its later searches');
+
+# cagra.device = cpu keeps the insert's search in the backend
+$q0 = status('queries');
+$node->safe_psql('postgres', 'SET cagra.device = cpu; INSERT INTO items VALUES (2201, ' . $vector->(2201) . ')');
+is(status('queries'), $q0, 'cagra.device = cpu: the insert did not ask the worker');
+
+# --- batching across generations --------------------------------------------------
+# a vacuum makes the next search load a fresh copy, which then serves every
+# insert below (a copy serves a bounded count of inserts made after it)
+$node->safe_psql('postgres', 'DELETE FROM items WHERE id = 2000');
+$node->safe_psql('postgres', 'VACUUM items');
+$node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 1)], 1)');
+# The worker stopped: two inserts queue their searches, an insert on the CPU
+# counts a node (a new generation), two more queue theirs with the newer key.
+# One copy serves all four: one launch when the worker comes back.
+my ($b0, $qb0) = split /\|/, status('batches, queries');
+my $pid = status('pid');
+kill 'STOP', $pid;
+my @h;
+my $queue = sub {
+	my ($id) = @_;
+	push @h, IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c',
+		  "SET cagra.worker_timeout = '60s'; INSERT INTO items VALUES ($id, " . $vector->($id) . ')' ],
+		'>', \my $out, '2>', \my $err);
+};
+my $waiting = sub {
+	my ($count) = @_;
+	$node->poll_query_until('postgres', qq{
+		SELECT count(*) = $count FROM pg_stat_activity
+		 WHERE wait_event_type = 'Extension' AND query LIKE '%INSERT INTO items%' AND pid <> pg_backend_pid()})
+	  or die "$count inserts never waited on the worker";
+};
+$queue->($_) for 2301, 2302;
+$waiting->(2);
+$node->safe_psql('postgres', 'SET cagra.device = cpu; INSERT INTO items VALUES (2300, ' . $vector->(2300) . ')');
+$queue->($_) for 2303, 2304;
+$waiting->(4);
+kill 'CONT', $pid;
+$_->finish for @h;
+my ($b1, $qb1) = split /\|/, status('batches, queries');
+is($qb1 - $qb0, 4, 'four insert searches served');
+is($b1 - $b0, 1, 'in one launch, though an insert came between them');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM items WHERE id BETWEEN 2300 AND 2304'), '5',
+	'all five rows inserted');
+is(lost_rows(2200, 'cpu'), '0', 'each finds itself');
+
+# --- the worker terminated in the middle of a stream of inserts -------------------
+my $dir = PostgreSQL::Test::Utils::tempdir;
+open(my $fh, '>', "$dir/insert.sql") or die;
+print $fh "INSERT INTO items SELECT n, " . $vector->('n') . " FROM (SELECT nextval('ids') AS n) s;\n";
+close $fh;
+$node->safe_psql('postgres', 'CREATE SEQUENCE ids START 10001');
+my ($generation, $f2) = split /\|/, status('generation, fallbacks');
+my ($out, $err) = ('', '');
+my $bench = IPC::Run::start(
+	[ 'pgbench', '-n', '-h', $node->host, '-p', $node->port, '-c', '4', '-j', '2', '-t', '300',
+	  '-f', "$dir/insert.sql", 'postgres' ],
+	'>', \$out, '2>', \$err);
+$node->poll_query_until('postgres', "SELECT count(*) > 100 FROM items WHERE id > 10000")
+  or die 'inserts did not start';
+# terminated while inserts wait on it (stopped first, so some do)
+$pid = status('pid');
+kill 'STOP', $pid;
+$waiting->(4);
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+kill 'CONT', $pid;
+$bench->finish;
+ok($bench->result == 0, 'the inserting sessions succeeded') or diag $err;
+like($out, qr{actually processed: 1200/1200}, 'every insert ran');
+ok(status('fallbacks') > $f2, 'inserts fell back to the CPU while the worker was gone');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM items WHERE id > 10000'), '1200', 'every row is in the table');
+is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
+	'index check clean after the stream');
+is($node->safe_psql('postgres', "SELECT live_nodes = (SELECT count(*) FROM items) FROM cagra_index_info('items_v')"),
+	't', 'the live count is the table\'s');
+is(lost_rows(10000, 'cpu'), '0', 'every row of the stream finds itself');
+
+# the worker comes back and serves inserts again
+$node->poll_query_until('postgres', "SELECT state = 'running' AND generation > $generation FROM cagra_status")
+  or die 'worker did not come back';
+$q0 = status('queries');
+$node->safe_psql('postgres', 'INSERT INTO items VALUES (20001, ' . $vector->(20001) . ')');
+ok(status('queries') > $q0, 'the new worker serves inserts');
+is(lost_rows(20000, 'auto'), '0', 'and the row finds itself');
+
+$node->stop;
+done_testing();
