@@ -348,16 +348,8 @@ typedef struct CagraOptions
 } CagraOptions;
 
 extern relopt_kind cagra_relopt_kind;
-extern int	cagra_itopk_size;
-extern int	cagra_search_width;
-extern int	cagra_max_iterations;
-extern int	cagra_entry_probes;
-extern int	cagra_max_scan_tuples;
-extern bool cagra_enable_filtered_scan;
-extern bool cagra_skip_unread_distances;
 
 void		cagra_init_reloptions(void);
-void		cagra_define_search_gucs(void);
 int			cagra_option_graph_degree(Relation index);
 int			cagra_option_intermediate_degree(Relation index);
 int			cagra_option_build_device(Relation index);

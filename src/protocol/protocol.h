@@ -268,19 +268,21 @@ cagra_add_timing(CagraWorkerShared *sh, CagraTimingStep step, uint64 us, uint64 
 	pg_atomic_fetch_add_u64(&sh->timing_events[step], events);
 }
 
-/* GUCs (guc.cpp) */
+/* Settings (guc.cpp, the one place each is defined). */
+extern int	cagra_itopk_size;
+extern int	cagra_max_scan_tuples;
+extern bool cagra_enable_filtered_scan;
 extern int	cagra_device;
-extern int	cagra_batch_window_us;
-extern bool cagra_resident_search;
-extern int	cagra_batch_max;
-extern int	cagra_concurrent_batches;
-extern int	cagra_concurrent_filtered_searches;
-extern int	cagra_gpu_memory_limit_mb;
+extern int	cagra_search_width;
+extern int	cagra_max_iterations;
+extern int	cagra_entry_probes;
+extern bool cagra_skip_unread_distances;
 extern int	cagra_worker_timeout_ms;
-extern char *cagra_gpu_library;
+extern int	cagra_gpu_memory_limit_mb;
 extern int	cagra_worker_backend;
+extern char *cagra_gpu_library;
 
-void		cagra_worker_define_gucs(void);
+void		cagra_define_settings(void);
 
 /* shmem.cpp */
 void		cagra_worker_register(void);

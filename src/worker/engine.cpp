@@ -542,9 +542,9 @@ cagra_gpu_traverse_params(const CagraIndexCopy &copy, uint32_t nq, const cagra::
 	if (params.search_width == cagra::kAutoSearchWidth && nq <= kSmallBatch && copy.degree > 0)
 		p.search_width = std::max(1u, std::min({kSmallBatchWidth, p.itopk_size,
 												CAGRA_GPU_MAX_STEP_CANDIDATES / copy.degree}));
-	/* Such batches, unfiltered, go to the device's resident kernel
-	 * (cagra.resident_search): no launch, copy or interrupt per batch. */
-	p.resident = cagra_resident_search && nq <= kSmallBatch && !accepted;
+	/* Such batches, unfiltered, go to the device's resident kernel: no
+	 * launch, copy or interrupt per batch. */
+	p.resident = nq <= kSmallBatch && !accepted;
 	return p;
 }
 
@@ -667,7 +667,7 @@ cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *qu
 bool
 cagra_engine_can_start_resident(void)
 {
-	return gpu_api && cagra_resident_search;
+	return gpu_api != nullptr;
 }
 
 bool
