@@ -904,11 +904,11 @@ cagra_gpu_status cagra_gpu_search_in(cagra_gpu_search_context *ctx, cagra_gpu_in
         a.random_entries = p->random_entries;
         a.seed = p->seed;
         const uint64_t row_bytes = (uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4);
-        const SearchShape shape =
-            search_shape(nq, p->itopk_size, k, p->search_width, p->ctas_per_query, ix->degree * row_bytes);
+        const cagra::GpuSearchShape shape = cagra::gpu_search_shape(nq, p->itopk_size, k, p->search_width,
+                                                                    p->ctas_per_query, ix->degree * row_bytes);
         a.ctas = shape.ctas;
         /* several CTAs per query: each walks with a buffer of its own */
-        const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p->itopk_size) : p->itopk_size;
+        const uint32_t buffer = a.ctas > 1 ? cagra::gpu_cta_itopk(p->itopk_size) : p->itopk_size;
         a.max_iterations = search_max_iterations(buffer, shape.width, p->max_iterations);
         if (p->resident && !filter && search_resident_batch(ctx, ix, *p, k, queries, nq, ids_out, distances_out))
             return;

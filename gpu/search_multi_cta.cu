@@ -1,10 +1,10 @@
 /*
  * search_multi_cta.cu — CAGRA search with several CTAs per query, for
- * batches too small to fill the device one CTA per query, and the
- * library's choice between one and several (search_shape).
+ * batches too small to fill the device one CTA per query (the choice
+ * between one and several: cagra::gpu_search_shape, core/search_plan.h).
  *
  * The grid is (ctas, nq).  Each CTA of a query keeps a small sorted buffer
- * of its own (cta_itopk_for(itopk) keys in shared memory), starts from its
+ * of its own (cagra::gpu_cta_itopk(itopk) keys in shared memory), starts from its
  * share of the entry nodes (every ctas-th fixed entry and every ctas-th
  * random one), and then expands `width` parents a step: the best
  * unexpanded entries of its buffer.  The query's CTAs share one visited
@@ -214,47 +214,9 @@ void launch_team(const SearchArgs &a, uint32_t nq, cudaStream_t stream)
 
 } // namespace
 
-uint32_t cta_itopk_for(uint32_t itopk)
-{
-    return std::min(kCtaItopkMax, std::max(kCtaItopkMin, pow2_at_least(itopk)));
-}
-
-SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested,
-                         uint64_t parent_bytes)
-{
-    /* the grid's second dimension holds the queries */
-    constexpr uint32_t kMaxGridQueries = 65535;
-    if (requested == 1 || nq > kMaxGridQueries)
-        return {1, width};
-    SearchShape shape{requested, width};
-    const uint32_t cta_itopk = cta_itopk_for(itopk);
-    if (requested == 0) {
-        /* Batches up to 64 queries leave most multiprocessors idle one CTA
-         * per query.  An itopk beyond a CTA's buffer gets no bound, and
-         * unbounded CTAs walk longer than one CTA does.  On the H200 (c1m
-         * and a 1,024-dimension set, bench/gpu_bench --only latency): 16
-         * CTAs were the fastest up to 16 queries and 8 at 64; more parents
-         * a step than an eighth of the buffer lost recall (c1m, buffer 32,
-         * 8 parents: 0.975 against 0.990 at 4), and more than 512 KB of
-         * vectors a step per CTA was slower (1,024 dimensions, 8 parents
-         * against 4). */
-        constexpr uint32_t kMultiCtaMaxBatch = 64;
-        constexpr uint64_t kCtaStepBytes = 512 * 1024;
-        if (nq > kMultiCtaMaxBatch || itopk > kCtaItopkMax)
-            return {1, width};
-        shape.ctas = nq <= 16 ? 16 : 8;
-        shape.width = (uint32_t)std::min<uint64_t>(
-            {width, cta_itopk / 8, std::max<uint64_t>(1, kCtaStepBytes / std::max<uint64_t>(1, parent_bytes))});
-    }
-    const uint32_t hand_in = std::min(pow2_at_least(k), cta_itopk);
-    shape.ctas = std::max(shape.ctas, (uint32_t)div_up(itopk, cta_itopk));
-    shape.ctas = std::max(2u, std::min(shape.ctas, kMaxHandedIn / hand_in));
-    return shape;
-}
-
 void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t requested_itopk)
 {
-    const uint32_t itopk = cta_itopk_for(requested_itopk);
+    const uint32_t itopk = cagra::gpu_cta_itopk(requested_itopk);
     a.itopk = itopk;
     a.itopk_cap = itopk;
     a.width = width;

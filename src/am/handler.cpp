@@ -222,35 +222,54 @@ cagra_build_params(Relation index)
 	return p;
 }
 
-/* The one place search parameters are assembled: the cagra.* settings, and
- * for cagra.itopk_size 0 the index's own buffer (meta->search_itopk; for
- * cagra.entry_probes -1 its own probes, meta->search_probes; the
- * core's default without a meta page, as the planner asks, or when the
- * index has none).  cagra.search_width 0 stays automatic: the core Searcher
- * and the worker resolve it for the CPU or the GPU (cagra::cpu_search_params,
- * cagra::gpu_search_params). */
-uint32
-cagra_index_itopk(const CagraMetaData *meta)
+/* The one place a search plan is resolved (core/search_plan.h): the
+ * cagra.* settings as set, and what the index's build measured (the meta
+ * page's search_itopk and search_probes; nothing without a meta page, as
+ * the planner asks). */
+cagra::SearchPlan
+cagra_search_plan(const CagraMetaData *meta)
 {
-	return meta && meta->search_itopk > 0 ? meta->search_itopk : cagra::SearchParams{}.itopk_size;
-}
+	cagra::SearchSettings settings;
+	cagra::IndexSearchChoice index;
 
-uint32
-cagra_index_probes(const CagraMetaData *meta)
-{
-	return meta && meta->search_probes > 0 ? meta->search_probes : cagra::SearchParams{}.entry_probes;
+	settings.itopk_size = (uint32_t) cagra_itopk_size;
+	settings.search_width = (uint32_t) cagra_search_width;
+	settings.max_iterations = (uint32_t) cagra_max_iterations;
+	settings.entry_probes = cagra_entry_probes;
+	if (meta)
+	{
+		index.itopk_size = meta->search_itopk;
+		index.entry_probes = meta->search_probes;
+	}
+	return cagra::resolve_search_plan(settings, index);
 }
 
 cagra::SearchParams
 cagra_search_params(const CagraMetaData *meta)
 {
-	cagra::SearchParams p;
+	return cagra_search_plan(meta).params;
+}
 
-	p.itopk_size = cagra_itopk_size > 0 ? (uint32_t) cagra_itopk_size : cagra_index_itopk(meta);
-	p.search_width = (uint32_t) cagra_search_width;
-	p.max_iterations = (uint32_t) cagra_max_iterations;
-	p.entry_probes = cagra_entry_probes >= 0 ? (uint32_t) cagra_entry_probes : cagra_index_probes(meta);
-	return p;
+/* The index's own values: what a plan resolves to with the settings left
+ * automatic. */
+uint32
+cagra_index_itopk(const CagraMetaData *meta)
+{
+	cagra::IndexSearchChoice index;
+
+	if (meta)
+		index.itopk_size = meta->search_itopk;
+	return cagra::resolve_search_plan(cagra::SearchSettings{}, index).params.itopk_size;
+}
+
+uint32
+cagra_index_probes(const CagraMetaData *meta)
+{
+	cagra::IndexSearchChoice index;
+
+	if (meta)
+		index.entry_probes = meta->search_probes;
+	return cagra::resolve_search_plan(cagra::SearchSettings{}, index).params.entry_probes;
 }
 
 char *

@@ -261,12 +261,11 @@ cagra_worker_round_end(CagraWorkerRound *w)
 static bool
 cagra_worker_round_ask(CagraWorkerRound *w, Relation index, const CagraMetaData *meta, uint32 k)
 {
-	CagraSearchRequest req;
+	CagraSearchRequest req = cagra_search_plan(meta);
 	char		why[256];
 	CagraCopyExtent copy;
 
 	cagra_worker_round_clear(w);
-	req.params = cagra_search_params(meta);
 	req.k = k;
 	req.params.itopk_size = k;
 	w->k = k;

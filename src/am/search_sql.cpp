@@ -466,10 +466,9 @@ cagra_exact_allowed(Relation index, const CagraMetaData *meta, const float *quer
 static CagraSearchRequest
 cagra_candidates_request(const CagraMetaData *meta, const CagraCandidates *c)
 {
-	CagraSearchRequest req;
+	CagraSearchRequest req = cagra_search_plan(meta);
 
 	req.k = c->kk;
-	req.params = cagra_search_params(meta);
 	req.params.itopk_size = c->kk;	/* the worker's limit, CAGRA_WORKER_MAX_K */
 	return req;
 }

@@ -27,6 +27,7 @@ extern "C" {
 
 #include "core/build.h"
 #include "core/format.h"
+#include "core/search_plan.h"
 
 /* Largest DSM segment one request uses: bulk transfers go in chunks. */
 #define CAGRA_CHUNK_BYTES ((Size) 64 * 1024 * 1024)
@@ -138,20 +139,16 @@ typedef struct CagraCopyExtent
 	uint64		reused;
 } CagraCopyExtent;
 
-/* What a search asks for: searches of one index with equal requests are
- * batched into one launch, unless filtered (worker/batch.cpp). */
-typedef struct CagraSearchRequest
-{
-	uint32		k;
-	cagra::SearchParams params;
-	bool		filtered;		/* the payload carries the allowed rows' TIDs
-								 * (set by cagra_worker_search) */
-} CagraSearchRequest;
+/* What a search asks for: its plan, whole (core/search_plan.h; filtered
+ * is set by cagra_worker_search from the allowed rows it sends).  Searches
+ * of one index with equal plans are batched into one launch, unless
+ * filtered (worker/batch.cpp). */
+typedef cagra::SearchPlan CagraSearchRequest;
 
 static inline bool
 cagra_same_search_request(const CagraSearchRequest *a, const CagraSearchRequest *b)
 {
-	return a->k == b->k && a->params == b->params;
+	return *a == *b;
 }
 
 typedef struct CagraRequestSlot
