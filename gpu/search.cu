@@ -50,9 +50,7 @@ void launch_team(const SearchArgs &a, uint32_t nq, uint32_t threads, cudaStream_
 
 uint32_t search_max_iterations(uint32_t itopk, uint32_t width, uint32_t requested)
 {
-    if (requested)
-        return requested;
-    return 2 * (itopk / width) + 32; /* the core's auto_max_iterations */
+    return cagra::max_iterations_for(itopk, width, requested); /* the search plan's rule */
 }
 
 void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)

@@ -71,6 +71,18 @@ inline SearchPlan resolve_search_plan(const SearchSettings &settings, const Inde
     return plan;
 }
 
+/* The iterations of a search that keeps `buffer` candidates and expands
+ * `width` parents a step (0 counts as 1): `requested` when set, else twice
+ * the steps that expand each entry once, and 32 more.  A converging search
+ * expands roughly every entry once; the cap only stops pathological walks,
+ * so it leaves generous room. */
+inline uint32_t max_iterations_for(uint32_t buffer, uint32_t width, uint32_t requested)
+{
+    if (requested)
+        return requested;
+    return 2 * (buffer / (width ? width : 1)) + 32;
+}
+
 /* The GPU library's steps: the most candidates one step may measure
  * (search_width x graph degree), asserted equal to the library's own in
  * src/worker/engine.cpp. */

@@ -157,3 +157,11 @@ TEST(SearchPlan, RequestedCtasHoldTheBufferAndFitTheMerge)
     /* lowered so that 64-key hand-ins fit 4,096 keys */
     EXPECT_EQ(gpu_search_shape(100, 64, 64, 1, 100, kShortParent).ctas, kGpuMaxHandedIn / 64);
 }
+
+TEST(SearchPlan, IterationsAsSetElseFromTheBufferAndTheWidth)
+{
+    EXPECT_EQ(max_iterations_for(64, 1, 0), 2u * 64 + 32);
+    EXPECT_EQ(max_iterations_for(64, 2, 0), 2u * 32 + 32);
+    EXPECT_EQ(max_iterations_for(64, 0, 0), 2u * 64 + 32); /* an automatic width counts as 1 */
+    EXPECT_EQ(max_iterations_for(64, 4, 9), 9u);
+}
