@@ -2,7 +2,7 @@
  * batch.cpp — the worker's queue loop: takes the oldest queued request;
  * for a search, waits until the batch window has passed since it was
  * queued (unless a full batch is already there), then takes
- * every queued search of the same index copy and search settings as one
+ * every queued search of the same index copy and search plan as one
  * batch and hands it to a search thread (search_pool.h); finished batches
  * are answered here: each slot marked done and its backend's latch set.
  * Uploads and builds wait until no batch is running, since they may evict
