@@ -9,7 +9,7 @@
 # root, carrying .device:
 #     bash test/device-sql.sh "$OUT"; bash bench/device-bench.sh "$OUT"
 # Figures go to stdout and OUTDIR/sql-bench$TAG.txt.  PG_EXTRA adds server
-# settings (e.g. "-c cagra.concurrent_batches=1"), SQL_BENCH_ARGS replaces
+# settings (e.g. "-c cagra.gpu_memory_limit=8000"), SQL_BENCH_ARGS replaces
 # the sweep (default: --itopk 32,64 --devices auto,cpu --ceiling --batch 10000
 # --batch-clients 8).
 set -uo pipefail

@@ -13,11 +13,8 @@
 # (/tmp/c1m, /tmp/hardN), pgvector's HNSW build with 15 workers (about 60 s
 # on c1m), 40 pgbench runs of SECONDS_PER_RUN (4) s.  CLIENTS (64), DATA
 # (another bench/gen.py set); FILTER_BENCH_ARGS adds options of
-# bench/filter_bench.py (later ones win).  CONCURRENT_BATCHES="4 8": after
-# the whole run, cagra again (its rows only, the same table) with each further
-# value of cagra.concurrent_batches (the worker's search threads; a server
-# restart each).  Figures go to stdout and OUTDIR/filter-c1m.txt
-# (filter-hardN.txt; filter-c1m-threadsT.txt for the further values).
+# bench/filter_bench.py (later ones win).  Figures go to stdout and
+# OUTDIR/filter-c1m.txt (filter-hardN.txt).
 set -uo pipefail
 out=${1:-${OUT:-device-filter-out}}
 mkdir -p "$out"
@@ -32,15 +29,5 @@ esac
 PG_UP_OPTS="-c shared_preload_libraries=cagra -c shared_buffers=24GB -c max_connections=200 \
   -c max_parallel_maintenance_workers=15 -c max_worker_processes=32 ${PG_EXTRA:-}" source .device/pg-up.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
-threads_first=$(echo ${CONCURRENT_BATCHES:-} | cut -d' ' -f1)
-[ -n "$threads_first" ] && { device_set_concurrent_batches "$threads_first" || exit 1; }
 python3 bench/filter_bench.py "$data" --clients "${CLIENTS:-64}" --seconds "${SECONDS_PER_RUN:-4}" \
   --maintenance-work-mem 16GB ${FILTER_BENCH_ARGS:-} 2>&1 | tee "$out/filter-$(basename "$data").txt"
-first=1
-for threads in ${CONCURRENT_BATCHES:-}; do
-  [ $first = 1 ] && { first=0; continue; }
-  device_set_concurrent_batches "$threads" || exit 1
-  python3 bench/filter_bench.py "$data" --clients "${CLIENTS:-64}" --seconds "${SECONDS_PER_RUN:-4}" \
-    --maintenance-work-mem 16GB ${FILTER_BENCH_ARGS:-} --skip-load --methods cagra 2>&1 |
-    tee "$out/filter-$(basename "$data")-threads$threads.txt"
-done

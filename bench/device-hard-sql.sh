@@ -6,9 +6,7 @@
 # pgvector_0.8.0.orig.tar.gz, Debian 13's source), 64 pgbench clients.
 # Run from the repository root, carrying .device:
 #     HARD_N=500000 bash bench/device-hard-sql.sh "$OUT"
-# PGVECTOR=0 leaves pgvector out (cagra alone).  CONCURRENT_BATCHES="2 1":
-# afterwards cagra again (the same tables) at each of these values of
-# cagra.concurrent_batches (the worker's batch threads; a restart each).
+# PGVECTOR=0 leaves pgvector out (cagra alone).
 # Figures go to stdout and OUTDIR/hard-sql.txt.
 set -uo pipefail
 out=${1:-${OUT:-device-hard-sql-out}}
@@ -29,9 +27,3 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
 python3 bench/sql_bench.py "$data" --clients "$clients" --seconds "$seconds" --exact-queries 5 \
   --maintenance-work-mem 16GB ${SQL_BENCH_ARGS:---itopk 32,64 --devices auto --hnsw-ef 40,100,200 --hnsw-m 16} \
   2>&1 | tee "$out/hard-sql.txt"
-for threads in ${CONCURRENT_BATCHES:-}; do
-  device_set_concurrent_batches "$threads" || exit 1
-  python3 bench/sql_bench.py "$data" --clients "$clients" --seconds "$seconds" --exact-queries 0 \
-    --maintenance-work-mem 16GB --skip-load ${SQL_BENCH_ARGS:---itopk 32,64 --devices auto} --hnsw-m '' \
-    2>&1 | tee "$out/hard-sql-threads$threads.txt"
-done

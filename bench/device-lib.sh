@@ -14,10 +14,6 @@
 #       or with PGVECTOR_OWN_FLAGS=1 with its own Makefile's flags
 #       (-march=native); a pgvector that does not build is said, and the
 #       benchmark goes on without it.
-#   device_set_concurrent_batches N
-#       cagra.concurrent_batches (a server-start setting) to N, by ALTER
-#       SYSTEM and a restart of the running cluster (not -c on the command
-#       line, which pg_ctl restart would keep and which overrides ALTER SYSTEM)
 #   device_dataset c1m | hard N
 #       prints the folder of a bench/gen.py set, made first when missing:
 #       c1m is 1,000,000 x 128 (/tmp/c1m); hard N is N x 1,024 of intrinsic
@@ -42,12 +38,6 @@ device_install() {
   else
     echo "no .device/pgvector/pgvector_0.8.0.orig.tar.gz: cagra alone"
   fi
-}
-
-device_set_concurrent_batches() {
-  psql -X -q -c "ALTER SYSTEM SET cagra.concurrent_batches = $1" || return 1
-  su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null || return 1
-  echo "== cagra.concurrent_batches $(psql -X -At -c 'SHOW cagra.concurrent_batches')"
 }
 
 device_dataset() {

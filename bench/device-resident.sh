@@ -3,21 +3,15 @@
 # GPU machine, one run: the GPU tests of the search (GpuSearch.*: the
 # resident kernel against launches, beside builds and allocations), then
 # bench/worker_profile.py on c1m and, with HARD_N > 0, on HARD_N x 1,024
-# (intrinsic dimension 100, 1,024 clusters), each with cagra.resident_search
-# on and off: recall@10, queries/s and the round trip's steps at 1, 64 and
-# 256 clients.  Logs into OUTDIR: tests.log, build.txt, profile-*.txt.
+# (intrinsic dimension 100, 1,024 clusters): recall@10, queries/s and the
+# round trip's steps at 1, 64 and 256 clients.  Logs into OUTDIR: tests.log, build.txt, profile-*.txt.
 #
 # usage (repository root, carrying .device): bash bench/device-resident.sh OUTDIR
 #   env: BIN=.device/bin  prebuilt libcagra_gpu.so and cagra_gpu_tests (same CUDA)
 #        HARD_N=300000    rows of the hard set (0: c1m only)
 #        CLIENTS=1,64,256 SECONDS_PER_RUN=5 TESTS=GpuSearch.*
 #        ITOPK="32"       cagra.itopk_size values of the c1m profile, one sweep each
-#        RESIDENT=on,off  cagra.resident_search values of each sweep
 #        BATCH=10000      also time cagra_search calls of BATCH queries on each set
-#        WINDOWS=100      cagra.batch_window values of each sweep
-#        SWEEP_BATCHES="8 12"  after the profiles, the c1m sweep again (resident kernel
-#                         on, 64 and 256 clients, SWEEP_WINDOWS, default WINDOWS) at each
-#                         cagra.concurrent_batches
 #        NEXT_HARD_N=N    also make the hard N x 1,024 set (before the profiles, beside
 #                         c1m), for a later command on the same warm machine
 #        BASE="dir..."    then the first c1m profile again with each dir's cagra.so and
@@ -69,14 +63,14 @@ batch=${BATCH:+--batch $BATCH}
 load=""
 for itopk in ${ITOPK:-32}; do
   step "worker profile, c1m, itopk $itopk"
-  python3 bench/worker_profile.py /tmp/c1m $load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
-    --itopk "$itopk" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
+  python3 bench/worker_profile.py /tmp/c1m $load --clients "$clients" --seconds "$seconds" \
+    --itopk "$itopk" $batch 2>&1 | tee "$out/profile-c1m-itopk$itopk.txt"
   load=--skip-load
 done
 if [ -n "${FLOOR:-}" ]; then
   step "c1m, the statement without the search"
-  python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
-    --resident "" --floor 2>&1 | tee "$out/floor-c1m.txt"
+  python3 bench/worker_profile.py /tmp/c1m --skip-load --clients "$clients" --seconds "$seconds" \
+    --no-sweep --floor 2>&1 | tee "$out/floor-c1m.txt"
 fi
 itopk_first=${ITOPK:-32}
 if [ -n "${BASE:-}" ]; then
@@ -91,21 +85,15 @@ if [ -n "${BASE:-}" ]; then
       lib=$build/libcagra_gpu.so; [ -f "$lib" ] || lib=/tmp/tree-build/libcagra_gpu.so
       install -m 755 "$ext" "$pkglib/cagra.so" && install -m 755 "$lib" "$pkglib/libcagra_gpu.so"
       su pguser -c "LD_LIBRARY_PATH=$LD_LIBRARY_PATH $(pg_config --bindir)/pg_ctl -D /tmp/pgdata -l /tmp/pg.log -w restart" >/dev/null
-      python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${WINDOWS:-100}" --clients "$clients" --seconds "$seconds" \
-        --itopk "${itopk_first%% *}" --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-c1m-$name-$run.txt"
+      python3 bench/worker_profile.py /tmp/c1m --skip-load --clients "$clients" --seconds "$seconds" \
+        --itopk "${itopk_first%% *}" $batch 2>&1 | tee "$out/profile-c1m-$name-$run.txt"
     done
   done
 fi
-for batches in ${SWEEP_BATCHES:-}; do
-  step "c1m at cagra.concurrent_batches $batches"
-  device_set_concurrent_batches "$batches" || break
-  python3 bench/worker_profile.py /tmp/c1m --skip-load --windows "${SWEEP_WINDOWS:-${WINDOWS:-100}}" --clients 64,256 \
-    --seconds "$seconds" --itopk "${itopk_first%% *}" --resident on 2>&1 | tee "$out/profile-c1m-batches$batches.txt"
-done
 if [ "$hard_n" -gt 0 ]; then
   step "worker profile, hard $hard_n x 1024"
-  python3 bench/worker_profile.py "/tmp/hard$hard_n" --windows 100 --clients "$clients" --seconds "$seconds" \
-    --itopk 64 --resident "${RESIDENT:-on,off}" $batch 2>&1 | tee "$out/profile-hard.txt"
+  python3 bench/worker_profile.py "/tmp/hard$hard_n" --clients "$clients" --seconds "$seconds" \
+    --itopk 64 $batch 2>&1 | tee "$out/profile-hard.txt"
 fi
 psql -Atc "SELECT * FROM cagra_status" >"$out/status.txt" 2>&1
 step "done"

@@ -2,7 +2,7 @@
 """bench/worker_profile.py — where a search's round trip through the GPU
 worker goes.  On a cluster with cagra preloaded: loads a texmex set (or
 reuses the tables of bench/sql_bench.py with --skip-load), builds the index,
-then for each cagra.batch_window and client count runs pgbench (prepared
+then at each client count runs pgbench (prepared
 ORDER BY ... LIMIT 10 at --itopk) and reads cagra_worker_timings() before
 and after.  Per search it prints pgbench's mean latency, the round trip the
 backend saw inside its call to the worker, and that round trip's steps:
@@ -15,24 +15,22 @@ pgbench's latency less the round trip: the backend's own executor work and
 the client protocol.  It also prints the worker main loop's busy share and
 the backends' CPU per query.  Prints figures; asserts nothing.
 
-With --resident on,off it runs the sweep once per cagra.resident_search
-setting (the kernel that stays on the device against a launch per batch),
-each after recall@10 over every query in one statement under that setting,
-and prints the share of batches the resident kernel answered.
+Before the sweep it prints recall@10 over every query in one statement;
+the sweep prints the share of batches the resident kernel answered.
 
 With --floor it also runs, at each client count, the same statement with
 a B-tree range scan of bench_items in place of the search (the query
 vector still looked up, ten rows still fetched, no worker): what this
 host's PostgreSQL and pgbench alone allow for a statement of that shape.
-With --resident "" that is all it runs.
+With --no-sweep that is all it runs.
 
 With --batch N it also times cagra_search calls of N queries and prints
 their steps per call (the worker's job, engine and device time; the
 backend's share is the call less the round trip).
 
-usage: worker_profile.py DIR [--skip-load] [--windows 100,0]
-                             [--clients 1,64,128,256] [--seconds 8] [--itopk 32]
-                             [--resident on] [--batch 10000] [--floor]
+usage: worker_profile.py DIR [--skip-load] [--clients 1,64,128,256]
+                             [--seconds 8] [--itopk 32] [--no-sweep]
+                             [--batch 10000] [--floor]
 """
 import argparse
 import time
@@ -57,35 +55,31 @@ def per_event_us(before, after, step):
 
 
 def sweep(db, args, script, settings):
-    """pgbench at each batch window and client count, with the worker's
+    """pgbench at each client count, with the worker's
     steps per search from cagra_worker_timings() around each run."""
     print("Per search, in microseconds (job, engine, device and hand-back per batch):")
-    print("| window us | clients | q/s | latency | round trip | pickup | queue | job | engine | device "
+    print("| clients | q/s | latency | round trip | pickup | queue | job | engine | device "
           "| hand-back | wake | backend | mean batch | loop busy % | resident % | backends' CPU |")
-    print("|" + "---:|" * 17)
-    for window in [int(x) for x in args.windows.split(",")]:
-        db.psql("ALTER SYSTEM SET cagra.batch_window = %d" % window)
-        db.psql("SELECT pg_reload_conf()")
-        time.sleep(1)
-        for clients in [int(x) for x in args.clients.split(",")]:
-            before = timings(db)
-            started = time.time()
-            tps, _, backend_cpu = db.pgbench(script, clients, args.seconds, settings)
-            elapsed = time.time() - started
-            after = timings(db)
-            us = {step: per_event_us(before, after, step) for step in after}
-            latency = clients / tps * 1e6
-            round_trip = us["round trip"][0]
-            batches = us["job"][1]
-            queries = us["queue"][1]
-            loop_ms = after["loop busy"][1] - before["loop busy"][1]
-            resident_share = 100.0 * us["resident"][1] / max(batches, 1) if "resident" in us else 0.0
-            print("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f "
-                  "| %.1f | %.0f | %.0f | %s |"
-                  % (window, clients, tps, latency, round_trip, us["pickup"][0], us["queue"][0],
-                     us["job"][0], us["engine"][0], us["device"][0], us["handback"][0], us["wake"][0],
-                     latency - round_trip, queries / max(batches, 1), loop_ms / 10.0 / elapsed,
-                     resident_share, sql_bench.fmt_ms(backend_cpu)), flush=True)
+    print("|" + "---:|" * 16)
+    for clients in [int(x) for x in args.clients.split(",")]:
+        before = timings(db)
+        started = time.time()
+        tps, _, backend_cpu = db.pgbench(script, clients, args.seconds, settings)
+        elapsed = time.time() - started
+        after = timings(db)
+        us = {step: per_event_us(before, after, step) for step in after}
+        latency = clients / tps * 1e6
+        round_trip = us["round trip"][0]
+        batches = us["job"][1]
+        queries = us["queue"][1]
+        loop_ms = after["loop busy"][1] - before["loop busy"][1]
+        resident_share = 100.0 * us["resident"][1] / max(batches, 1) if "resident" in us else 0.0
+        print("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f "
+              "| %.1f | %.0f | %.0f | %s |"
+              % (clients, tps, latency, round_trip, us["pickup"][0], us["queue"][0],
+                 us["job"][0], us["engine"][0], us["device"][0], us["handback"][0], us["wake"][0],
+                 latency - round_trip, queries / max(batches, 1), loop_ms / 10.0 / elapsed,
+                 resident_share, sql_bench.fmt_ms(backend_cpu)), flush=True)
 
 
 # the search's statement less the search: the query vector's lookup, ten
@@ -114,11 +108,10 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--dsn", default="")
     ap.add_argument("--skip-load", action="store_true")
-    ap.add_argument("--windows", default="100,0")
     ap.add_argument("--clients", default="1,64,128,256")
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--itopk", type=int, default=32)
-    ap.add_argument("--resident", default="on")
+    ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--floor", action="store_true")
     args = ap.parse_args()
@@ -133,18 +126,10 @@ def main():
     settings = [("cagra.itopk_size", args.itopk), ("enable_seqscan", "off")]
     # one warm-up run loads the index copy
     db.pgbench(script, 4, 2, settings)
-    for resident in [r for r in args.resident.split(",") if r]:
-        db.psql("ALTER SYSTEM SET cagra.resident_search = %s" % resident)
-        db.psql("SELECT pg_reload_conf()")
-        time.sleep(1)
-        db.pgbench(script, 4, 2, settings)
+    if not args.no_sweep:
         recall = float(db.psql(sql_bench.set_statements(settings) + sql_bench.RECALL_SQL.format(op="<->")))
-        print("\ncagra.resident_search = %s: recall@10 %.3f (itopk %d, every query in one statement)"
-              % (resident, recall, args.itopk))
+        print("\nrecall@10 %.3f (itopk %d, every query in one statement)" % (recall, args.itopk))
         sweep(db, args, script, settings)
-    db.psql("ALTER SYSTEM RESET cagra.resident_search")
-    db.psql("ALTER SYSTEM RESET cagra.batch_window")
-    db.psql("SELECT pg_reload_conf()")
     if args.floor:
         floor(db, args, nq)
     if args.batch:

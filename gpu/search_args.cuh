@@ -10,11 +10,6 @@
 
 namespace cagra_gpu {
 
-/* Multi-CTA searches: the sizes of the buffer each CTA keeps, and the
- * most keys the CTAs of one query hand in for the final merge. */
-constexpr uint32_t kCtaItopkMin = 32, kCtaItopkMax = 128;
-constexpr uint32_t kMaxHandedIn = 4096;
-
 /* What the CTAs of a batch did, summed (cagra_gpu_search_stats). */
 struct SearchStats {
     unsigned long long measured, iterations;

@@ -1,10 +1,10 @@
 /*
  * search_multi_cta.cu — CAGRA search with several CTAs per query, for
  * batches too small to fill the device one CTA per query (the choice
- * between one and several: search_shape, search_plan.cu).
+ * between one and several: cagra::gpu_search_shape, core/search_plan.h).
  *
  * The grid is (ctas, nq).  Each CTA of a query keeps a small sorted buffer
- * of its own (cta_itopk_for(itopk) keys in shared memory), starts from its
+ * of its own (cagra::gpu_cta_itopk(itopk) keys in shared memory), starts from its
  * share of the entry nodes (every ctas-th fixed entry and every ctas-th
  * random one), and then expands `width` parents a step: the best
  * unexpanded entries of its buffer.  The query's CTAs share one visited

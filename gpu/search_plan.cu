@@ -1,6 +1,6 @@
 /*
  * search_plan.cu — the search planner: how many CTAs walk each query and at
- * what width (search_shape), the buffer of each, the iterations, and the
+ * what width (cagra::gpu_search_shape), the buffer of each, the iterations, and the
  * buffers and shared-memory layout of a walk (plan_search).  The kernels
  * (search.cu, search_multi_cta.cu, search_resident.cu) only execute it.
  */
@@ -19,9 +19,7 @@ constexpr uint32_t kVisitedMinSlots = 4096, kVisitedMaxSlots = 1u << 18;
 
 uint32_t search_max_iterations(uint32_t itopk, uint32_t width, uint32_t requested)
 {
-    if (requested)
-        return requested;
-    return 2 * (itopk / width) + 32; /* the core's auto_max_iterations */
+    return cagra::max_iterations_for(itopk, width, requested);
 }
 
 void plan_search(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t itopk)
@@ -63,47 +61,9 @@ void lay_out_shared_memory(SearchArgs &a, uint32_t width)
     a.smem_bytes = off;
 }
 
-uint32_t cta_itopk_for(uint32_t itopk)
-{
-    return std::min(kCtaItopkMax, std::max(kCtaItopkMin, pow2_at_least(itopk)));
-}
-
-SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested,
-                         uint64_t parent_bytes)
-{
-    /* the grid's second dimension holds the queries */
-    constexpr uint32_t kMaxGridQueries = 65535;
-    if (requested == 1 || nq > kMaxGridQueries)
-        return {1, width};
-    SearchShape shape{requested, width};
-    const uint32_t cta_itopk = cta_itopk_for(itopk);
-    if (requested == 0) {
-        /* Batches up to 64 queries leave most multiprocessors idle one CTA
-         * per query.  An itopk beyond a CTA's buffer gets no bound, and
-         * unbounded CTAs walk longer than one CTA does.  On the H200 (c1m
-         * and a 1,024-dimension set, bench/gpu_bench --only latency): 16
-         * CTAs were the fastest up to 16 queries and 8 at 64; more parents
-         * a step than an eighth of the buffer lost recall (c1m, buffer 32,
-         * 8 parents: 0.975 against 0.990 at 4), and more than 512 KB of
-         * vectors a step per CTA was slower (1,024 dimensions, 8 parents
-         * against 4). */
-        constexpr uint32_t kMultiCtaMaxBatch = 64;
-        constexpr uint64_t kCtaStepBytes = 512 * 1024;
-        if (nq > kMultiCtaMaxBatch || itopk > kCtaItopkMax)
-            return {1, width};
-        shape.ctas = nq <= 16 ? 16 : 8;
-        shape.width = (uint32_t)std::min<uint64_t>(
-            {width, cta_itopk / 8, std::max<uint64_t>(1, kCtaStepBytes / std::max<uint64_t>(1, parent_bytes))});
-    }
-    const uint32_t hand_in = std::min(pow2_at_least(k), cta_itopk);
-    shape.ctas = std::max(shape.ctas, (uint32_t)div_up(itopk, cta_itopk));
-    shape.ctas = std::max(2u, std::min(shape.ctas, kMaxHandedIn / hand_in));
-    return shape;
-}
-
 void plan_search_multi_cta(SearchArgs &a, uint32_t width, uint32_t degree, uint32_t requested_itopk)
 {
-    const uint32_t itopk = cta_itopk_for(requested_itopk);
+    const uint32_t itopk = cagra::gpu_cta_itopk(requested_itopk);
     a.itopk = itopk;
     a.itopk_cap = itopk;
     a.width = width;
@@ -151,11 +111,11 @@ SearchArgs plan_batch(const cagra_gpu_index *ix, const cagra_gpu_search_params &
     a.random_entries = p.random_entries;
     a.seed = p.seed;
     const uint64_t row_bytes = (uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4);
-    const SearchShape shape =
-        search_shape(nq, p.itopk_size, k, p.search_width, p.ctas_per_query, ix->degree * row_bytes);
+    const cagra::GpuSearchShape shape =
+        cagra::gpu_search_shape(nq, p.itopk_size, k, p.search_width, p.ctas_per_query, ix->degree * row_bytes);
     a.ctas = shape.ctas;
     /* several CTAs per query: each walks with a buffer of its own */
-    const uint32_t buffer = a.ctas > 1 ? cta_itopk_for(p.itopk_size) : p.itopk_size;
+    const uint32_t buffer = a.ctas > 1 ? cagra::gpu_cta_itopk(p.itopk_size) : p.itopk_size;
     a.max_iterations = search_max_iterations(buffer, shape.width, p.max_iterations);
     *width = shape.width;
     return a;

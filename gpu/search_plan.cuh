@@ -5,28 +5,16 @@
  */
 #pragma once
 
+#include "core/search_plan.h"
 #include "index.cuh"
 #include "search_args.cuh"
 #include "search_resident.cuh"
 
 namespace cagra_gpu {
 
-/* How many CTAs search each of nq queries, and how many parents each
- * expands a step: `requested` (the caller's ctas_per_query; 0 lets the
- * batch size and itopk decide, and caps each CTA's width by its buffer
- * and by the bytes of a step, parent_bytes a parent: degree x row bytes)
- * raised so the CTAs keep itopk keys between them and lowered so their
- * hand-ins fit the final merge; ctas 1 means one CTA per query at the
- * caller's width. */
-struct SearchShape {
-    uint32_t ctas, width;
-};
-SearchShape search_shape(uint32_t nq, uint32_t itopk, uint32_t k, uint32_t width, uint32_t requested,
-                         uint64_t parent_bytes);
-
-/* The buffer each CTA of a multi-CTA search keeps for a requested itopk:
- * the next power of two, 32 to 128 keys. */
-uint32_t cta_itopk_for(uint32_t itopk);
+/* How many CTAs search each query, their width and the buffer each keeps:
+ * the search plan's rules, cagra::gpu_search_shape and cagra::gpu_cta_itopk
+ * (core/search_plan.h). */
 
 /* Fills the buffer sizes and the shared-memory layout; a.stride,
  * a.entry_count, a.random_entries, a.ctas (and for several CTAs a.k and

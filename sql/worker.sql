@@ -37,9 +37,14 @@ SELECT * FROM cagra_search('ws_v', ARRAY['[1,1,1]']::vector[], 3);
 SELECT * FROM cagra_search('ws_id', ARRAY['[1,1,1,1]']::vector[], 3);
 SELECT * FROM cagra_search('ws', ARRAY['[1,1,1,1]']::vector[], 3);
 SET cagra.device = tpu;
+-- removed settings (the worker's batching is fixed): an error in a session
 SET cagra.batch_window = 10;
-SET cagra.resident_search = off;
 SHOW cagra.resident_search;
+-- the user settings; developer ones are hidden from pg_settings but set as any
+SELECT name, setting, context FROM pg_settings WHERE name LIKE 'cagra.%' ORDER BY name;
+SET cagra.search_width = 4;
+SHOW cagra.search_width;
+RESET cagra.search_width;
 SET cagra.device = gpu;
 SELECT * FROM cagra_search('ws_v', ARRAY['[1,1,1,1]']::vector[], 3);
 SET enable_seqscan = off;

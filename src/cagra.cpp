@@ -19,10 +19,9 @@ void
 _PG_init(void)
 {
 	cagra_init_reloptions();
-	cagra_define_search_gucs();
+	cagra_define_settings();
 	cagra_init_filtered_scan();
 	cagra_init_unread_distance();
 	cagra_init_pgvector_habits();
 	cagra_worker_register();
-	MarkGUCPrefixReserved("cagra");
 }

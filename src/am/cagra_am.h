@@ -348,16 +348,8 @@ typedef struct CagraOptions
 } CagraOptions;
 
 extern relopt_kind cagra_relopt_kind;
-extern int	cagra_itopk_size;
-extern int	cagra_search_width;
-extern int	cagra_max_iterations;
-extern int	cagra_entry_probes;
-extern int	cagra_max_scan_tuples;
-extern bool cagra_enable_filtered_scan;
-extern bool cagra_skip_unread_distances;
 
 void		cagra_init_reloptions(void);
-void		cagra_define_search_gucs(void);
 int			cagra_option_graph_degree(Relation index);
 int			cagra_option_intermediate_degree(Relation index);
 int			cagra_option_build_device(Relation index);
@@ -368,9 +360,11 @@ cagra::Metric cagra_index_metric(Relation index);
 bool		cagra_index_is_halfvec(Relation index);
 const char *cagra_device_name(uint32 device);
 
-/* Build parameters of an index (reloptions); search parameters (GUCs, and
- * the index's own itopk_size for cagra.itopk_size 0; meta may be NULL). */
+/* Build parameters of an index (reloptions); the search plan of an index
+ * (the settings, and the index's own values where they are automatic; meta
+ * may be NULL), and its parameters alone. */
 cagra::BuildParams cagra_build_params(Relation index);
+cagra::SearchPlan cagra_search_plan(const CagraMetaData *meta);
 cagra::SearchParams cagra_search_params(const CagraMetaData *meta);
 /* The itopk_size searches of the index use while cagra.itopk_size is 0. */
 uint32		cagra_index_itopk(const CagraMetaData *meta);

@@ -70,8 +70,6 @@ extern "C" {
 #include "utils/ruleutils.h"
 }
 
-bool		cagra_enable_filtered_scan = true;
-
 static set_rel_pathlist_hook_type prev_set_rel_pathlist_hook = NULL;
 
 /* custom_private of the plan: Consts, in this order */

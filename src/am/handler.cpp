@@ -1,8 +1,8 @@
 /*
  * handler.cpp — the cagra access method handler (the IndexAmRoutine),
- * opclass validation, reloptions, the search settings (cagra.itopk_size
- * and friends), build phase names, the metric support functions, and the
- * one place each of build and search parameters is assembled.
+ * opclass validation, reloptions, build phase names, the metric support
+ * functions, and the one place each of build and search parameters is
+ * assembled (the settings themselves: protocol/guc.cpp).
  */
 #include "am/cagra_am.h"
 #include "type/vector.h"
@@ -19,7 +19,6 @@ extern "C" {
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "utils/regproc.h"
@@ -32,52 +31,6 @@ PG_FUNCTION_INFO_V1(cagra_l1_support);
 }
 
 relopt_kind cagra_relopt_kind;
-
-int			cagra_itopk_size = 0;	/* the index's own: CagraMetaData.search_itopk */
-int			cagra_search_width = 0;	/* automatic: cagra::kAutoSearchWidth */
-int			cagra_max_iterations = 0;
-int			cagra_entry_probes = -1;	/* the index's own: CagraMetaData.search_probes */
-int			cagra_max_scan_tuples = 20000;
-
-void
-cagra_define_search_gucs(void)
-{
-	cagra::SearchParams defaults;
-
-	cagra_search_width = (int) defaults.search_width;
-	cagra_max_iterations = (int) defaults.max_iterations;
-	DefineCustomIntVariable("cagra.itopk_size",
-							"Candidates kept by a cagra index search (larger: better recall, slower).",
-							"0 uses what the index's build measured it to need for recall 0.95 (at least 64).",
-							&cagra_itopk_size, cagra_itopk_size, 0, (int) cagra::kMaxItopk,
-							PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.search_width",
-							"Nodes expanded per iteration of a cagra index search.",
-							"0 chooses for where the search runs: 2 on the CPU, 1 on the GPU (more for small batches).",
-							&cagra_search_width, cagra_search_width, 0, (int) cagra::kMaxSearchWidth,
-							PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.max_iterations",
-							"Iteration limit of a cagra index search (0: chosen from itopk_size and search_width).",
-							NULL, &cagra_max_iterations, cagra_max_iterations, 0, 100000,
-							PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.entry_probes",
-							"Groups of entry nodes a CPU search of a cagra index measures besides their pivots (0: every entry).",
-							"-1 uses what the index's build measured it to need (4 or 12). Fewer: faster, lower recall (the GPU measures every entry).",
-							&cagra_entry_probes, cagra_entry_probes, -1, (int) cagra::kMaxStoredEntries,
-							PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.max_scan_tuples",
-							"Most rows one cagra index scan returns when the executor keeps asking (filters, large LIMIT).",
-							NULL, &cagra_max_scan_tuples, cagra_max_scan_tuples, 1, INT_MAX,
-							PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomBoolVariable("cagra.enable_filtered_scan",
-							 "Lets the planner use a cagra filtered scan for ORDER BY queries whose WHERE clause has an index.",
-							 NULL, &cagra_enable_filtered_scan, cagra_enable_filtered_scan,
-							 PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomBoolVariable("cagra.skip_unread_distances",
-							 "Leaves a cagra scan's ORDER BY distance uncomputed where nothing above the scan reads it.",
-							 NULL, &cagra_skip_unread_distances, cagra_skip_unread_distances,
-							 PGC_USERSET, 0, NULL, NULL, NULL);
-}
 
 static relopt_enum_elt_def cagra_device_values[] = {
 	{"auto", CAGRA_DEVICE_AUTO},
@@ -269,35 +222,54 @@ cagra_build_params(Relation index)
 	return p;
 }
 
-/* The one place search parameters are assembled: the cagra.* settings, and
- * for cagra.itopk_size 0 the index's own buffer (meta->search_itopk; for
- * cagra.entry_probes -1 its own probes, meta->search_probes; the
- * core's default without a meta page, as the planner asks, or when the
- * index has none).  cagra.search_width 0 stays automatic: the core Searcher
- * and the worker resolve it for the CPU or the GPU (cagra::cpu_search_params,
- * cagra::gpu_search_params). */
-uint32
-cagra_index_itopk(const CagraMetaData *meta)
+/* The one place a search plan is resolved (core/search_plan.h): the
+ * cagra.* settings as set, and what the index's build measured (the meta
+ * page's search_itopk and search_probes; nothing without a meta page, as
+ * the planner asks). */
+cagra::SearchPlan
+cagra_search_plan(const CagraMetaData *meta)
 {
-	return meta && meta->search_itopk > 0 ? meta->search_itopk : cagra::SearchParams{}.itopk_size;
-}
+	cagra::SearchSettings settings;
+	cagra::IndexSearchChoice index;
 
-uint32
-cagra_index_probes(const CagraMetaData *meta)
-{
-	return meta && meta->search_probes > 0 ? meta->search_probes : cagra::SearchParams{}.entry_probes;
+	settings.itopk_size = (uint32_t) cagra_itopk_size;
+	settings.search_width = (uint32_t) cagra_search_width;
+	settings.max_iterations = (uint32_t) cagra_max_iterations;
+	settings.entry_probes = cagra_entry_probes;
+	if (meta)
+	{
+		index.itopk_size = meta->search_itopk;
+		index.entry_probes = meta->search_probes;
+	}
+	return cagra::resolve_search_plan(settings, index);
 }
 
 cagra::SearchParams
 cagra_search_params(const CagraMetaData *meta)
 {
-	cagra::SearchParams p;
+	return cagra_search_plan(meta).params;
+}
 
-	p.itopk_size = cagra_itopk_size > 0 ? (uint32_t) cagra_itopk_size : cagra_index_itopk(meta);
-	p.search_width = (uint32_t) cagra_search_width;
-	p.max_iterations = (uint32_t) cagra_max_iterations;
-	p.entry_probes = cagra_entry_probes >= 0 ? (uint32_t) cagra_entry_probes : cagra_index_probes(meta);
-	return p;
+/* The index's own values: what a plan resolves to with the settings left
+ * automatic. */
+uint32
+cagra_index_itopk(const CagraMetaData *meta)
+{
+	cagra::IndexSearchChoice index;
+
+	if (meta)
+		index.itopk_size = meta->search_itopk;
+	return cagra::resolve_search_plan(cagra::SearchSettings{}, index).params.itopk_size;
+}
+
+uint32
+cagra_index_probes(const CagraMetaData *meta)
+{
+	cagra::IndexSearchChoice index;
+
+	if (meta)
+		index.entry_probes = meta->search_probes;
+	return cagra::resolve_search_plan(cagra::SearchSettings{}, index).params.entry_probes;
 }
 
 char *

@@ -34,8 +34,6 @@ extern "C" {
 #include "utils/rel.h"
 }
 
-bool		cagra_skip_unread_distances = true;
-
 static planner_hook_type prev_planner_hook = NULL;
 
 static bool

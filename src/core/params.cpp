@@ -8,6 +8,7 @@
 #include <string>
 
 #include "params.h"
+#include "search_plan.h"
 
 namespace cagra {
 namespace {
@@ -82,10 +83,7 @@ void validate_dataset(const DatasetView &data)
 uint32_t auto_max_iterations(const SearchParams &params)
 {
     /* an automatic width not yet resolved counts as 1 */
-    uint32_t width = params.search_width ? params.search_width : 1;
-    /* A converging search expands roughly every buffer entry once; the cap
-     * only has to stop pathological walks, so leave generous room. */
-    return 2 * (params.itopk_size / width) + 32;
+    return max_iterations_for(params.itopk_size, params.search_width, 0);
 }
 
 FilteredSearchPlan plan_filtered_search(const SearchParams &params, uint32_t degree, uint64_t passing, uint64_t n,

@@ -1,8 +1,14 @@
 /*
- * guc.cpp — the GUCs of the GPU worker and of search offload:
- * cagra.device, cagra.batch_window, cagra.batch_max, cagra.gpu_memory_limit,
- * cagra.worker_timeout, cagra.resident_search, cagra.gpu_library and
- * cagra.worker_backend.
+ * guc.cpp — every cagra.* setting and its variable, defined in one place
+ * (docs/reference.md lists them and says why each exists).
+ *
+ * Users tune six: cagra.itopk_size, cagra.max_scan_tuples,
+ * cagra.enable_filtered_scan, cagra.device (the one device setting: where
+ * searches run), cagra.worker_timeout and cagra.gpu_memory_limit.  The
+ * others are for tests and developers, as PostgreSQL keeps its own (hidden
+ * from SHOW ALL and postgresql.conf.sample): cagra.search_width,
+ * cagra.max_iterations, cagra.entry_probes, cagra.skip_unread_distances,
+ * cagra.worker_backend and cagra.gpu_library.
  */
 #include "protocol/protocol.h"
 
@@ -11,16 +17,21 @@ extern "C" {
 #include "utils/guc.h"
 }
 
+/* searches (read by the backends) */
+int			cagra_itopk_size = 0;	/* the index's own: CagraMetaData.search_itopk */
+int			cagra_max_scan_tuples = 20000;
+bool		cagra_enable_filtered_scan = true;
 int			cagra_device = CAGRA_SEARCH_AUTO;
-int			cagra_batch_window_us = 100;
-int			cagra_batch_max = 4096;
-int			cagra_concurrent_batches = 4;
-int			cagra_concurrent_filtered_searches = 8;
-int			cagra_gpu_memory_limit_mb = 0;
+int			cagra_search_width = (int) cagra::kAutoSearchWidth;
+int			cagra_max_iterations = 0;	/* automatic */
+int			cagra_entry_probes = -1;	/* the index's own: CagraMetaData.search_probes */
+bool		cagra_skip_unread_distances = true;
+
+/* the worker and the round trip to it */
 int			cagra_worker_timeout_ms = 10000;
-bool		cagra_resident_search = true;
-char	   *cagra_gpu_library = NULL;
+int			cagra_gpu_memory_limit_mb = 0;
 int			cagra_worker_backend = CAGRA_BACKEND_GPU;
+char	   *cagra_gpu_library = NULL;
 
 static const struct config_enum_entry cagra_device_options[] = {
 	{"auto", CAGRA_SEARCH_AUTO, false},
@@ -35,57 +46,80 @@ static const struct config_enum_entry cagra_backend_options[] = {
 	{NULL, 0, false}
 };
 
-void
-cagra_worker_define_gucs(void)
+/* What PostgreSQL does for its developer options. */
+#define CAGRA_DEVELOPER_SETTING (GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE)
+
+static void
+cagra_define_user_settings(void)
 {
+	DefineCustomIntVariable("cagra.itopk_size",
+							"Candidates kept by a cagra index search (larger: better recall, slower).",
+							"0 uses what the index's build measured it to need for recall 0.95 (at least 64).",
+							&cagra_itopk_size, cagra_itopk_size, 0, (int) cagra::kMaxItopk,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.max_scan_tuples",
+							"Most rows one cagra index scan returns when the executor keeps asking (filters, large LIMIT).",
+							NULL, &cagra_max_scan_tuples, cagra_max_scan_tuples, 1, INT_MAX,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("cagra.enable_filtered_scan",
+							 "Lets the planner use a cagra filtered scan for ORDER BY queries whose WHERE clause has an index.",
+							 NULL, &cagra_enable_filtered_scan, cagra_enable_filtered_scan,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("cagra.device",
 							 "Where cagra index searches run: auto (the GPU worker when it runs), gpu, or cpu.",
 							 "gpu raises an error when the worker cannot serve a search.",
-							 &cagra_device, CAGRA_SEARCH_AUTO, cagra_device_options,
+							 &cagra_device, cagra_device, cagra_device_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.batch_window",
-							"Microseconds the GPU worker waits for more searches of the same index before a launch, while another launch runs.",
-							"With no launch running, a search starts at once.", &cagra_batch_window_us, 100, 0, 1000000,
-							PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.batch_max",
-							"Most queries the GPU worker runs in one launch.",
-							NULL, &cagra_batch_max, 4096, 1, 1000000,
-							PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.gpu_memory_limit",
-							"Device memory the GPU worker may use for cached index copies (0: 90% of the smallest device).",
-							NULL, &cagra_gpu_memory_limit_mb, 0, 0, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
 	DefineCustomIntVariable("cagra.worker_timeout",
 							"How long a backend waits for one answer of the GPU worker before searching on the CPU.",
-							NULL, &cagra_worker_timeout_ms, 10000, 1, INT_MAX,
+							NULL, &cagra_worker_timeout_ms, cagra_worker_timeout_ms, 1, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.gpu_memory_limit",
+							"Device memory the GPU worker may use for cached index copies (0: 90% of the smallest device).",
+							NULL, &cagra_gpu_memory_limit_mb, cagra_gpu_memory_limit_mb, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
+}
 
-	DefineCustomBoolVariable("cagra.resident_search",
-							 "Whether the GPU worker answers small unfiltered batches with a search kernel that stays running on the device.",
-							 "Off launches a kernel for every batch.",
-							 &cagra_resident_search, true,
-							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+static void
+cagra_define_developer_settings(void)
+{
+	DefineCustomIntVariable("cagra.search_width",
+							"Nodes expanded per iteration of a cagra index search.",
+							"0 chooses for where the search runs: 2 on the CPU, 1 on the GPU (more for small batches).",
+							&cagra_search_width, cagra_search_width, 0, (int) cagra::kMaxSearchWidth,
+							PGC_USERSET, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.max_iterations",
+							"Iteration limit of a cagra index search (0: chosen from itopk_size and search_width).",
+							NULL, &cagra_max_iterations, cagra_max_iterations, 0, 100000,
+							PGC_USERSET, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
+	DefineCustomIntVariable("cagra.entry_probes",
+							"Groups of entry nodes a CPU search of a cagra index measures besides their pivots (0: every entry).",
+							"-1 uses what the index's build measured it to need (4 or 12).",
+							&cagra_entry_probes, cagra_entry_probes, -1, (int) cagra::kMaxStoredEntries,
+							PGC_USERSET, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
+	DefineCustomBoolVariable("cagra.skip_unread_distances",
+							 "Leaves a cagra scan's ORDER BY distance uncomputed where nothing above the scan reads it.",
+							 NULL, &cagra_skip_unread_distances, cagra_skip_unread_distances,
+							 PGC_USERSET, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
 
 	/* Server-start settings exist only where the worker can: PostgreSQL
 	 * refuses PGC_POSTMASTER variables from a library loaded later. */
 	if (!process_shared_preload_libraries_in_progress)
 		return;
+	DefineCustomEnumVariable("cagra.worker_backend",
+							 "What executes the worker's requests: gpu (libcagra_gpu.so), or cpu (the core library, for tests).",
+							 NULL, &cagra_worker_backend, cagra_worker_backend, cagra_backend_options,
+							 PGC_POSTMASTER, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
 	DefineCustomStringVariable("cagra.gpu_library",
 							   "Path of libcagra_gpu.so, opened by the GPU worker only.",
 							   NULL, &cagra_gpu_library, "$libdir/libcagra_gpu.so",
-							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.concurrent_batches",
-							"Search batches the GPU worker runs at the same time, each on a thread and CUDA stream of its own.",
-							"1 runs one launch at a time.  The CPU backend always runs one.",
-							&cagra_concurrent_batches, 4, 1, 64,
-							PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("cagra.concurrent_filtered_searches",
-							"Filtered searches the GPU worker runs at the same time, on threads of their own besides those of cagra.concurrent_batches.",
-							"Each filtered search is a launch of its own whose allowed rows the thread first maps to the copy's nodes.  0 runs them on the batch threads.  The CPU backend runs them with its one batch.",
-							&cagra_concurrent_filtered_searches, 8, 0, 64,
-							PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	DefineCustomEnumVariable("cagra.worker_backend",
-							 "What executes the worker's requests: gpu (libcagra_gpu.so), or cpu (the core library; for tests and GPU-less hosts that want batching).",
-							 NULL, &cagra_worker_backend, CAGRA_BACKEND_GPU, cagra_backend_options,
-							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
+							   PGC_POSTMASTER, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
+}
+
+void
+cagra_define_settings(void)
+{
+	cagra_define_user_settings();
+	cagra_define_developer_settings();
+	MarkGUCPrefixReserved("cagra");
 }

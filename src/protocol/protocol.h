@@ -27,6 +27,7 @@ extern "C" {
 
 #include "core/build.h"
 #include "core/format.h"
+#include "core/search_plan.h"
 
 /* Largest DSM segment one request uses: bulk transfers go in chunks. */
 #define CAGRA_CHUNK_BYTES ((Size) 64 * 1024 * 1024)
@@ -138,20 +139,16 @@ typedef struct CagraCopyExtent
 	uint64		reused;
 } CagraCopyExtent;
 
-/* What a search asks for: searches of one index with equal requests are
- * batched into one launch, unless filtered (worker/batch.cpp). */
-typedef struct CagraSearchRequest
-{
-	uint32		k;
-	cagra::SearchParams params;
-	bool		filtered;		/* the payload carries the allowed rows' TIDs
-								 * (set by cagra_worker_search) */
-} CagraSearchRequest;
+/* What a search asks for: its plan, whole (core/search_plan.h; filtered
+ * is set by cagra_worker_search from the allowed rows it sends).  Searches
+ * of one index with equal plans are batched into one launch, unless
+ * filtered (worker/batch.cpp). */
+typedef cagra::SearchPlan CagraSearchRequest;
 
 static inline bool
 cagra_same_search_request(const CagraSearchRequest *a, const CagraSearchRequest *b)
 {
-	return a->k == b->k && a->params == b->params;
+	return *a == *b;
 }
 
 typedef struct CagraRequestSlot
@@ -268,19 +265,21 @@ cagra_add_timing(CagraWorkerShared *sh, CagraTimingStep step, uint64 us, uint64 
 	pg_atomic_fetch_add_u64(&sh->timing_events[step], events);
 }
 
-/* GUCs (guc.cpp) */
+/* Settings (guc.cpp, the one place each is defined). */
+extern int	cagra_itopk_size;
+extern int	cagra_max_scan_tuples;
+extern bool cagra_enable_filtered_scan;
 extern int	cagra_device;
-extern int	cagra_batch_window_us;
-extern bool cagra_resident_search;
-extern int	cagra_batch_max;
-extern int	cagra_concurrent_batches;
-extern int	cagra_concurrent_filtered_searches;
-extern int	cagra_gpu_memory_limit_mb;
+extern int	cagra_search_width;
+extern int	cagra_max_iterations;
+extern int	cagra_entry_probes;
+extern bool cagra_skip_unread_distances;
 extern int	cagra_worker_timeout_ms;
-extern char *cagra_gpu_library;
+extern int	cagra_gpu_memory_limit_mb;
 extern int	cagra_worker_backend;
+extern char *cagra_gpu_library;
 
-void		cagra_worker_define_gucs(void);
+void		cagra_define_settings(void);
 
 /* shmem.cpp */
 void		cagra_worker_register(void);

@@ -104,7 +104,6 @@ cagra_register_bgworker(void)
 void
 cagra_worker_register(void)
 {
-	cagra_worker_define_gucs();
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;

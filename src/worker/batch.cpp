@@ -1,8 +1,8 @@
 /*
  * batch.cpp — the worker's queue loop: takes the oldest queued request;
- * for a search, waits until cagra.batch_window has passed since it was
- * queued (unless cagra.batch_max queries are already there), then takes
- * every queued search of the same index copy and search settings as one
+ * for a search, waits until the batch window has passed since it was
+ * queued (unless a full batch is already there), then takes
+ * every queued search of the same index copy and search plan as one
  * batch and hands it to a search thread (search_pool.h); finished batches
  * are answered here: each slot marked done and its backend's latch set.
  * Uploads and builds wait until no batch is running, since they may evict
@@ -27,6 +27,29 @@ extern "C" {
 #include "miscadmin.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+}
+
+/*
+ * How searches are batched: constants of the worker, not settings, each a
+ * trade of latency against launches (docs/worker.md, "Batching").  A batch
+ * holds at most kBatchMaxQueries queries.  While another batch runs, a
+ * search waits up to the window after it was queued for others to join
+ * it: on the GPU a launch costs more than the wait; the CPU engine runs one
+ * batch at a time, whose searches queue meanwhile anyway, so it does not
+ * wait.  The GPU engine runs kGpuBatchThreads batches at once, each on a
+ * stream of its own, and kGpuFilteredThreads filtered searches (each a
+ * launch alone) on threads besides them; the CPU engine one thread, whose
+ * searches use every core already.
+ */
+static const uint64 kBatchMaxQueries = 4096;
+static const int kGpuBatchWindowUs = 100;
+static const int kGpuBatchThreads = 4;
+static const int kGpuFilteredThreads = 8;
+
+static int
+cagra_batch_window_us(void)
+{
+	return cagra_engine_is_gpu() ? kGpuBatchWindowUs : 0;
 }
 
 /* Search threads running (0: batches run in the main loop). */
@@ -134,7 +157,7 @@ cagra_untake_slot(CagraRequestSlot *s)
 }
 
 /* Take the queued searches like the taken slot `first`, up to
- * cagra.batch_max queries in all (at least `first`).  Returns the count
+ * kBatchMaxQueries queries in all (at least `first`).  Returns the count
  * (first included), fills picked. */
 static int
 cagra_collect_batch(CagraWorkerShared *sh, int first, int *picked, uint64 *queries)
@@ -154,11 +177,11 @@ cagra_collect_batch(CagraWorkerShared *sh, int first, int *picked, uint64 *queri
 			s->worker_generation != f->worker_generation || !cagra_same_search(f, s) ||
 			!cagra_same_copy(f, s, copy))
 			continue;
-		if (total + s->nq > (uint64) cagra_batch_max || !cagra_take_slot(s))
+		if (total + s->nq > kBatchMaxQueries || !cagra_take_slot(s))
 			continue;
 		/* taken: its fields are stable now, look again */
 		if (s->kind != CAGRA_REQ_SEARCH || s->worker_generation != f->worker_generation ||
-			!cagra_same_search(f, s) || !cagra_same_copy(f, s, copy) || total + s->nq > (uint64) cagra_batch_max)
+			!cagra_same_search(f, s) || !cagra_same_copy(f, s, copy) || total + s->nq > kBatchMaxQueries)
 		{
 			cagra_untake_slot(s);
 			continue;
@@ -741,7 +764,7 @@ cagra_worker_drain_searches(void)
 static void
 cagra_wait_batch_window(CagraWorkerShared *sh, TimestampTz queued_at)
 {
-	TimestampTz until = queued_at + cagra_batch_window_us;
+	TimestampTz until = queued_at + cagra_batch_window_us();
 
 	for (;;)
 	{
@@ -789,7 +812,7 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 	}
 	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, pickup_us, 1);
 	/* a filtered search never shares its launch: nothing to wait for */
-	if (f->nq < (uint64) cagra_batch_max && cagra_batch_window_us > 0 && !f->search.filtered)
+	if (f->nq < kBatchMaxQueries && cagra_batch_window_us() > 0 && !f->search.filtered)
 		cagra_wait_batch_window(sh, f->queued_at);
 	n = cagra_collect_batch(sh, first, picked, &total);
 
@@ -872,8 +895,8 @@ void
 cagra_worker_start_search_threads(void)
 {
 	bool		gpu = cagra_engine_is_gpu();
-	int			batches = gpu ? cagra_concurrent_batches : 1;
-	int			filtered = gpu ? cagra_concurrent_filtered_searches : 0;
+	int			batches = gpu ? kGpuBatchThreads : 1;
+	int			filtered = gpu ? kGpuFilteredThreads : 0;
 	int			want = batches + filtered;
 
 	search_threads = cagra_search_pool_start(batches, filtered, cagra_run_search_job,

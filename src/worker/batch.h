@@ -7,8 +7,7 @@
 
 #include "protocol/protocol.h"
 
-/* Start the search threads (cagra.concurrent_batches of them on the GPU,
- * one on the CPU, whose searches use every core already). */
+/* Start the search threads (batch.cpp says how many). */
 void		cagra_worker_start_search_threads(void);
 
 /* A descriptor readable when a batch has finished (-1: no threads). */

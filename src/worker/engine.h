@@ -165,7 +165,7 @@ CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, cons
  * Lone queries started on the device's resident kernel and collected when
  * done (cagra_gpu_resident_start / _collect), so that each index scan's
  * search is answered as soon as it is done, with no batch window and no
- * thread of its own.  GPU engine only, with cagra.resident_search.
+ * thread of its own.  GPU engine only.
  */
 bool		cagra_engine_can_start_resident(void);
 

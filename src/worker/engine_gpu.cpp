@@ -9,9 +9,12 @@
 #include <algorithm>
 
 #include "core/search.h"
+#include "core/search_plan.h"
 
 /* What the protocol and the core say must hold for the GPU library too. */
 static_assert(CAGRA_GPU_INVALID_NODE == cagra::kInvalidNode, "one invalid node id");
+static_assert(CAGRA_GPU_MAX_STEP_CANDIDATES == cagra::kGpuMaxStepCandidates,
+			  "one limit of the candidates a GPU search step measures");
 static_assert(CAGRA_WORKER_MAX_K <= CAGRA_GPU_MAX_K && CAGRA_WORKER_MAX_K <= CAGRA_GPU_MAX_ITOPK,
 			  "a worker search must fit the GPU kernel");
 static_assert((int) CAGRA_GPU_L2 == (int) cagra::Metric::L2 &&
@@ -58,24 +61,6 @@ cagra_gpu_build_params_of(const cagra::BuildParams &p)
 	g.nn_descent_termination = p.nn_descent_termination;
 	g.seed = p.seed;
 	g.cancel = nullptr;
-	return g;
-}
-
-/* The GPU library's parameters: an automatic width as the GPU resolves it
- * (cagra::gpu_search_params: 1). */
-static cagra_gpu_search_params
-cagra_gpu_search_params_of(const cagra::SearchParams &params)
-{
-	const cagra::SearchParams p = cagra::gpu_search_params(params);
-	cagra_gpu_search_params g;
-
-	g.itopk_size = p.itopk_size;
-	g.search_width = p.search_width;
-	g.max_iterations = p.max_iterations;
-	g.random_entries = p.random_entries;
-	g.seed = p.seed;
-	g.ctas_per_query = 0;		/* the library chooses from the batch size */
-	g.resident = 0;
 	return g;
 }
 
@@ -135,32 +120,25 @@ cagra_gpu_context(const CagraIndexCopy &copy, CagraSearchLane *lane, cagra_gpu_s
 }
 
 /* The GPU library's settings of a traversal of nq queries (accepted: NULL,
- * or the nodes it may return); `params` may leave search_width automatic. */
+ * or the nodes it may return): the plan's, with what follows from the batch
+ * (cagra::gpu_batch_params); `params` may leave search_width automatic.
+ * The library shapes the launch by the plan's rule (ctas_per_query 0:
+ * cagra::gpu_search_shape). */
 static cagra_gpu_search_params
 cagra_gpu_traverse_params(const CagraIndexCopy &copy, uint32_t nq, const cagra::SearchParams &params,
 						  const uint64_t *accepted)
 {
-	cagra_gpu_search_params p = cagra_gpu_search_params_of(params);
+	const cagra::GpuBatchParams batch = cagra::gpu_batch_params(params, nq, copy.degree, accepted != nullptr);
+	cagra_gpu_search_params g;
 
-	/* A batch this small leaves most of the device idle one thread block
-	 * per query, so each query expands more parents a step: fewer, wider
-	 * steps at the same or better recall.  c1m on an H200, itopk 32: a lone
-	 * query 0.287 -> 0.171 ms, batches of 16 51,361 -> 80,092 queries/s
-	 * (bench/gpu_bench.cu).  The library searches most such batches with
-	 * several blocks per query, each expanding at most an eighth of its
-	 * buffer and 512 KB of vectors a step (4 of these 8 at itopk 32); the
-	 * 8 is used as given for the rest (itopk_size above 128).  Only where
-	 * the width is automatic (cagra.search_width 0, the default: 1 for
-	 * larger batches); an explicit width is used as set. */
-	constexpr uint32_t kSmallBatch = 64, kSmallBatchWidth = 8;
-
-	if (params.search_width == cagra::kAutoSearchWidth && nq <= kSmallBatch && copy.degree > 0)
-		p.search_width = std::max(1u, std::min({kSmallBatchWidth, p.itopk_size,
-												CAGRA_GPU_MAX_STEP_CANDIDATES / copy.degree}));
-	/* Such batches, unfiltered, go to the device's resident kernel
-	 * (cagra.resident_search): no launch, copy or interrupt per batch. */
-	p.resident = cagra_resident_search && nq <= kSmallBatch && !accepted;
-	return p;
+	g.itopk_size = batch.params.itopk_size;
+	g.search_width = batch.params.search_width;
+	g.max_iterations = batch.params.max_iterations;
+	g.random_entries = batch.params.random_entries;
+	g.seed = batch.params.seed;
+	g.ctas_per_query = 0;
+	g.resident = batch.resident;
+	return g;
 }
 
 /* The GPU library's traversal (accepted: NULL, or the nodes it may return);
@@ -348,7 +326,7 @@ class CagraGpuEngine final : public CagraEngine
 	bool
 	can_start_resident() const override
 	{
-		return cagra_resident_search;
+		return true;
 	}
 
 	bool

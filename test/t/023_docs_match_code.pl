@@ -51,7 +51,8 @@ my @settings = split /\n/, $node->safe_psql('postgres', q{
 	SELECT concat_ws('|', name, vartype, boot_val, coalesce(min_val, ''), coalesce(max_val, ''),
 					 coalesce(array_to_string(enumvals, ','), ''))
 	  FROM pg_settings WHERE name LIKE 'cagra.%' ORDER BY name});
-cmp_ok(scalar @settings, '>=', 10, 'pg_settings lists the cagra settings');
+cmp_ok(scalar @settings, '>=', 5, 'pg_settings lists the cagra settings');
+cmp_ok(scalar @settings, '<=', 8, 'at most 8 settings for users (pg_settings shows no developer setting)');
 foreach my $setting (@settings)
 {
 	my ($name, $type, $boot, $min, $max, $enumvals) = split /\|/, $setting, -1;
@@ -68,6 +69,32 @@ foreach my $setting (@settings)
 		my @doc_values = sort($doc_range =~ /`([^`]+)`/g);
 		is(join(',', @doc_values), join(',', sort split /,/, $enumvals),
 			"$name: documented values are the server's");
+	}
+}
+
+# The developer settings (hidden from pg_settings, as PostgreSQL's own):
+# every setting guc.cpp defines that pg_settings does not list has a row in
+# the developer section, with the server's default and range.
+my $developer_doc = section($reference, 'Developer settings');
+ok($developer_doc ne '', 'reference.md has a Developer settings section');
+my %shown = map { (split /\|/)[0] => 1 } @settings;
+my $guc_source = slurp_file("$src/src/protocol/guc.cpp");
+my @defined = $guc_source =~ /DefineCustom\w+Variable\("(cagra\.\w+)"/g;
+cmp_ok(scalar @defined, '<=', 12, 'guc.cpp defines at most 12 settings in all');
+foreach my $name (grep { !$shown{$_} } @defined)
+{
+	my $row = doc_row($developer_doc, $name);
+	ok(defined $row, "developer setting $name has a row in reference.md") or next;
+	my (undef, $doc_type, $doc_default, $doc_range) = @$row;
+	# cagra.worker_backend is set by this node's postgresql.conf
+	is(unquote($doc_default), $node->safe_psql('postgres', "SHOW $name"),
+		"$name: documented default is the server's")
+	  unless $name eq 'cagra.worker_backend';
+	if ($doc_type eq 'integer')
+	{
+		my ($ret, $out, $err) = $node->psql('postgres', "SET $name = -2147483648");
+		my ($range) = $err =~ /\((-?\d+ \.\. -?\d+)\)/;
+		is($doc_range, $range // $err, "$name: documented range is the server's");
 	}
 }
 

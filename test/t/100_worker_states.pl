@@ -99,22 +99,37 @@ SKIP:
 	is($node->safe_psql('postgres', $via_index), $exact, 'index scan with the real library');
 }
 
-# --- the worker's server-start settings out of range ----------------------------
+# --- the worker's settings out of range, and removed ones ---------------------
 # A preloaded library's settings are checked when it defines them, after the
-# configuration file was read: PostgreSQL warns, names the range and keeps
-# the default (it does not refuse to start)
-for my $bad (['cagra.concurrent_batches', 0, '1 .. 64', 4],
-	['cagra.concurrent_filtered_searches', 65, '0 .. 64', 8])
+# configuration file was read: PostgreSQL warns, names the range or the
+# values and keeps the default (it does not refuse to start)
+for my $bad (['cagra.gpu_memory_limit', -1, qr/-1 MB is outside the valid range for parameter "cagra\.gpu_memory_limit" \(0 \.\. 2147483647\)/, '0'],
+	['cagra.worker_backend', 'tpu', qr/invalid value for parameter "cagra\.worker_backend": "tpu"/, 'gpu'])
 {
-	my ($name, $value, $range, $default) = @$bad;
+	my ($name, $value, $warning, $default) = @$bad;
 	my $offset = -s $node->logfile;
 	$node->append_conf('postgresql.conf', "$name = $value\n");
 	$node->restart;
-	like(substr(slurp_file($node->logfile), $offset),
-		qr/WARNING:  $value is outside the valid range for parameter "\Q$name\E" \(\Q$range\E\)/,
-		"$name = $value: PostgreSQL's range warning");
+	like(substr(slurp_file($node->logfile), $offset), qr/WARNING:  $warning/,
+		"$name = $value: PostgreSQL's warning");
 	is($node->safe_psql('postgres', "SHOW $name"), $default, "$name keeps its default ($default)");
 	$node->append_conf('postgresql.conf', "$name = $default\n");
+}
+
+# A setting cagra no longer has, left in postgresql.conf: a warning that
+# names it, and the server runs
+{
+	my $offset = -s $node->logfile;
+	$node->append_conf('postgresql.conf', "cagra.batch_window = 100\ncagra.concurrent_batches = 4\n");
+	$node->restart;
+	my $log = substr(slurp_file($node->logfile), $offset);
+	for my $name ('cagra.batch_window', 'cagra.concurrent_batches')
+	{
+		like($log, qr/WARNING:  invalid configuration parameter name "\Q$name\E", removing it/,
+			"removed $name: PostgreSQL warns at start");
+	}
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 7)], 5)'),
+		'5', 'the server runs with removed settings in postgresql.conf');
 }
 
 $node->stop;

@@ -17,7 +17,6 @@ $node->init(allows_streaming => 1);
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'cagra'
 cagra.worker_backend = cpu
-cagra.batch_window = 0
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION cagra');

@@ -42,7 +42,7 @@ restart_after_crash = on
 }
 
 # A running node named $name whose worker runs the core library
-# (cagra.worker_backend = cpu, no batch window), with $extra settings; the
+# (cagra.worker_backend = cpu, which batches with no window), with $extra settings; the
 # extension is created in database postgres unless $no_extension.
 sub cpu_worker
 {
@@ -51,7 +51,7 @@ sub cpu_worker
 
 	$node->init;
 	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'cagra'\n"
-		  . "cagra.worker_backend = cpu\ncagra.batch_window = 0\n" . ($extra // ''));
+		  . "cagra.worker_backend = cpu\n" . ($extra // ''));
 	$node->start;
 	return $node if $no_extension;
 	$node->safe_psql('postgres', 'CREATE EXTENSION cagra');
