@@ -171,8 +171,8 @@ void make_half_dataset(const float *host, uint64_t n, uint32_t dim, HalfDataset 
     /* Float32 rows go through staging buffers of upload_chunk_rows, so the
      * device never holds the whole set in float32 beside its fp16 copy.
      * Past one chunk they are copied by host threads into two page-locked
-     * buffers in turn, so one chunk is sent while the next is copied (the
-     * driver's own copy of pageable memory ran at 7 GB/s). */
+     * buffers in turn, so one chunk is sent while the next is copied (faster
+     * than the driver's own copy of pageable memory). */
     const uint64_t chunk = std::min<uint64_t>(n, upload_chunk_rows(dim));
     const bool staged = chunk < n;
     DeviceBuffer<float> on_device[2];

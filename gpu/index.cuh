@@ -44,8 +44,8 @@ struct cagra_gpu_search_context {
     /* page-locked copies of a batch's answers and counts, and of a small
      * batch's queries: a copy to pageable memory holds the calling thread
      * inside the driver until the stream drains, and small copies from
-     * several threads' contexts take turns there (batches of 10 from 4
-     * threads: about half the queries/s of staged copies on the H200) */
+     * several threads' contexts take turns there (docs/benchmarks.md,
+     * "Constants") */
     std::unique_ptr<cagra_gpu::PinnedBuffer<unsigned char>> staging;
     uint64_t staging_bytes = 0;
 

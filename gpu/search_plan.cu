@@ -125,10 +125,8 @@ bool resident_plan(const cagra_gpu_index *ix, const cagra_gpu_search_params &p, 
                    SearchArgs *a)
 {
     /* One block walks each query there; at long rows several blocks per
-     * query (a launch) finish a small batch sooner.  Through SQL on an
-     * H200: 512-byte rows (c1m) 2,061 -> 3,142 q/s with one client and
-     * 79,009 -> 110,203 with 64; 4 KB rows (1,024 float32 dimensions)
-     * 1,209 -> 826 and 34,407 -> 29,166 (docs/worker.md). */
+     * query (a launch) finish a small batch sooner, so the resident kernel
+     * takes short rows only (docs/benchmarks.md, "Constants"). */
     constexpr uint64_t kResidentMaxRowBytes = 1024;
     if ((uint64_t)ix->stride * (ix->dtype == CAGRA_GPU_FLOAT16 ? 2 : 4) > kResidentMaxRowBytes)
         return false;

@@ -131,9 +131,9 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
  * every one of them or traverses as cagra::plan_filtered_search says (one
  * operator and one index tuple cost per distance, as the index scan's
  * search above), plus the fixed cost of a search round: a round trip to
- * the worker or the set-up of a search in the backend, measured at about
- * 0.3 ms, what a bitmap heap scan of some 200 rows and its sort take, which
- * the planner prices near 100 random page reads.  So a filter that passes
+ * the worker or the set-up of a search in the backend, about what a bitmap
+ * heap scan of some 200 rows and its sort take, which the planner prices
+ * near 100 random page reads (docs/benchmarks.md, "Constants").  So a filter that passes
  * fewer rows than that is left to the bitmap heap scan and a sort.  Of the
  * allowed rows, the WHERE clause's other conditions keep rows / allowed,
  * so each row returned costs allowed / rows fetches.  Without the worker,

@@ -4,9 +4,8 @@
  *
  * A search reads rows at random over arrays of hundreds of MB; with 4 KiB
  * pages nearly every row read also misses the TLB (a 200 MB array spans
- * 51,200 pages, far more than the TLB holds; in 2 MiB pages: 100).  On the
- * 200,000 x 256 set of issue 12 queries ran 1.14-1.22x faster with the
- * vectors on huge pages (docs/benchmarks.md, "Huge pages and node order").
+ * 51,200 pages, far more than the TLB holds; in 2 MiB pages: 100), which
+ * huge pages avoid (docs/benchmarks.md, "Constants").
  */
 #pragma once
 

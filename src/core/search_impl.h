@@ -132,8 +132,7 @@ void Searcher<Accessor>::start(const EntryIndex &entries)
     /* The random entries wait until the walk has converged (next()): at the
      * start they are typical points, often closer than the entries the
      * index picked but leading nowhere, and they took the buffer's first
-     * expansions (set 1 of issue 12, itopk 10: recall 0.903 up front, 0.949
-     * deferred, docs/benchmarks.md "Random entries after the walk"). */
+     * expansions (docs/benchmarks.md, "Constants"). */
     random_pending_ = params_.random_entries > 0;
     g_.distances(query_, s_->ids.data(), count, s_->dists.data());
     distance_count_ += count;

@@ -82,11 +82,10 @@ struct BuildParams {
  * used as given. */
 constexpr uint32_t kAutoSearchWidth = 0;
 
-/* What automatic means (docs/tuning.md, docs/benchmarks.md "Automatic
- * search_width on the CPU"): 2 parents an iteration for a CPU search from an
- * entry index (set 1 of issue 12, itopk 32: recall 0.953 against 0.907 at
- * width 1, for 752 against 742 distances); 1 on the GPU, and on the CPU
- * from a plain entry list (inserts, repairs, the build's connection step). */
+/* What automatic means (docs/tuning.md; docs/benchmarks.md, "Constants"): 2 parents an iteration for a CPU search from an
+ * entry index (higher recall than width 1 for about as many distances); 1 on
+ * the GPU, and on the CPU from a plain entry list (inserts, repairs, the
+ * build's connection step). */
 constexpr uint32_t kCpuAutoSearchWidth = 2;
 constexpr uint32_t kNarrowAutoSearchWidth = 1;
 

@@ -62,11 +62,8 @@ static bool start_refused = false;
 /* Searches queued at the last look over the slots, less those started
  * alone since.  Each lone start costs the main loop a start of its own;
  * with more than kLoneStartQueueMax waiting, batches serve them with
- * fewer.  Measured while each start also cost a look: on one H200
- * host (c1m, itopk 32, two rounds each): every search alone gave 64 clients
- * 132,690-135,318 q/s and 256 clients 119,727-122,357; alone up to 32
- * queued, 127,555-128,304 and 124,239-130,408; up to 64, 131,182-132,018
- * and 126,493-128,302. */
+ * fewer.  The bound trades a lone query's latency against the main loop's
+ * time under many clients (docs/benchmarks.md, "Constants"). */
 static int	queued_searches = 0;
 static const int kLoneStartQueueMax = 64;
 

@@ -287,7 +287,7 @@ class CagraGpuEngine final : public CagraEngine
 	 * The device measures every allowed node at memory bandwidth (all pairs
 	 * at once), while a widened traversal is a chain of dependent steps in
 	 * one thread block per query: up to a gigabyte of vectors read a batch
-	 * (about 0.3 ms on an H200), measuring is the cheaper of the two.
+	 * (a fraction of a millisecond), measuring is the cheaper of the two.
 	 */
 	bool
 	measures_allowed(uint32_t nq, size_t count, const CagraIndexCopy &copy) const override
