@@ -1,5 +1,5 @@
 /*
- * search_sql.cpp — cagra_search(index, queries vector[], k): many queries
+ * search_sql.cpp — cagra_search(index, queries vector[] or halfvec[], k): many queries
  * in one call, sent to the worker as one batch (or searched on the CPU),
  * returning (query, ctid, distance) for rows visible to the statement's
  * snapshot only, k per query at most, in distance order.
@@ -174,12 +174,14 @@ typedef struct CagraQueryArray
 	int16		elmlen;
 	bool		elmbyval;
 	char		elmalign;
+	bool		half;			/* halfvec[] queries, read as floats */
 } CagraQueryArray;
 
 static void
 cagra_query_array_init(CagraQueryArray *qa, AnyArrayType *arr)
 {
 	get_typlenbyvalalign(AARR_ELEMTYPE(arr), &qa->elmlen, &qa->elmbyval, &qa->elmalign);
+	qa->half = vector_type_is_halfvec(AARR_ELEMTYPE(arr));
 	array_iter_setup(&qa->iter, arr);
 	qa->next = 0;
 }
@@ -213,10 +215,13 @@ cagra_collect_queries(Relation index, const CagraMetaData *meta, CagraQueryArray
 			memset(queries + (Size) q * meta->dims, 0, meta->dims * sizeof(float));
 			continue;
 		}
-		Vector	   *v = DatumGetVector(elem);
+		int			dim;
+		const float *x = vector_datum_floats(elem, qa->half, &dim);
 
-		cagra_check_dims(index, meta->dims, v->dim);
-		cagra_prepare((cagra::Metric) meta->metric, v->x, queries + (Size) q * meta->dims, meta->dims);
+		cagra_check_dims(index, meta->dims, dim);
+		cagra_prepare((cagra::Metric) meta->metric, x, queries + (Size) q * meta->dims, meta->dims);
+		if (qa->half)
+			pfree((void *) x);	/* the widened copy: one at a time */
 		present[q] = true;
 	}
 	*present_out = present;
