@@ -132,6 +132,17 @@ CagraSearchLane::context(int device, std::string *msg)
 	return contexts_[device];
 }
 
+/* "the sm_90 cubin", or "PTX compute_80, compiled by the driver for sm_90". */
+static std::string
+cagra_engine_image_text(const cagra_gpu_device_info *info)
+{
+	std::string cubin = "sm_" + std::to_string(info->binary_version);
+
+	if (info->binary_version > info->ptx_version)
+		return "PTX compute_" + std::to_string(info->ptx_version) + ", compiled by the driver for " + cubin;
+	return "the " + cubin + " cubin";
+}
+
 void
 cagra_engine_init(const CagraGpuApi *api)
 {
@@ -155,7 +166,18 @@ cagra_engine_init(const CagraGpuApi *api)
 		cagra_gpu_device_info info;
 
 		if (api->get_device_info(d, &info) != CAGRA_GPU_OK)
+		{
+			/* devices are numbered as CUDA numbers them: none past this one */
+			ereport(LOG,
+					(errmsg("cagra gpu worker: device %d and those after it left out: %s",
+							d, api->last_error())));
 			break;
+		}
+		ereport(LOG,
+				(errmsg("cagra gpu worker: device %d: %s, compute capability %d.%d, %.1f GiB, runs %s",
+						d, info.name, info.compute_major, info.compute_minor,
+						info.total_memory / 1073741824.0,
+						cagra_engine_image_text(&info).c_str())));
 		device_names.push_back(info.name);
 		device_totals.push_back(info.total_memory);
 	}
