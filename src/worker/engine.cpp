@@ -167,10 +167,14 @@ cagra_engine_init(const CagraGpuApi *api)
 
 		if (api->get_device_info(d, &info) != CAGRA_GPU_OK)
 		{
-			/* devices are numbered as CUDA numbers them: none past this one */
-			ereport(LOG,
-					(errmsg("cagra gpu worker: device %d and those after it left out: %s",
-							d, api->last_error())));
+			/*
+			 * Devices are numbered as CUDA numbers them: none past this one.
+			 * Without device 0 the worker stops and reports the reason.
+			 */
+			if (d > 0)
+				ereport(LOG,
+						(errmsg("cagra gpu worker: device %d and those after it left out: %s",
+								d, api->last_error())));
 			break;
 		}
 		ereport(LOG,
