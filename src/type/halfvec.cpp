@@ -248,7 +248,7 @@ vector_to_halfvec(PG_FUNCTION_ARGS)
 
 	vector_check_typmod_dims(v->dim, PG_GETARG_INT32(1));
 	for (int i = 0; i < v->dim; i++)
-		vector_check_half_range(v->x[i], NULL);
+		vector_check_half_range(v->x[i], NULL, 0);
 	PG_RETURN_POINTER(halfvec_of_floats(v->x, v->dim));
 }
 

@@ -136,7 +136,7 @@ type_name_of(bool half)
 }
 
 void
-vector_check_half_range(float value, const char *text)
+vector_check_half_range(float value, const char *text, int len)
 {
 	if (std::fabs(value) >= cagra::kHalfOverflow)
 	{
@@ -146,10 +146,11 @@ vector_check_half_range(float value, const char *text)
 		{
 			float_to_shortest_decimal_buf(value, shortest);
 			text = shortest;
+			len = (int) strlen(shortest);
 		}
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("\"%s\" is out of range for type halfvec", text)));
+				 errmsg("\"%.*s\" is out of range for type halfvec", len, text)));
 	}
 }
 
@@ -178,7 +179,7 @@ parse_element(const char *input, const char **pp, bool half)
 						pnstrdup(start, end - start), half ? "halfvec" : "real")));
 	vector_check_element_of(type_name_of(half), value);
 	if (half)
-		vector_check_half_range(value, pnstrdup(start, end - start));
+		vector_check_half_range(value, start, (int) (end - start));
 	*pp = end;
 	return value;
 }
@@ -422,7 +423,7 @@ vector_array_floats(ArrayType *array, int32 typmod, bool half, int *dim)
 		values[i] = element_to_float(elems[i], elemtype, type_name);
 		vector_check_element_of(type_name, values[i]);
 		if (half)
-			vector_check_half_range(values[i], NULL);
+			vector_check_half_range(values[i], NULL, 0);
 	}
 	pfree(elems);
 	*dim = n;

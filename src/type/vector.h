@@ -63,9 +63,9 @@ void		vector_check_dim_of(const char *type_name, int dim);
 void		vector_check_element(float value);
 void		vector_check_element_of(const char *type_name, float value);
 
-/* ERROR unless `value` rounds to a finite half; `text` is how the input
- * wrote it, or NULL to print the value. */
-void		vector_check_half_range(float value, const char *text);
+/* ERROR unless `value` rounds to a finite half; `text` (`len` bytes) is how
+ * the input wrote it, or NULL to print the value. */
+void		vector_check_half_range(float value, const char *text, int len);
 
 /* ERROR unless `typmod` (-1: any) allows `dim` dimensions. */
 void		vector_check_typmod_dims(int dim, int32 typmod);
