@@ -58,7 +58,7 @@ else
       cmake --install /tmp/gtest-build >>"$out/gtest-build.log" 2>&1
   fi
   [ -d /tmp/gtest ] && prefix=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
-  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON "${prefix[@]}" >"$out/build.log" 2>&1 &&
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON -DCAGRA_CUDA_ARCH="${CAGRA_CUDA_ARCH:-native}" "${prefix[@]}" >"$out/build.log" 2>&1 &&
     cmake --build build-device -j "$(nproc)" --target cagra_gpu cagra_gpu_tests gpu_bench >>"$out/build.log" 2>&1 ||
     { tail -30 "$out/build.log"; exit 1; }
   tests=build-device/gpu/test/cagra_gpu_tests bench=build-device/gpu/gpu_bench

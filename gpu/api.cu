@@ -148,6 +148,10 @@ void check_search_params(const cagra_gpu_index *ix, const cagra_gpu_search_param
         invalid("ctas_per_query must be at most " + std::to_string(CAGRA_GPU_MAX_CTAS_PER_QUERY));
 }
 
+/* Compiled for the architectures of every other kernel: the image the
+ * runtime picks for it on a device is the one they all run there. */
+__global__ void image_probe_kernel() {}
+
 } // namespace
 
 } // namespace cagra_gpu
@@ -236,6 +240,18 @@ cagra_gpu_status cagra_gpu_get_device_info(int device, cagra_gpu_device_info *in
         info->compute_major = prop.major;
         info->compute_minor = prop.minor;
         info->multiprocessors = prop.multiProcessorCount;
+        cudaFuncAttributes image;
+        const cudaError_t err = cudaFuncGetAttributes(&image, image_probe_kernel);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
+            const std::string device_name = std::string(prop.name) + " (compute capability " +
+                                            std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
+            fail(CAGRA_GPU_NO_DEVICE, device_name +
+                                          " cannot run this libcagra_gpu (built for " CAGRA_GPU_ARCHITECTURES "): " +
+                                          cudaGetErrorString(err));
+        }
+        info->binary_version = image.binaryVersion;
+        info->ptx_version = image.ptxVersion;
     });
 }
 

@@ -33,9 +33,10 @@ extern "C" {
 /* Bumped whenever a signature, struct or enum below changes (5: the L1
  * metric; 6: device time of a search, searches of a node list; 7:
  * ctas_per_query; 8: resident; 10: each query's answer as it is final,
- * lone queries started and collected; 12: a build's result struct);
+ * lone queries started and collected; 12: a build's result struct; 13: the
+ * image a device runs);
  * compare cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 12
+#define CAGRA_GPU_API_VERSION 13
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -71,6 +72,12 @@ typedef struct {
     int compute_major;
     int compute_minor;
     int multiprocessors;
+    /* The image of the library's kernels this device runs, as major * 10 +
+     * minor: the cubin's architecture (binary_version) and the PTX it came
+     * from (ptx_version); binary_version above ptx_version means the driver
+     * compiled the PTX for this device at load. */
+    int binary_version;
+    int ptx_version;
 } cagra_gpu_device_info;
 
 typedef struct {
@@ -143,6 +150,10 @@ CAGRA_GPU_EXPORT void cagra_gpu_default_search_params(cagra_gpu_search_params *p
 /* Number of usable devices.  Any CUDA error (no driver, driver too old)
  * gives *count = 0 and CAGRA_GPU_NO_DEVICE; it never aborts. */
 CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_device_count(int *count);
+/* What device `device` is and the image it runs.  CAGRA_GPU_NO_DEVICE, with
+ * the reason in cagra_gpu_last_error(), when the library has no image the
+ * device can run (an architecture it was not built for, PTX newer than the
+ * driver). */
 CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_get_device_info(int device, cagra_gpu_device_info *info);
 
 /* Device bytes a build or a loaded index needs (estimates from the same

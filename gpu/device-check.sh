@@ -16,7 +16,7 @@
 #        SANITIZE=0        1: also run one GPU test under compute-sanitizer
 #        NCU=0             1: profile the search and join kernels with ncu
 #        GTEST_SRC=.device/googletest  GoogleTest sources when the machine has none
-#        CAGRA_CUDA_ARCH   the architectures to build for (e.g. 80-virtual)
+#        CAGRA_CUDA_ARCH=native  the library's architectures (80-virtual: PTX alone)
 set -uo pipefail
 out=${1:-${OUT:-device-out}}
 mkdir -p "$out"
@@ -46,8 +46,7 @@ fi
 [ -d /tmp/gtest ] && prefix=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
 
 step "configure and build"
-cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON "${prefix[@]}" \
-  ${CAGRA_CUDA_ARCH:+-DCAGRA_CUDA_ARCH="$CAGRA_CUDA_ARCH"} \
+cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAGRA_GPU=ON -DCAGRA_CUDA_ARCH="${CAGRA_CUDA_ARCH:-native}" "${prefix[@]}" \
   >"$out/build.log" 2>&1 &&
   cmake --build build-device -j "$jobs" --target cagra_gpu cagra_gpu_tests gpu_bench \
     >>"$out/build.log" 2>&1

@@ -14,8 +14,18 @@ namespace cagra_gpu {
 
 namespace {
 
+/* Blocks of 256 threads an SM should hold at once, which bounds the
+ * registers a thread may take: six where an SM runs 1,536 threads or more,
+ * four on Turing, whose SMs run 1,024 (ptxas ignores a bound they cannot
+ * meet, and the registers would then go unbounded). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kSearchBlocksPerSm = 4;
+#else
+constexpr int kSearchBlocksPerSm = 6;
+#endif
+
 template <class T, int TEAM>
-__global__ void __launch_bounds__(256, 6) search_kernel(SearchArgs a)
+__global__ void __launch_bounds__(256, kSearchBlocksPerSm) search_kernel(SearchArgs a)
 {
     const uint32_t qi = blockIdx.x;
     search_one<T, TEAM>(a, a.queries + (uint64_t)qi * a.stride, qi, a.k, a.ids_out + (uint64_t)qi * a.k,

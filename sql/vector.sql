@@ -126,15 +126,15 @@ SELECT '[0,0]'::vector <-> '[3,4]' AS l2_5,
        '[1,0]'::vector <=> '[0,1]' AS cos_1,
        '[1,1]'::vector <=> '[2,2]' AS cos_0,
        '[1,0]'::vector <=> '[-1,0]' AS cos_2;
-SELECT l2_distance('[1,1,1,1]', '[0,0,0,0]'), inner_product('[1,2]', '[3,4]'),
-       cosine_distance('[3,0]', '[3,4]');
+SELECT l2_distance('[1,1,1,1]'::vector, '[0,0,0,0]'), inner_product('[1,2]'::vector, '[3,4]'),
+       cosine_distance('[3,0]'::vector, '[3,4]');
 -- a zero vector has no direction: NaN, as in pgvector
-SELECT '[0,0]'::vector <=> '[1,1]', cosine_distance('[1,1]', '[0,0]');
-SELECT vector_dims('[1,2,3]'), vector_norm('[3,4]'), vector_norm('[0,0]');
+SELECT '[0,0]'::vector <=> '[1,1]', cosine_distance('[1,1]'::vector, '[0,0]');
+SELECT vector_dims('[1,2,3]'::vector), vector_norm('[3,4]'), vector_norm('[0,0]');
 SELECT '[1,2]'::vector <-> '[1,2,3]';
 SELECT '[1,2]'::vector <#> '[1,2,3]';
 SELECT '[1,2]'::vector <=> '[1,2,3]';
-SELECT inner_product('[1]', '[1,2]');
+SELECT inner_product('[1]'::vector, '[1,2]');
 
 -- kernel tails and blocks: exact integer results for every length 1..70
 SELECT count(*) AS wrong FROM (
@@ -186,12 +186,12 @@ SELECT '[1,2,3]'::vector + '[4,5,6]' AS sum, '[1,2,3]'::vector - '[1,1,1]' AS di
 SELECT '[1,2]'::vector + '[1,2,3]';
 SELECT '[3e38]'::vector + '[3e38]';
 SELECT '[1e-30]'::vector * '[1e-30]';
-SELECT l1_distance('[0,0]', '[3,-4]'), '[0,0]'::vector <+> '[3,-4]' AS l1;
-SELECT l1_distance('[1]', '[1,2]');
-SELECT l2_normalize('[3,4]'), l2_normalize('[0,0]');
-SELECT subvector('[1,2,3,4,5]', 2, 3), subvector('[1,2,3,4,5]', 4, 10), subvector('[1,2,3,4,5]', -1, 3);
-SELECT subvector('[1,2,3]', 2, 0);
-SELECT subvector('[1,2,3]', 5, 2);
+SELECT l1_distance('[0,0]'::vector, '[3,-4]'), '[0,0]'::vector <+> '[3,-4]' AS l1;
+SELECT l1_distance('[1]'::vector, '[1,2]');
+SELECT l2_normalize('[3,4]'::vector), l2_normalize('[0,0]'::vector);
+SELECT subvector('[1,2,3,4,5]'::vector, 2, 3), subvector('[1,2,3,4,5]'::vector, 4, 10), subvector('[1,2,3,4,5]'::vector, -1, 3);
+SELECT subvector('[1,2,3]'::vector, 2, 0);
+SELECT subvector('[1,2,3]'::vector, 5, 2);
 SELECT avg(v), sum(v) FROM (VALUES ('[1,2]'::vector), ('[3,4]'), ('[5,9]')) t(v);
 SELECT avg(v) IS NULL AS avg_of_nothing, sum(v) IS NULL AS sum_of_nothing FROM (SELECT '[1]'::vector WHERE false) t(v);
 SELECT avg(v) FROM (VALUES ('[1,2]'::vector), ('[1,2,3]')) t(v);

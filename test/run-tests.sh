@@ -30,7 +30,10 @@
 # CAGRA_TEST_USER, KEEP_SCRATCH=1 to keep the scratch directory,
 # LAYERS to run some layers only, TESTS to run only the
 # named pg_regress, isolation and TAP tests (names without .sql, .spec or .pl),
-# TEST_PORT for pg_regress's and isolation's temporary instance.
+# TEST_PORT for pg_regress's and isolation's temporary instance,
+# CAGRA_CUDA_ARCH for the GPU library's CUDA architectures (default: the
+# GPU of this machine, or sm_75 where there is none, which still compiles
+# every kernel for the oldest generation; the packages build them all).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -38,6 +41,13 @@ ROOT=$(pwd)
 PG_CONFIG=${PG_CONFIG:-pg_config}
 JOBS=${JOBS:-2}
 TEST_USER=${CAGRA_TEST_USER:-cagra_test}
+if [ -n "${CAGRA_CUDA_ARCH:-}" ]; then
+    CUDA_ARCH=$CAGRA_CUDA_ARCH
+elif nvidia-smi -L >/dev/null 2>&1; then
+    CUDA_ARCH=native
+else
+    CUDA_ARCH=75-real
+fi
 ALL_LAYERS="layers core extension regress isolation tap"
 [ $# -gt 0 ] && LAYERS="$*"
 LAYERS=${LAYERS:-$ALL_LAYERS}
@@ -103,7 +113,7 @@ if ! wanted_layer core; then
     :
 elif banner "core: CMake build and ctest"; [ ! -f CMakeLists.txt ]; then
     record core SKIP "no CMakeLists.txt"
-elif ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$SCRATCH/cmake.log" 2>&1; then
+elif ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCAGRA_CUDA_ARCH="$CUDA_ARCH" >"$SCRATCH/cmake.log" 2>&1; then
     tail -40 "$SCRATCH/cmake.log"
     record core FAIL "cmake configure failed"
 elif ! cmake --build build -j "$JOBS" >"$SCRATCH/build.log" 2>&1; then

@@ -1,5 +1,5 @@
 -- sql/install/am.sql — the cagra index access method, its operator classes
--- (on the type `vector`, ours or pgvector's) and the index inspection
+-- (on the types `vector` and `halfvec`, ours or pgvector's) and the index inspection
 -- functions.
 
 CREATE FUNCTION cagra_handler(internal) RETURNS index_am_handler
@@ -46,13 +46,19 @@ BEGIN
 END
 $l1$;
 
--- pgvector's halfvec, when pgvector is installed: the same operator classes
--- (its <->, <#>, <=>, <+> on halfvec); the index reads the elements as floats and
--- takes up to 16,000 dimensions (pgvector's HNSW stops at 4,000).
+-- halfvec, pgvector's or cagra's own (vector.sql): the same operator classes
+-- (its <->, <#>, <=>, <+> on halfvec); the index reads the elements as floats
+-- and takes up to 16,000 dimensions (pgvector's HNSW stops at 4,000).  Not on
+-- a type of that name that is neither (pgvector absent, cagra's vector
+-- another's).
 DO $halfvec$
 BEGIN
     IF to_regtype('halfvec') IS NOT NULL
-       AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector') THEN
+       AND (EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')
+            OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+                        WHERE d.classid = 'pg_type'::regclass AND d.objid = to_regtype('halfvec')
+                          AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+                          AND e.extname = 'cagra')) THEN
         EXECUTE $ddl$
         CREATE OPERATOR CLASS halfvec_l2_ops
             DEFAULT FOR TYPE halfvec USING cagra AS

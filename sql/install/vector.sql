@@ -1,10 +1,11 @@
--- sql/install/vector.sql — first part of the install script: the type `vector`.
+-- sql/install/vector.sql — first part of the install script: the types
+-- `vector` and `halfvec`.
 --
 -- Created only when the extension's schema has no type named vector yet.
--- When pgvector is installed there first, cagra attaches to pgvector's type
--- (same on-disk layout) and to its operators <->, <#> and <=>, and creates
--- none of the objects below; the index opclasses (am.sql) then refer to
--- pgvector's type.
+-- When pgvector is installed there first, cagra attaches to pgvector's types
+-- (same on-disk layouts) and to their operators <->, <#>, <=> and <+>, and
+-- creates none of the objects below; the index opclasses (am.sql) then refer
+-- to pgvector's types.
 
 \echo Use "CREATE EXTENSION cagra" to load this file. \quit
 
@@ -233,6 +234,189 @@ BEGIN
         OPERATOR 4 >=,
         OPERATOR 5 >,
         FUNCTION 1 vector_cmp(vector, vector);
+    -- halfvec: half-precision elements (src/type/halfvec.cpp), pgvector's
+    -- names, forms and casts
+    CREATE TYPE halfvec;
+
+    CREATE FUNCTION halfvec_in(cstring, oid, integer) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_out(halfvec) RETURNS cstring
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_typmod_in(cstring[]) RETURNS integer
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_recv(internal, oid, integer) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_send(halfvec) RETURNS bytea
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE TYPE halfvec (
+        INPUT     = halfvec_in,
+        OUTPUT    = halfvec_out,
+        TYPMOD_IN = halfvec_typmod_in,
+        RECEIVE   = halfvec_recv,
+        SEND      = halfvec_send,
+        STORAGE   = external
+    );
+
+    CREATE FUNCTION halfvec(halfvec, integer, boolean) RETURNS halfvec
+        AS 'MODULE_PATHNAME', 'halfvec_typmod' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_to_vector(halfvec, integer, boolean) RETURNS vector
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_to_halfvec(vector, integer, boolean) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_halfvec(integer[], integer, boolean) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_halfvec(real[], integer, boolean) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_halfvec(double precision[], integer, boolean) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION array_to_halfvec(numeric[], integer, boolean) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_to_float4(halfvec, integer, boolean) RETURNS real[]
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE CAST (halfvec AS halfvec)
+        WITH FUNCTION halfvec(halfvec, integer, boolean) AS IMPLICIT;
+    CREATE CAST (halfvec AS vector)
+        WITH FUNCTION halfvec_to_vector(halfvec, integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (vector AS halfvec)
+        WITH FUNCTION vector_to_halfvec(vector, integer, boolean) AS IMPLICIT;
+    CREATE CAST (halfvec AS real[])
+        WITH FUNCTION halfvec_to_float4(halfvec, integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (integer[] AS halfvec)
+        WITH FUNCTION array_to_halfvec(integer[], integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (real[] AS halfvec)
+        WITH FUNCTION array_to_halfvec(real[], integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (double precision[] AS halfvec)
+        WITH FUNCTION array_to_halfvec(double precision[], integer, boolean) AS ASSIGNMENT;
+    CREATE CAST (numeric[] AS halfvec)
+        WITH FUNCTION array_to_halfvec(numeric[], integer, boolean) AS ASSIGNMENT;
+
+    CREATE FUNCTION l2_distance(halfvec, halfvec) RETURNS float8
+        AS 'MODULE_PATHNAME', 'halfvec_l2_distance' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION inner_product(halfvec, halfvec) RETURNS float8
+        AS 'MODULE_PATHNAME', 'halfvec_inner_product' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_negative_inner_product(halfvec, halfvec) RETURNS float8
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION cosine_distance(halfvec, halfvec) RETURNS float8
+        AS 'MODULE_PATHNAME', 'halfvec_cosine_distance' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION l1_distance(halfvec, halfvec) RETURNS float8
+        AS 'MODULE_PATHNAME', 'halfvec_l1_distance' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION vector_dims(halfvec) RETURNS integer
+        AS 'MODULE_PATHNAME', 'halfvec_vector_dims' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION l2_norm(halfvec) RETURNS float8
+        AS 'MODULE_PATHNAME', 'halfvec_l2_norm' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION l2_normalize(halfvec) RETURNS halfvec
+        AS 'MODULE_PATHNAME', 'halfvec_l2_normalize' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION subvector(halfvec, integer, integer) RETURNS halfvec
+        AS 'MODULE_PATHNAME', 'halfvec_subvector' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_add(halfvec, halfvec) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_sub(halfvec, halfvec) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_mul(halfvec, halfvec) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_concat(halfvec, halfvec) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_accum(double precision[], halfvec) RETURNS double precision[]
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_combine(double precision[], double precision[]) RETURNS double precision[]
+        AS 'MODULE_PATHNAME', 'vector_combine' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_avg(double precision[]) RETURNS halfvec
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE OPERATOR <-> (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = l2_distance,
+        COMMUTATOR = '<->'
+    );
+    CREATE OPERATOR <#> (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_negative_inner_product,
+        COMMUTATOR = '<#>'
+    );
+    CREATE OPERATOR <=> (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = cosine_distance,
+        COMMUTATOR = '<=>'
+    );
+    CREATE OPERATOR <+> (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = l1_distance,
+        COMMUTATOR = '<+>'
+    );
+    CREATE OPERATOR + (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_add,
+        COMMUTATOR = +
+    );
+    CREATE OPERATOR - (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_sub
+    );
+    CREATE OPERATOR * (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_mul,
+        COMMUTATOR = *
+    );
+    CREATE OPERATOR || (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_concat
+    );
+    CREATE AGGREGATE avg(halfvec) (
+        SFUNC = halfvec_accum, STYPE = double precision[], FINALFUNC = halfvec_avg,
+        COMBINEFUNC = halfvec_combine, INITCOND = '{0}', PARALLEL = SAFE
+    );
+    CREATE AGGREGATE sum(halfvec) (
+        SFUNC = halfvec_add, STYPE = halfvec, COMBINEFUNC = halfvec_add, PARALLEL = SAFE
+    );
+
+    CREATE FUNCTION halfvec_lt(halfvec, halfvec) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_le(halfvec, halfvec) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_eq(halfvec, halfvec) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_ne(halfvec, halfvec) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_ge(halfvec, halfvec) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_gt(halfvec, halfvec) RETURNS boolean
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+    CREATE FUNCTION halfvec_cmp(halfvec, halfvec) RETURNS integer
+        AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+    CREATE OPERATOR < (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_lt,
+        COMMUTATOR = >, NEGATOR = >=,
+        RESTRICT = scalarltsel, JOIN = scalarltjoinsel
+    );
+    CREATE OPERATOR <= (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_le,
+        COMMUTATOR = >=, NEGATOR = >,
+        RESTRICT = scalarlesel, JOIN = scalarlejoinsel
+    );
+    CREATE OPERATOR = (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_eq,
+        COMMUTATOR = =, NEGATOR = <>,
+        RESTRICT = eqsel, JOIN = eqjoinsel
+    );
+    CREATE OPERATOR <> (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_ne,
+        COMMUTATOR = <>, NEGATOR = =,
+        RESTRICT = neqsel, JOIN = neqjoinsel
+    );
+    CREATE OPERATOR >= (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_ge,
+        COMMUTATOR = <=, NEGATOR = <,
+        RESTRICT = scalargesel, JOIN = scalargejoinsel
+    );
+    CREATE OPERATOR > (
+        LEFTARG = halfvec, RIGHTARG = halfvec, FUNCTION = halfvec_gt,
+        COMMUTATOR = <, NEGATOR = <=,
+        RESTRICT = scalargtsel, JOIN = scalargtjoinsel
+    );
+
+    CREATE OPERATOR CLASS halfvec_ops
+        DEFAULT FOR TYPE halfvec USING btree AS
+        OPERATOR 1 <,
+        OPERATOR 2 <=,
+        OPERATOR 3 =,
+        OPERATOR 4 >=,
+        OPERATOR 5 >,
+        FUNCTION 1 halfvec_cmp(halfvec, halfvec);
     $ddl$;
 END
 $install_vector$;

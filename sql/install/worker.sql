@@ -76,3 +76,21 @@ CREATE FUNCTION cagra_search(index regclass, queries vector[], k integer, allowe
         OUT query integer, OUT ctid tid, OUT distance float8)
     RETURNS SETOF record
     AS 'MODULE_PATHNAME', 'cagra_search' LANGUAGE C VOLATILE STRICT;
+-- The same with halfvec queries, where the type exists (cagra's own, or
+-- pgvector's).
+DO $halfvec_search$
+BEGIN
+    IF to_regtype('halfvec') IS NOT NULL THEN
+        EXECUTE $ddl$
+        CREATE FUNCTION cagra_search(index regclass, queries halfvec[], k integer,
+                OUT query integer, OUT ctid tid, OUT distance float8)
+            RETURNS SETOF record
+            AS 'MODULE_PATHNAME', 'cagra_search' LANGUAGE C VOLATILE STRICT;
+        CREATE FUNCTION cagra_search(index regclass, queries halfvec[], k integer, allowed tid[],
+                OUT query integer, OUT ctid tid, OUT distance float8)
+            RETURNS SETOF record
+            AS 'MODULE_PATHNAME', 'cagra_search' LANGUAGE C VOLATILE STRICT;
+        $ddl$;
+    END IF;
+END
+$halfvec_search$;

@@ -1,5 +1,5 @@
 /*
- * search_sql.cpp — cagra_search(index, queries vector[], k): many queries
+ * search_sql.cpp — cagra_search(index, queries vector[] or halfvec[], k): many queries
  * in one call, sent to the worker as one batch (or searched on the CPU),
  * returning (query, ctid, distance) for rows visible to the statement's
  * snapshot only, k per query at most, in distance order.  The queries run
@@ -86,12 +86,14 @@ typedef struct CagraQueryArray
 	int16		elmlen;
 	bool		elmbyval;
 	char		elmalign;
+	bool		half;			/* halfvec[] queries, read as floats */
 } CagraQueryArray;
 
 static void
 cagra_query_array_init(CagraQueryArray *qa, AnyArrayType *arr)
 {
 	get_typlenbyvalalign(AARR_ELEMTYPE(arr), &qa->elmlen, &qa->elmbyval, &qa->elmalign);
+	qa->half = vector_type_is_halfvec(AARR_ELEMTYPE(arr));
 	array_iter_setup(&qa->iter, arr);
 	qa->next = 0;
 }

@@ -48,16 +48,22 @@ vector_new(int dim)
 }
 
 void
-vector_check_dim(int dim)
+vector_check_dim_of(const char *type_name, int dim)
 {
 	if (dim < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("vector must have at least 1 dimension")));
+				 errmsg("%s must have at least 1 dimension", type_name)));
 	if (dim > VECTOR_MAX_DIM)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("vector cannot have more than %d dimensions", VECTOR_MAX_DIM)));
+				 errmsg("%s cannot have more than %d dimensions", type_name, VECTOR_MAX_DIM)));
+}
+
+void
+vector_check_dim(int dim)
+{
+	vector_check_dim_of("vector", dim);
 }
 
 void
@@ -71,21 +77,27 @@ vector_check_same_dims(const Vector *a, const Vector *b)
 
 /* NaN and infinity have no distance; reject them wherever a value enters. */
 void
-vector_check_element(float value)
+vector_check_element_of(const char *type_name, float value)
 {
 	if (std::isnan(value))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("NaN not allowed in vector")));
+				 errmsg("NaN not allowed in %s", type_name)));
 	if (std::isinf(value))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("infinite value not allowed in vector")));
+				 errmsg("infinite value not allowed in %s", type_name)));
+}
+
+void
+vector_check_element(float value)
+{
+	vector_check_element_of("vector", value);
 }
 
 /* A typmod of -1 means "any dimension"; otherwise it is the dimension. */
-static void
-check_typmod_dims(int dim, int32 typmod)
+void
+vector_check_typmod_dims(int dim, int32 typmod)
 {
 	if (typmod != -1 && dim != typmod)
 		ereport(ERROR,
@@ -94,11 +106,11 @@ check_typmod_dims(int dim, int32 typmod)
 }
 
 static void
-syntax_error(const char *input, const char *detail)
+syntax_error(const char *type_name, const char *input, const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-			 errmsg("invalid input syntax for type vector: \"%s\"", input),
+			 errmsg("invalid input syntax for type %s: \"%s\"", type_name, input),
 			 errdetail("%s", detail)));
 }
 
@@ -116,29 +128,58 @@ skip_spaces(const char *p)
 	return p;
 }
 
+/* The name of the type in messages. */
+static const char *
+type_name_of(bool half)
+{
+	return half ? "halfvec" : "vector";
+}
+
+void
+vector_check_half_range(float value, const char *text, int len)
+{
+	if (std::fabs(value) >= cagra::kHalfOverflow)
+	{
+		char		shortest[FLOAT_SHORTEST_DECIMAL_LEN + 1];
+
+		if (text == NULL)
+		{
+			float_to_shortest_decimal_buf(value, shortest);
+			text = shortest;
+			len = (int) strlen(shortest);
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("\"%.*s\" is out of range for type halfvec", len, text)));
+	}
+}
+
 /*
  * Parse one element at *pp (leading blanks allowed) and advance past it.
- * strtof also accepts "nan" and "inf"; vector_check_element() rejects those.
+ * strtof also accepts "nan" and "inf"; vector_check_element_of() rejects
+ * those.
  */
 static float
-parse_element(const char *input, const char **pp)
+parse_element(const char *input, const char **pp, bool half)
 {
 	const char *start = skip_spaces(*pp);
 	char	   *end;
 	float		value;
 
 	if (*start == ',' || *start == ']' || *start == '\0')
-		syntax_error(input, "Expected a number.");
+		syntax_error(type_name_of(half), input, "Expected a number.");
 	errno = 0;
 	value = strtof(start, &end);
 	if (end == start)
-		syntax_error(input, "Expected a number.");
+		syntax_error(type_name_of(half), input, "Expected a number.");
 	if (errno == ERANGE && std::isinf(value))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("\"%s\" is out of range for type real",
-						pnstrdup(start, end - start))));
-	vector_check_element(value);
+				 errmsg("\"%s\" is out of range for type %s",
+						pnstrdup(start, end - start), half ? "halfvec" : "real")));
+	vector_check_element_of(type_name_of(half), value);
+	if (half)
+		vector_check_half_range(value, start, (int) (end - start));
 	*pp = end;
 	return value;
 }
@@ -155,29 +196,26 @@ count_elements_bound(const char *input)
 	return Min(n, VECTOR_MAX_DIM);
 }
 
-/* vector_in(cstring, oid, integer): '[1, 2, 3]' -> vector */
-Datum
-vector_in(PG_FUNCTION_ARGS)
+float *
+vector_parse_text(const char *input, bool half, int *dim_out)
 {
-	const char *input = PG_GETARG_CSTRING(0);
-	int32		typmod = PG_GETARG_INT32(2);
+	const char *type_name = type_name_of(half);
 	int			capacity = count_elements_bound(input);
 	float	   *values = (float *) palloc(sizeof(float) * capacity);
 	const char *p = skip_spaces(input);
 	int			dim = 0;
-	Vector	   *result;
 
 	if (*p != '[')
-		syntax_error(input, "Vector contents must start with \"[\".");
+		syntax_error(type_name, input, "Vector contents must start with \"[\".");
 	p = skip_spaces(p + 1);
 	if (*p == ']')
-		vector_check_dim(0);
+		vector_check_dim_of(type_name, 0);
 
 	for (;;)
 	{
 		if (dim == capacity)	/* only when capacity is VECTOR_MAX_DIM */
-			vector_check_dim(dim + 1);
-		values[dim++] = parse_element(input, &p);
+			vector_check_dim_of(type_name, dim + 1);
+		values[dim++] = parse_element(input, &p, half);
 		p = skip_spaces(p);
 		if (*p == ',')
 		{
@@ -186,19 +224,48 @@ vector_in(PG_FUNCTION_ARGS)
 		}
 		if (*p == ']')
 			break;
-		syntax_error(input, *p == '\0'
+		syntax_error(type_name, input, *p == '\0'
 					 ? "Vector contents must end with \"]\"."
 					 : "Expected \",\" or \"]\" after a number.");
 	}
 	p = skip_spaces(p + 1);
 	if (*p != '\0')
-		syntax_error(input, "Junk after closing \"]\".");
+		syntax_error(type_name, input, "Junk after closing \"]\".");
+	*dim_out = dim;
+	return values;
+}
 
-	check_typmod_dims(dim, typmod);
+/* vector_in(cstring, oid, integer): '[1, 2, 3]' -> vector */
+Datum
+vector_in(PG_FUNCTION_ARGS)
+{
+	int			dim;
+	float	   *values = vector_parse_text(PG_GETARG_CSTRING(0), false, &dim);
+	Vector	   *result;
+
+	vector_check_typmod_dims(dim, PG_GETARG_INT32(2));
 	result = vector_new(dim);
 	memcpy(result->x, values, sizeof(float) * dim);
 	pfree(values);
 	PG_RETURN_VECTOR_P(result);
+}
+
+char *
+vector_floats_out(const float *x, int dim)
+{
+	char	   *buf = (char *) palloc(dim * (FLOAT_SHORTEST_DECIMAL_LEN + 1) + 2);
+	char	   *p = buf;
+
+	*p++ = '[';
+	for (int i = 0; i < dim; i++)
+	{
+		if (i > 0)
+			*p++ = ',';
+		p += float_to_shortest_decimal_bufn(x[i], p);
+	}
+	*p++ = ']';
+	*p = '\0';
+	return buf;
 }
 
 /* vector_out(vector): the shortest text that reads back to the same floats */
@@ -206,27 +273,15 @@ Datum
 vector_out(PG_FUNCTION_ARGS)
 {
 	Vector	   *v = PG_GETARG_VECTOR_P(0);
-	char	   *buf = (char *) palloc(v->dim * (FLOAT_SHORTEST_DECIMAL_LEN + 1) + 2);
-	char	   *p = buf;
+	char	   *text = vector_floats_out(v->x, v->dim);
 
-	*p++ = '[';
-	for (int i = 0; i < v->dim; i++)
-	{
-		if (i > 0)
-			*p++ = ',';
-		p += float_to_shortest_decimal_bufn(v->x[i], p);
-	}
-	*p++ = ']';
-	*p = '\0';
 	PG_FREE_IF_COPY(v, 0);
-	PG_RETURN_CSTRING(buf);
+	PG_RETURN_CSTRING(text);
 }
 
-/* vector_typmod_in(cstring[]): vector(n) with 1 <= n <= 16000 */
-Datum
-vector_typmod_in(PG_FUNCTION_ARGS)
+int32
+vector_typmod_of(ArrayType *mods, const char *type_name)
 {
-	ArrayType  *mods = PG_GETARG_ARRAYTYPE_P(0);
 	int			n;
 	int32	   *values = ArrayGetIntegerTypmods(mods, &n);
 
@@ -234,16 +289,23 @@ vector_typmod_in(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid type modifier"),
-				 errhint("Write vector(n), with n the number of dimensions.")));
+				 errhint("Write %s(n), with n the number of dimensions.", type_name)));
 	if (values[0] < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("dimensions for type vector must be at least 1")));
+				 errmsg("dimensions for type %s must be at least 1", type_name)));
 	if (values[0] > VECTOR_MAX_DIM)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("dimensions for type vector cannot exceed %d", VECTOR_MAX_DIM)));
-	PG_RETURN_INT32(values[0]);
+				 errmsg("dimensions for type %s cannot exceed %d", type_name, VECTOR_MAX_DIM)));
+	return values[0];
+}
+
+/* vector_typmod_in(cstring[]): vector(n) with 1 <= n <= 16000 */
+Datum
+vector_typmod_in(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(vector_typmod_of(PG_GETARG_ARRAYTYPE_P(0), "vector"));
 }
 
 /* vector_recv(internal, oid, integer): int16 dim, int16 unused, float4[dim] */
@@ -257,7 +319,7 @@ vector_recv(PG_FUNCTION_ARGS)
 	Vector	   *result;
 
 	vector_check_dim(dim);
-	check_typmod_dims(dim, typmod);
+	vector_check_typmod_dims(dim, typmod);
 	if (unused != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
@@ -293,13 +355,13 @@ vector(PG_FUNCTION_ARGS)
 {
 	Vector	   *v = PG_GETARG_VECTOR_P(0);
 
-	check_typmod_dims(v->dim, PG_GETARG_INT32(1));
+	vector_check_typmod_dims(v->dim, PG_GETARG_INT32(1));
 	PG_RETURN_VECTOR_P(v);
 }
 
 /* One array element as a float4, for the element types the casts accept. */
 static float
-element_to_float(Datum d, Oid elemtype)
+element_to_float(Datum d, Oid elemtype, const char *type_name)
 {
 	switch (elemtype)
 	{
@@ -323,26 +385,23 @@ element_to_float(Datum d, Oid elemtype)
 		default:
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("cannot cast an array of type %s to vector",
-							format_type_be(elemtype))));
+					 errmsg("cannot cast an array of type %s to %s",
+							format_type_be(elemtype), type_name)));
 	}
 	return 0;					/* not reached */
 }
 
-/* array_to_vector(integer[] | real[] | double precision[] | numeric[],
- * integer, boolean): the casts from arrays */
-Datum
-array_to_vector(PG_FUNCTION_ARGS)
+float *
+vector_array_floats(ArrayType *array, int32 typmod, bool half, int *dim)
 {
-	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(0);
-	int32		typmod = PG_GETARG_INT32(1);
+	const char *type_name = type_name_of(half);
 	Oid			elemtype = ARR_ELEMTYPE(array);
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
 	Datum	   *elems;
 	int			n;
-	Vector	   *result;
+	float	   *values;
 
 	if (ARR_NDIM(array) > 1)
 		ereport(ERROR,
@@ -355,16 +414,33 @@ array_to_vector(PG_FUNCTION_ARGS)
 
 	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
 	deconstruct_array(array, elemtype, typlen, typbyval, typalign, &elems, NULL, &n);
-	vector_check_dim(n);
-	check_typmod_dims(n, typmod);
+	vector_check_dim_of(type_name, n);
+	vector_check_typmod_dims(n, typmod);
 
-	result = vector_new(n);
+	values = (float *) palloc(sizeof(float) * n);
 	for (int i = 0; i < n; i++)
 	{
-		result->x[i] = element_to_float(elems[i], elemtype);
-		vector_check_element(result->x[i]);
+		values[i] = element_to_float(elems[i], elemtype, type_name);
+		vector_check_element_of(type_name, values[i]);
+		if (half)
+			vector_check_half_range(values[i], NULL, 0);
 	}
 	pfree(elems);
+	*dim = n;
+	return values;
+}
+
+/* array_to_vector(integer[] | real[] | double precision[] | numeric[],
+ * integer, boolean): the casts from arrays */
+Datum
+array_to_vector(PG_FUNCTION_ARGS)
+{
+	int			n;
+	float	   *values = vector_array_floats(PG_GETARG_ARRAYTYPE_P(0), PG_GETARG_INT32(1), false, &n);
+	Vector	   *result = vector_new(n);
+
+	memcpy(result->x, values, sizeof(float) * n);
+	pfree(values);
 	PG_RETURN_VECTOR_P(result);
 }
 

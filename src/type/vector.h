@@ -10,6 +10,7 @@
 extern "C" {
 #include "postgres.h"
 #include "fmgr.h"
+#include "utils/array.h"
 }
 
 /* Most dimensions a vector may have (the index accepts as many). */
@@ -28,8 +29,9 @@ typedef struct Vector
 #define PG_GETARG_VECTOR_P(n)	DatumGetVector(PG_GETARG_DATUM(n))
 #define PG_RETURN_VECTOR_P(v)	PG_RETURN_POINTER(v)
 
-/* pgvector's halfvec, as it lies in memory: the same header, IEEE half
- * elements.  cagra indexes it (converted to float) but does not define it. */
+/* halfvec, as it lies in memory: the same header, IEEE half elements.
+ * pgvector's layout, and cagra's own type's when pgvector is absent
+ * (halfvec.cpp); the index reads its elements as floats. */
 typedef struct HalfVector
 {
 	int32		vl_len_;
@@ -38,7 +40,10 @@ typedef struct HalfVector
 	uint16		x[FLEXIBLE_ARRAY_MEMBER];
 } HalfVector;
 
-/* Whether type `typid` is pgvector's halfvec. */
+#define HALFVEC_SIZE(dim)		(offsetof(HalfVector, x) + sizeof(uint16) * (dim))
+#define PG_GETARG_HALFVEC_P(n)	((HalfVector *) PG_DETOAST_DATUM(PG_GETARG_DATUM(n)))
+
+/* Whether type `typid` is halfvec (pgvector's or cagra's own). */
 bool		vector_type_is_halfvec(Oid typid);
 
 /* The elements of a vector or (half = true) halfvec datum as floats: the
@@ -48,11 +53,60 @@ const float *vector_datum_floats(Datum d, bool half, int *dim);
 /* A zeroed vector of `dim` dimensions in the current memory context. */
 Vector	   *vector_new(int dim);
 
-/* ERROR unless `dim` is a valid number of dimensions (1..VECTOR_MAX_DIM). */
+/* ERROR unless `dim` is a valid number of dimensions (1..VECTOR_MAX_DIM);
+ * the _of form names type_name ("vector" or "halfvec") in its messages, as
+ * the others below do. */
 void		vector_check_dim(int dim);
+void		vector_check_dim_of(const char *type_name, int dim);
 
 /* ERROR when `value` is NaN or infinite, which no vector holds. */
 void		vector_check_element(float value);
+void		vector_check_element_of(const char *type_name, float value);
+
+/* ERROR unless `value` rounds to a finite half; `text` (`len` bytes) is how
+ * the input wrote it, or NULL to print the value. */
+void		vector_check_half_range(float value, const char *text, int len);
+
+/* ERROR unless `typmod` (-1: any) allows `dim` dimensions. */
+void		vector_check_typmod_dims(int dim, int32 typmod);
+
+/* The n of type_name(n), checked. */
+int32		vector_typmod_of(ArrayType *mods, const char *type_name);
+
+/* The elements of the text form '[1, 2, 3]' of a vector, or (half) of a
+ * halfvec, checked for its type; palloc'd, *dim of them. */
+float	   *vector_parse_text(const char *input, bool half, int *dim);
+
+/* The text form of dim floats: each the shortest that reads back to it. */
+char	   *vector_floats_out(const float *x, int dim);
+
+/* The elements of an integer[], real[], double precision[] or numeric[]
+ * cast to a vector (or halfvec) of type modifier typmod, checked as
+ * vector_parse_text checks; palloc'd, *dim of them. */
+float	   *vector_array_floats(ArrayType *array, int32 typmod, bool half, int *dim);
+
+/* The part of positions [start, start + count) (1-based) inside a vector of
+ * dim elements, as subvector() takes it: its first position (0-based) in
+ * *first and its length; ERROR when it is empty. */
+int			vector_subrange(int dim, int32 start, int32 count, const char *type_name, int *first);
+
+/* The vector functions the halfvec ones call on widened arguments
+ * (halfvec.cpp): one implementation of each operation. */
+extern "C" {
+extern PGDLLEXPORT Datum l2_distance(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum inner_product(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_negative_inner_product(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum cosine_distance(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum l1_distance(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_norm(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_cmp(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_add(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_sub(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_mul(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum l2_normalize(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_accum(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum vector_avg(PG_FUNCTION_ARGS);
+}
 
 /* ERROR unless both vectors have the same number of dimensions. */
 void		vector_check_same_dims(const Vector *a, const Vector *b);

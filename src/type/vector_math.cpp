@@ -131,29 +131,33 @@ l2_normalize(PG_FUNCTION_ARGS)
 	PG_RETURN_VECTOR_P(r);
 }
 
+int
+vector_subrange(int dim, int32 start, int32 count, const char *type_name, int *first)
+{
+	int64		end = (int64) start + count;
+
+	if (count < 1 || end <= 1 || start > dim)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("%s must have at least 1 dimension", type_name)));
+	if (start < 1)
+		start = 1;
+	if (end > (int64) dim + 1)
+		end = (int64) dim + 1;
+	*first = start - 1;
+	return (int) (end - start);
+}
+
 /* subvector(vector, start, count): count elements from position start (1-based) */
 Datum
 subvector(PG_FUNCTION_ARGS)
 {
 	Vector	   *a = PG_GETARG_VECTOR_P(0);
-	int32		start = PG_GETARG_INT32(1);
-	int32		count = PG_GETARG_INT32(2);
-	int64		end = (int64) start + count;
-
-	/* the part of [start, start + count) inside the vector */
-	if (count < 1 || end <= 1 || start > a->dim)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("vector must have at least 1 dimension")));
-	if (start < 1)
-		start = 1;
-	if (end > (int64) a->dim + 1)
-		end = (int64) a->dim + 1;
-
-	int			dim = (int) (end - start);
+	int			first;
+	int			dim = vector_subrange(a->dim, PG_GETARG_INT32(1), PG_GETARG_INT32(2), "vector", &first);
 	Vector	   *r = vector_new(dim);
 
-	memcpy(r->x, a->x + (start - 1), sizeof(float) * dim);
+	memcpy(r->x, a->x + first, sizeof(float) * dim);
 	PG_RETURN_VECTOR_P(r);
 }
 

@@ -201,6 +201,17 @@ cagra_gpu_pick_device(void)
 	return best;
 }
 
+/* "the sm_90 cubin", or "PTX compute_80, compiled by the driver for sm_90". */
+static std::string
+cagra_gpu_image_text(const cagra_gpu_device_info *info)
+{
+	std::string cubin = "sm_" + std::to_string(info->binary_version);
+
+	if (info->binary_version > info->ptx_version)
+		return "PTX compute_" + std::to_string(info->ptx_version) + ", compiled by the driver for " + cubin;
+	return "the " + cubin + " cubin";
+}
+
 class CagraGpuEngine final : public CagraEngine
 {
   public:
@@ -216,7 +227,22 @@ class CagraGpuEngine final : public CagraEngine
 			cagra_gpu_device_info info;
 
 			if (gpu_api->get_device_info(d, &info) != CAGRA_GPU_OK)
+			{
+				/*
+				 * Devices are numbered as CUDA numbers them: none past this
+				 * one.  Without device 0 the worker stops and reports the
+				 * reason.
+				 */
+				if (d > 0)
+					ereport(LOG,
+							(errmsg("cagra gpu worker: device %d and those after it left out: %s",
+									d, gpu_api->last_error())));
 				break;
+			}
+			ereport(LOG,
+					(errmsg("cagra gpu worker: device %d: %s, compute capability %d.%d, %.1f GiB, runs %s",
+							d, info.name, info.compute_major, info.compute_minor,
+							info.total_memory / 1073741824.0, cagra_gpu_image_text(&info).c_str())));
 			names->push_back(info.name);
 			totals->push_back(info.total_memory);
 		}

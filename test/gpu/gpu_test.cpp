@@ -1807,6 +1807,29 @@ TEST(GpuSearch, BadSearchArgumentsAreRefused)
     EXPECT_EQ(cagra_gpu_get_device_info(99, &info), CAGRA_GPU_INVALID_ARGUMENT);
 }
 
+/* The image device 0 runs is one the library could hold for it: a cubin of
+ * the device's major version at or below its minor (a cubin of another major
+ * never runs), or PTX of an older architecture compiled for the device
+ * itself.  Under a library built from PTX alone (CAGRA_CUDA_ARCH=80-virtual)
+ * every kernel the other tests run went through the second path. */
+TEST(GpuDevice, ReportsTheImageItRuns)
+{
+    REQUIRE_DEVICE();
+    cagra_gpu_device_info info;
+    ASSERT_EQ(cagra_gpu_get_device_info(0, &info), CAGRA_GPU_OK) << cagra_gpu_last_error();
+    const int device = info.compute_major * 10 + info.compute_minor;
+    ASSERT_GT(info.ptx_version, 0);
+    if (info.binary_version == device && info.ptx_version < device) {
+        SUCCEED() << "PTX compute_" << info.ptx_version << " compiled by the driver";
+    } else {
+        EXPECT_EQ(info.binary_version / 10, info.compute_major) << "a cubin of another major version";
+        EXPECT_LE(info.binary_version, device);
+        EXPECT_EQ(info.ptx_version, info.binary_version);
+    }
+    std::printf("device 0: %s, compute capability %d.%d, image sm_%d from compute_%d\n", info.name, info.compute_major,
+                info.compute_minor, info.binary_version, info.ptx_version);
+}
+
 TEST(GpuMemory, TooLargeForTheDeviceIsOutOfMemory)
 {
     REQUIRE_DEVICE();

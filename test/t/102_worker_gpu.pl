@@ -16,6 +16,11 @@ use IPC::Run;
 
 my $node = CagraGpuNode::start('gpu');
 diag('devices: ' . $node->safe_psql('postgres', 'SELECT devices FROM cagra_status'));
+# the worker's start names each device's compute capability and the image it runs
+my ($image_line) = slurp_file($node->logfile) =~ /(cagra gpu worker: device 0: .*)/;
+like($image_line // '', qr/compute capability \d+\.\d+, .* GiB, runs (the sm_\d+ cubin|PTX compute_\d+, compiled by the driver for sm_\d+)$/,
+	'the worker logs device 0 and the image it runs');
+diag($image_line // 'no device line in the log');
 
 $node->safe_psql('postgres', q{
 	CREATE TABLE items (id int PRIMARY KEY, v vector(64));
