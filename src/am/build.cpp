@@ -60,7 +60,8 @@ typedef struct CagraBuildState
 	uint32		dims;			/* 0 until the first vector when the column has no typmod */
 	bool		halfvec;		/* the column is pgvector's halfvec */
 	cagra::ElementType element; /* the storage reloption's element type */
-	double		max_norm;		/* float16: of the stored vectors (CagraMetaData) */
+	double		max_norm;		/* of the stored vectors, where the format keeps it
+								 * (CagraMetaData) */
 	cagra::BuildParams params;	/* assembled once: cagra_build_params */
 	float	   *vectors;		/* n x dims, prepared: in memory, in the rows
 								 * segment or in a spill file's mapping */
@@ -304,17 +305,16 @@ cagra_row_floats(Relation index, Datum value, bool isnull, bool halfvec, cagra::
 	return x;
 }
 
-/* `x` prepared into `out`; with float16 storage, ERROR unless it fits, and
- * *max_norm raised to its norm. */
+/* `x` prepared into `out`; with float16 storage, ERROR unless it fits;
+ * *max_norm raised to its norm where the format keeps it. */
 static void
 cagra_store_row(Relation index, const cagra::VectorFormat &format, const float *x, float *out, double *max_norm)
 {
 	cagra_prepare(format.metric, x, out, format.dim);
 	if (format.element == cagra::ElementType::Float16)
-	{
 		cagra_check_storable(index, format, out, x);
+	if (format.keeps_max_norm())
 		*max_norm = Max(*max_norm, cagra::vector_norm(out, format.dim));
-	}
 }
 
 static void

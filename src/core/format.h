@@ -143,6 +143,11 @@ struct VectorFormat {
         return value;
     }
 
+    /* Whether an index of this format keeps the largest norm of its stored
+     * vectors: float16's inner-product bound (operator_lower_bound) and the
+     * inner-product graph's extra coordinate (inner_product_graph.h) use it. */
+    bool keeps_max_norm() const { return element == ElementType::Float16 || metric == Metric::InnerProduct; }
+
     /* The norm of a prepared query that operator_lower_bound wants: |q|_1
      * under L1, 1 under cosine (a unit vector), ||q|| otherwise. */
     double bound_norm(const float *query) const

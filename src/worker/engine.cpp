@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "boundary/boundary.h"
+#include "core/inner_product_graph.h"
 #include "core/search.h"
 
 /* What the protocol and the core say must hold for the GPU library too. */
@@ -746,13 +747,24 @@ cagra_engine_build(const float *vectors, uint64_t n, const cagra::VectorFormat &
 		{
 			cagra_gpu_build_params p = cagra_gpu_build_params_of(params);
 			uint32_t	count = 0;
+			cagra::VectorFormat graph_format = format;
+			std::vector<float> augmented;
 
+			/* the core's inner-product graph: L2 over augmented vectors */
+			if (cagra::graph_is_augmented(format.metric))
+			{
+				augmented = cagra::augmented_copy(cagra::DatasetView{vectors, n, format.dim},
+												  std::max(1u, std::thread::hardware_concurrency()));
+				vectors = augmented.data();
+				graph_format.dim = format.dim + 1;
+				graph_format.metric = cagra::Metric::L2;
+			}
 			p.cancel = &control->gpu_cancel;
 			*device = cagra_gpu_pick_device();
 			rows->resize(n * params.graph_degree);
 			entries->resize(CAGRA_MAX_ENTRY_NODES);
-			cagra_gpu_status st = gpu_api->build(*device, vectors, n, format.dim,
-												 cagra_gpu_metric_of(format.metric), &p, rows->data(),
+			cagra_gpu_status st = gpu_api->build(*device, vectors, n, graph_format.dim,
+												 cagra_gpu_metric_of(graph_format.metric), &p, rows->data(),
 												 entries->data(), CAGRA_MAX_ENTRY_NODES, &count);
 
 			entries->resize(st == CAGRA_GPU_OK ? count : 0);
