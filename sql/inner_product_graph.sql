@@ -81,4 +81,22 @@ SELECT * FROM pg_temp.against_exact('ip1', 'tag = 3', 40);
 SELECT * FROM pg_temp.against_exact('ip2', 'tag = 3', 40);
 RESET enable_seqscan;
 
-DROP TABLE ip1, ip2;
+-- 16,000 dimensions, the most an index takes: the graph is built over 16,001
+CREATE TABLE ip_wide (id int, v vector(16000));
+INSERT INTO ip_wide SELECT i, array_fill(i::real, ARRAY[16000])::vector FROM generate_series(1, 40) i;
+CREATE INDEX ip_wide_v ON ip_wide USING cagra (v vector_ip_ops);
+SET enable_seqscan = off;
+SELECT id FROM ip_wide ORDER BY v <#> array_fill(1::real, ARRAY[16000])::vector LIMIT 3;
+RESET enable_seqscan;
+
+-- components whose squares overflow a float sum: the largest norm, which
+-- the meta page keeps, stays finite
+CREATE TABLE ip_huge (id int, v vector(4));
+INSERT INTO ip_huge SELECT i, ARRAY[i * 1e17, 1e19, 1e19, 1e19]::vector FROM generate_series(1, 40) i;
+CREATE INDEX ip_huge_v ON ip_huge USING cagra (v vector_ip_ops);
+INSERT INTO ip_huge VALUES (41, '[5e18,1e19,1e19,1e19]');
+SET enable_seqscan = off;
+SELECT id FROM ip_huge ORDER BY v <#> '[1,0,0,0]' LIMIT 3;
+RESET enable_seqscan;
+
+DROP TABLE ip1, ip2, ip_wide, ip_huge;

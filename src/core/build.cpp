@@ -410,20 +410,21 @@ void choose_entry_probes(const InMemoryGraph &acc, const DatasetView &data, cons
         sp.entry_probes = probes;
         const SearchParams used = cpu_search_params(sp, true);
         std::vector<uint64_t> hits(kept.size(), 0);
-        detail::parallel_for(
-            kept.size(), 4, std::max(threads, 1u), nullptr, [&](uint64_t begin, uint64_t end, uint32_t) {
-                for (uint64_t i = begin; i < end; i++) {
-                    const size_t s = kept[i];
-                    const uint32_t v = sample.nodes[s];
-                    WithoutNode<InMemoryGraph> without(acc, v);
-                    uint32_t found = 0;
-                    for (const Neighbor &nb : search(without, data.row(v), 11, used, index))
-                        if (nb.id != v && found < 10) {
-                            found++;
-                            hits[i] += std::count(sample.truth[s].begin(), sample.truth[s].end(), nb.id);
-                        }
-                }
-            });
+        detail::parallel_for(kept.size(), 4, std::max(threads, 1u), nullptr,
+                             [&](uint64_t begin, uint64_t end, uint32_t) {
+                                 for (uint64_t i = begin; i < end; i++) {
+                                     const size_t s = kept[i];
+                                     const uint32_t v = sample.nodes[s];
+                                     WithoutNode<InMemoryGraph> without(acc, v);
+                                     uint32_t found = 0;
+                                     for (const Neighbor &nb : search(without, data.row(v), 11, used, index))
+                                         if (nb.id != v && found < 10) {
+                                             found++;
+                                             hits[i] += std::count(sample.truth[s].begin(), sample.truth[s].end(),
+                                                                   nb.id);
+                                         }
+                                 }
+                             });
         uint64_t got = 0, wanted = 0;
         for (size_t i = 0; i < kept.size(); i++) {
             got += hits[i];

@@ -46,7 +46,7 @@ struct BuiltGraph {
 
 /* Throws Error(InvalidParameter / InvalidData) with a message a user can act on. */
 void validate_build_params(const BuildParams &params);
-void validate_dataset(const DatasetView &data);
+void validate_dataset(const DatasetView &data, uint32_t max_dim = kMaxDim);
 
 /* The whole build (docs/core.md): data prepared for the metric; uses
  * params.threads threads; deterministic for a fixed seed with one thread.

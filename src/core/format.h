@@ -164,11 +164,21 @@ struct VectorFormat {
     }
 };
 
-/* Euclidean norm (query norms and the largest stored norm; float sums
- * suffice for the bounds, which carry twice the constant they need). */
+/* |x|^2 summed in double: finite for every finite float vector (a float
+ * sum overflows from components near 1e19 on). */
+inline double squared_norm(const float *x, uint32_t dim)
+{
+    double s = 0;
+    for (uint32_t j = 0; j < dim; j++)
+        s += (double)x[j] * x[j];
+    return s;
+}
+
+/* Euclidean norm (query norms and the largest stored norm, which the meta
+ * page keeps as a float: finite below components of about 1e36). */
 inline double vector_norm(const float *x, uint32_t dim)
 {
-    return std::sqrt((double)inner_product(x, x, dim));
+    return std::sqrt(squared_norm(x, dim));
 }
 
 inline bool operator==(const VectorFormat &a, const VectorFormat &b)

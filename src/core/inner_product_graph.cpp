@@ -10,14 +10,14 @@
 
 namespace cagra {
 
-float largest_norm(const DatasetView &data, uint32_t threads)
+double largest_norm(const DatasetView &data, uint32_t threads)
 {
     threads = std::max(threads, 1u);
-    std::vector<float> per_thread(threads, 0.0f);
+    std::vector<double> per_thread(threads, 0.0);
     detail::parallel_for(data.n, 4096, threads, nullptr, [&](uint64_t begin, uint64_t end, uint32_t t) {
-        float largest = per_thread[t];
+        double largest = per_thread[t];
         for (uint64_t i = begin; i < end; i++)
-            largest = std::max(largest, inner_product(data.row(i), data.row(i), data.dim));
+            largest = std::max(largest, squared_norm(data.row(i), data.dim));
         per_thread[t] = largest;
     });
     return std::sqrt(*std::max_element(per_thread.begin(), per_thread.end()));

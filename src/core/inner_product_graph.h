@@ -15,10 +15,13 @@
  */
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "distance.h"
+#include "format.h"
 #include "search.h"
 #include "types.h"
 
@@ -31,17 +34,17 @@ constexpr bool graph_is_augmented(Metric metric)
 }
 
 /* The largest norm of data's rows. */
-float largest_norm(const DatasetView &data, uint32_t threads);
+double largest_norm(const DatasetView &data, uint32_t threads);
 
 /* x (dim floats) then its extra coordinate, sqrt(max_norm^2 - |x|^2), into
  * out (dim + 1 floats); 0 for a vector at least max_norm long (one inserted
  * after the build that is longer than every vector before it). */
 inline void augment_vector(const float *x, uint32_t dim, double max_norm, float *out)
 {
-    const double extra = max_norm * max_norm - (double)inner_product(x, x, dim);
+    const double extra = max_norm * max_norm - squared_norm(x, dim);
     if (out != x)
         std::copy(x, x + dim, out);
-    out[dim] = extra > 0 ? (float)std::sqrt(extra) : 0.0f;
+    out[dim] = extra > 0 ? (float)std::min(std::sqrt(extra), (double)std::numeric_limits<float>::max()) : 0.0f;
 }
 
 /* data's rows augmented (n x (dim + 1)) with max_norm = largest_norm(data):

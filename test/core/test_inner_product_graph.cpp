@@ -168,3 +168,14 @@ TEST(InnerProductGraph, RecallAt64To768Dimensions)
         EXPECT_GE(recall, 0.9) << dim << " dims";
     }
 }
+
+/* The widest vectors an index takes: the graph's have one coordinate more. */
+TEST(InnerProductGraph, BuildsAtTheDimensionLimit)
+{
+    const std::vector<float> base = unequal_norms(40, kMaxDim, 5);
+    BuildParams bp;
+    bp.graph_degree = 8;
+    bp.intermediate_degree = 16;
+    const BuiltGraph built = build_graph(DatasetView{base.data(), 40, kMaxDim}, Metric::InnerProduct, bp);
+    EXPECT_EQ(built.graph.size(), 40u);
+}
