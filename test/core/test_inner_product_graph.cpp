@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <random>
 
 #include "build.h"
@@ -178,4 +180,50 @@ TEST(InnerProductGraph, BuildsAtTheDimensionLimit)
     bp.intermediate_degree = 16;
     const BuiltGraph built = build_graph(DatasetView{base.data(), 40, kMaxDim}, Metric::InnerProduct, bp);
     EXPECT_EQ(built.graph.size(), 40u);
+}
+
+/* A measurement, not a check (docs/benchmarks.md, "Inner product"): for
+ * clustered sets of 20,000 rows and 500 queries at 64, 256 and 768
+ * dimensions, the build time, the search buffer the build measures, and
+ * recall@10 and milliseconds per query of one search thread at itopk 32, 48,
+ * 64 and the measured one.  Run by hand with --gtest_also_run_disabled_tests. */
+TEST(InnerProductGraph, DISABLED_RecallAndTimeOnClusteredSets)
+{
+    const uint64_t n = 20000, nq = 500;
+    auto seconds_since = [](std::chrono::steady_clock::time_point start) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    struct Set {
+        const char *name;
+        uint32_t intrinsic, clusters;
+    };
+    for (uint32_t dim : {64u, 256u, 768u}) {
+        for (const Set &set : {Set{"64/1024", 64, 1024}, Set{"24/256", 24, 256}}) {
+            auto base = cagra_test::clustered(n + nq, dim, 31 + dim, set.intrinsic, set.clusters);
+            auto queries = cagra_test::take_tail(base, nq, dim);
+            const DatasetView data{base.data(), n, dim};
+            auto truth = cagra_test::exact_knn(base, queries, dim, 10, Metric::InnerProduct);
+            BuildParams bp;
+            bp.threads = 2;
+            auto start = std::chrono::steady_clock::now();
+            const BuiltGraph built = build_graph(data, Metric::InnerProduct, bp);
+            const double build_s = seconds_since(start);
+            const ItopkChoice choice =
+                choose_itopk(built.graph, data, Metric::InnerProduct, built.entry_nodes, bp.seed, bp.threads);
+            std::printf("%u dims, set %s (intrinsic/clusters): build %.1f s, long edges %s, measured itopk %u\n", dim,
+                        set.name, build_s, built.long_edges ? "yes" : "no", choice.itopk_size);
+            InMemoryGraph g(built.graph, data, Metric::InnerProduct);
+            for (uint32_t itopk : {32u, 48u, 64u, choice.itopk_size}) {
+                SearchParams p;
+                p.itopk_size = itopk;
+                double total = 0;
+                start = std::chrono::steady_clock::now();
+                for (uint64_t q = 0; q < nq; q++)
+                    total += cagra_test::recall(search(g, &queries[q * dim], 10, p, built.entry_nodes), truth[q]);
+                std::printf("  itopk %3u: recall@10 %.4f, %.3f ms/query\n", itopk, total / nq,
+                            1000 * seconds_since(start) / nq);
+            }
+            std::fflush(stdout);
+        }
+    }
 }
