@@ -164,10 +164,13 @@ struct VectorFormat {
     }
 };
 
-/* |x|^2 summed in double: finite for every finite float vector (a float
- * sum overflows from components near 1e19 on). */
+/* |x|^2, finite for every finite float vector: the float kernel, summed
+ * again in double where that overflows (components from about 1e19 on). */
 inline double squared_norm(const float *x, uint32_t dim)
 {
+    const float fast = inner_product(x, x, dim);
+    if (std::isfinite(fast))
+        return fast;
     double s = 0;
     for (uint32_t j = 0; j < dim; j++)
         s += (double)x[j] * x[j];

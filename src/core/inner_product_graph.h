@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "distance.h"
@@ -53,16 +54,21 @@ inline void augment_vector(const float *x, uint32_t dim, double max_norm, float 
 std::vector<float> augmented_copy(const DatasetView &data, uint32_t threads);
 
 /*
- * An accessor (search.h) that shows Base's graph in the augmented space,
- * for plan_insert and plan_repair on an inner-product graph: dim() + 1
- * floats a vector, L2 distances, queries augmented by the caller
- * (augment_vector with the same max_norm).  Base's vectors are read one at
- * a time through Base::vector(), in any storage format.
+ * An accessor (search.h) that shows an inner-product accessor's graph in the
+ * augmented space, for plan_insert and plan_repair: dim() + 1 floats a
+ * vector, L2 distances, queries augmented by the caller (augment_vector with
+ * the same max_norm).  Distances go through Base::distances (-q.x, with
+ * whatever Base records or caches on the way: the extension's accessor
+ * notes each node's flags for the insert's filter) and add the nodes'
+ * squared norms, read once a node through Base::vector().
  */
 template <class Base>
 class AugmentedAccessor {
 public:
-    AugmentedAccessor(const Base &base, double max_norm) : base_(base), max_norm_(max_norm), scratch_(base.dim() + 1) {}
+    AugmentedAccessor(const Base &base, double max_norm) : base_(base), max_norm_(max_norm), scratch_(base.dim())
+    {
+        squared_norms_.reserve(4096);
+    }
     uint32_t size() const { return base_.size(); }
     uint32_t degree() const { return base_.degree(); }
     uint32_t dim() const { return base_.dim() + 1; }
@@ -78,16 +84,36 @@ public:
         augment_vector(base_.vector(id, scratch), base_.dim(), max_norm_, scratch);
         return scratch;
     }
+    /* |q - x|^2 + (q_extra - x_extra)^2 = |q|^2 + |x|^2 - 2 q.x + (q_extra - x_extra)^2 */
     void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
     {
-        for (uint32_t i = 0; i < count; i++)
-            out[i] = l2_squared(query, vector(ids[i], scratch_.data()), dim());
+        const uint32_t d = base_.dim();
+        base_.distances(query, ids, count, out);
+        const double qq = squared_norm(query, d);
+        for (uint32_t i = 0; i < count; i++) {
+            const double xx = node_squared_norm(ids[i]);
+            const double room = max_norm_ * max_norm_ - xx;
+            const double extra_gap = query[d] - (room > 0 ? std::sqrt(room) : 0.0);
+            out[i] = (float)std::max(qq + xx + 2.0 * out[i] + extra_gap * extra_gap, 0.0);
+        }
     }
 
 private:
+    double node_squared_norm(uint32_t id) const
+    {
+        auto it = squared_norms_.find(id);
+        if (it != squared_norms_.end())
+            return it->second;
+        const double xx = squared_norm(base_.vector(id, scratch_.data()), base_.dim());
+        squared_norms_.emplace(id, xx);
+        return xx;
+    }
+
     const Base &base_;
     double max_norm_;
-    mutable std::vector<float> scratch_; /* distances' vector; an accessor serves one thread */
+    /* an accessor serves one thread */
+    mutable std::vector<float> scratch_;
+    mutable std::unordered_map<uint32_t, double> squared_norms_;
 };
 
 } // namespace cagra

@@ -100,6 +100,48 @@ TEST(InnerProductGraph, AugmentedDistanceRanksAsInnerProduct)
     EXPECT_EQ(x[dim], 0.0f);
 }
 
+/* An inner-product accessor that notes the nodes it measured, as the
+ * extension's does for the insert's filter of live nodes. */
+class NotingGraph : public InMemoryGraph {
+public:
+    using InMemoryGraph::InMemoryGraph;
+    void distances(const float *query, const uint32_t *ids, uint32_t count, float *out) const
+    {
+        measured.insert(measured.end(), ids, ids + count);
+        InMemoryGraph::distances(query, ids, count, out);
+    }
+    mutable std::vector<uint32_t> measured;
+};
+
+/* AugmentedAccessor's distances are those of the augmented vectors, and
+ * they are measured through the base accessor (which records or caches on
+ * the way), including a vector longer than M. */
+TEST(InnerProductGraph, AccessorMeasuresAugmentedDistancesThroughItsBase)
+{
+    const uint32_t dim = 16;
+    const uint64_t n = 500;
+    std::vector<float> base = unequal_norms(n, dim, 3);
+    const double m = largest_norm(DatasetView{base.data(), n, dim}, 1);
+    for (uint32_t j = 0; j < dim; j++)
+        base[7 * dim + j] *= 3.0f; /* node 7 beyond M */
+    BuildParams bp;
+    const BuiltGraph built = build_graph(DatasetView{base.data(), n, dim}, Metric::InnerProduct, bp);
+    NotingGraph g(built.graph, DatasetView{base.data(), n, dim}, Metric::InnerProduct);
+    AugmentedAccessor<NotingGraph> augmented(g, m);
+    std::vector<float> q(dim + 1), x(dim + 1);
+    augment_vector(&base[11 * dim], dim, m, q.data());
+    std::vector<uint32_t> ids(n);
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = i;
+    std::vector<float> got(n);
+    augmented.distances(q.data(), ids.data(), (uint32_t)n, got.data());
+    EXPECT_EQ(g.measured, ids);
+    for (uint32_t i = 0; i < n; i++) {
+        augment_vector(&base[i * dim], dim, m, x.data());
+        EXPECT_NEAR(got[i], l2_squared(q.data(), x.data(), dim + 1), 1e-4 * (4 * m * m)) << "node " << i;
+    }
+}
+
 /* In one and two dimensions inner product's own kNN graph sends every edge
  * to the few largest values: a filtered search continued to the end then
  * passed over most accepted nodes.  The augmented graph reaches them all,
