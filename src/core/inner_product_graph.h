@@ -37,15 +37,22 @@ constexpr bool graph_is_augmented(Metric metric)
 /* The largest norm of data's rows. */
 double largest_norm(const DatasetView &data, uint32_t threads);
 
-/* x (dim floats) then its extra coordinate, sqrt(max_norm^2 - |x|^2), into
- * out (dim + 1 floats); 0 for a vector at least max_norm long (one inserted
- * after the build that is longer than every vector before it). */
+/* The extra coordinate of a vector of squared norm `xx`: sqrt(max_norm^2 -
+ * xx), 0 for a vector at least max_norm long (one inserted after the build
+ * that is longer than every vector before it). */
+inline double extra_coordinate(double xx, double max_norm)
+{
+    const double room = max_norm * max_norm - xx;
+    return room > 0 ? std::sqrt(room) : 0.0;
+}
+
+/* x (dim floats) then its extra coordinate into out (dim + 1 floats). */
 inline void augment_vector(const float *x, uint32_t dim, double max_norm, float *out)
 {
-    const double extra = max_norm * max_norm - squared_norm(x, dim);
+    const double extra = extra_coordinate(squared_norm(x, dim), max_norm);
     if (out != x)
         std::copy(x, x + dim, out);
-    out[dim] = extra > 0 ? (float)std::min(std::sqrt(extra), (double)std::numeric_limits<float>::max()) : 0.0f;
+    out[dim] = (float)std::min(extra, (double)std::numeric_limits<float>::max());
 }
 
 /* data's rows augmented (n x (dim + 1)) with max_norm = largest_norm(data):
@@ -92,8 +99,7 @@ public:
         const double qq = squared_norm(query, d);
         for (uint32_t i = 0; i < count; i++) {
             const double xx = node_squared_norm(ids[i]);
-            const double room = max_norm_ * max_norm_ - xx;
-            const double extra_gap = query[d] - (room > 0 ? std::sqrt(room) : 0.0);
+            const double extra_gap = query[d] - extra_coordinate(xx, max_norm_);
             out[i] = (float)std::max(qq + xx + 2.0 * out[i] + extra_gap * extra_gap, 0.0);
         }
     }
