@@ -45,7 +45,7 @@ namespace {
 thread_local std::string last_error;
 
 constexpr uint64_t kMaxNodes = 0x7FFFFFFEULL; /* ids keep bit 31 free for flags */
-constexpr uint32_t kMaxDim = cagra::kMaxDim;
+constexpr uint32_t kMaxDim = cagra::kMaxGraphDim; /* an inner-product build's vectors have one coordinate more */
 constexpr uint32_t kMaxRandomEntries = cagra::kMaxRandomEntries;
 constexpr uint32_t kMaxEntryNodes = cagra::kMaxStoredEntries;
 constexpr uint32_t kMaxCandidates = CAGRA_GPU_MAX_STEP_CANDIDATES;

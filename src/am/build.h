@@ -23,7 +23,8 @@ typedef struct CagraBuildState
 	uint32		dims;			/* 0 until the first vector when the column has no typmod */
 	bool		halfvec;		/* the column is pgvector's halfvec */
 	cagra::ElementType element; /* the storage reloption's element type */
-	double		max_norm;		/* float16: of the stored vectors (CagraMetaData) */
+	double		max_norm;		/* of the stored vectors, where the format keeps it
+								 * (CagraMetaData) */
 	cagra::BuildParams params;	/* assembled once: cagra_build_params */
 	float	   *vectors;		/* n x dims, prepared: in memory, in the rows
 								 * segment or in a spill file's mapping */

@@ -92,16 +92,15 @@ cagra_row_floats(Relation index, Datum value, bool isnull, bool halfvec, cagra::
 }
 
 /* `x` prepared into `out`; with float16 storage, ERROR unless it fits, and
- * *max_norm raised to its norm. */
+ * *max_norm raised to its norm where the format keeps it. */
 static void
 cagra_store_row(Relation index, const cagra::VectorFormat &format, const float *x, float *out, double *max_norm)
 {
 	cagra_prepare(format.metric, x, out, format.dim);
 	if (format.element == cagra::ElementType::Float16)
-	{
 		cagra_check_storable(index, format, out, x);
+	if (format.keeps_max_norm())
 		*max_norm = Max(*max_norm, cagra::vector_norm(out, format.dim));
-	}
 }
 
 /* ---- the serial scan ---- */

@@ -48,6 +48,7 @@
 #include <cstring>
 
 #include "core/build.h"
+#include "core/inner_product_graph.h"
 #include "core/update.h"
 #include "type/vector.h"
 
@@ -89,15 +90,28 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 
 				return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
 			};
+			auto		plan_in = [&](const auto &graph, const float *query) {
+				std::unique_ptr<cagra::InsertPlan> q(new cagra::InsertPlan(
+					cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), entries, live, meta->live)));
 
-			p.reset(new cagra::InsertPlan(
-				cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta), entries, live, meta->live)));
+				/* no live node to link to (all deleted): deleted ones, which
+				 * searches walk through, so the node has a way in */
+				if (q->row.empty() || q->row[0] == cagra::kInvalidNode)
+					q.reset(new cagra::InsertPlan(
+						cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), entries)));
+				return q;
+			};
 
-			/* no live node to link to (all deleted): deleted ones, which
-			 * searches walk through, so the node has a way in */
-			if (p->row.empty() || p->row[0] == cagra::kInvalidNode)
-				p.reset(new cagra::InsertPlan(cagra::plan_insert(acc, vec, new_id, cagra_search_params(meta),
-																 entries)));
+			/* an inner-product graph takes edges by L2 over augmented vectors */
+			if (cagra::graph_is_augmented((cagra::Metric) meta->metric))
+			{
+				std::vector<float> query(meta->dims + 1);
+
+				cagra::augment_vector(vec, meta->dims, meta->max_norm, query.data());
+				p = plan_in(cagra::AugmentedAccessor<CagraPageAccessor>(acc, meta->max_norm), query.data());
+			}
+			else
+				p = plan_in(acc, vec);
 		}
 		std::sort(p->updates.begin(), p->updates.end(),
 				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
@@ -132,7 +146,8 @@ cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const 
 	req.params = cagra::candidate_search_params(params, want);
 	req.k = want;
 	req.filtered = false;
-	if (want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K || !cagra_worker_wanted("insert"))
+	if (want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K || cagra::graph_is_augmented((cagra::Metric) meta->metric) ||
+		!cagra_worker_wanted("insert"))
 		return 0;
 	*ids = (uint32 *) palloc(sizeof(uint32) * want);
 	*dists = (float *) palloc(sizeof(float) * want);
@@ -549,7 +564,7 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
 				 u.node, u.slot);
 	/* counted in the meta page with the node (cagra_publish_node) */
-	if (meta.element_type == (uint32) cagra::ElementType::Float16)
+	if (cagra_format_of(&meta).keeps_max_norm())
 		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
 
 	/* a reused slot's header turns live with the meta page (step 2) */

@@ -23,6 +23,7 @@
 
 #include <cstring>
 
+#include "core/inner_product_graph.h"
 #include "core/update.h"
 
 extern "C" {
@@ -120,8 +121,14 @@ cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
 
-		out = new std::vector<cagra::RowRewrite>(
-			cagra::plan_repair(acc, is_removed, cagra_search_params(meta), entries, first, last));
+		/* an inner-product graph takes edges by L2 over augmented vectors */
+		if (cagra::graph_is_augmented((cagra::Metric) meta->metric))
+			out = new std::vector<cagra::RowRewrite>(
+				cagra::plan_repair(cagra::AugmentedAccessor<CagraPageAccessor>(acc, meta->max_norm), is_removed,
+								   cagra_search_params(meta), entries, first, last));
+		else
+			out = new std::vector<cagra::RowRewrite>(
+				cagra::plan_repair(acc, is_removed, cagra_search_params(meta), entries, first, last));
 	});
 	return out;
 }

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <atomic>
 #include <new>
+#include <numeric>
 
 #include "build.h"
 #include "distance.h"
 #include "parallel.h"
 #include "entry_index.h"
+#include "inner_product_graph.h"
 #include "search.h"
 
 namespace cagra {
@@ -160,23 +162,38 @@ BuiltGraph build_graph_in_order(const DatasetView &data, Metric metric, const Bu
  * projection tree, so that near neighbours mostly sit near each other in
  * memory: the NN-descent join, the pruning and the linking then mostly hit
  * the cache instead of main memory.  The graph is mapped back at the end.
- * Costs one copy of the vectors during the build.
+ * Costs one copy of the vectors during the build; an inner-product build
+ * makes its augmented vectors (inner_product_graph.h) in that copy, and
+ * builds an L2 graph of them.
  */
 BuiltGraph build_unchecked(const DatasetView &data, Metric metric, const BuildParams &params, BuildProgress *progress)
 {
-    if (data.n < kBruteForceBelow)
+    const bool augmented = graph_is_augmented(metric);
+    if (data.n < kBruteForceBelow && !augmented)
         return build_graph_in_order(data, metric, params, progress);
     const uint64_t n = data.n;
     const uint32_t dim = data.dim;
+    const uint32_t width = augmented ? dim + 1 : dim;
+    const double max_norm = augmented ? largest_norm(data, params.threads) : 0;
     std::vector<uint32_t> order;
-    std::vector<std::pair<uint64_t, uint64_t>> leaves;
-    detail::rp_tree_leaves(data, 256, params.seed ^ 0x10ca1, progress, order, leaves);
-    std::vector<float> copy(n * dim);
+    if (data.n < kBruteForceBelow) {
+        order.resize(n);
+        std::iota(order.begin(), order.end(), 0u);
+    } else {
+        std::vector<std::pair<uint64_t, uint64_t>> leaves;
+        detail::rp_tree_leaves(data, 256, params.seed ^ 0x10ca1, progress, order, leaves);
+    }
+    std::vector<float> copy(n * width);
     detail::parallel_for(n, 4096, params.threads, progress, [&](uint64_t begin, uint64_t end, uint32_t) {
-        for (uint64_t i = begin; i < end; i++)
-            std::copy(data.row(order[i]), data.row(order[i]) + dim, &copy[i * dim]);
+        for (uint64_t i = begin; i < end; i++) {
+            if (augmented)
+                augment_vector(data.row(order[i]), dim, max_norm, &copy[i * width]);
+            else
+                std::copy(data.row(order[i]), data.row(order[i]) + dim, &copy[i * width]);
+        }
     });
-    BuiltGraph local = build_graph_in_order(DatasetView{copy.data(), n, dim}, metric, params, progress);
+    BuiltGraph local =
+        build_graph_in_order(DatasetView{copy.data(), n, width}, augmented ? Metric::L2 : metric, params, progress);
     copy = std::vector<float>();
 
     BuiltGraph out;

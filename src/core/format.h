@@ -143,6 +143,11 @@ struct VectorFormat {
         return value;
     }
 
+    /* Whether an index of this format keeps the largest norm of its stored
+     * vectors: float16's inner-product bound (operator_lower_bound) and the
+     * inner-product graph's extra coordinate (inner_product_graph.h) use it. */
+    bool keeps_max_norm() const { return element == ElementType::Float16 || metric == Metric::InnerProduct; }
+
     /* The norm of a prepared query that operator_lower_bound wants: |q|_1
      * under L1, 1 under cosine (a unit vector), ||q|| otherwise. */
     double bound_norm(const float *query) const
@@ -159,11 +164,24 @@ struct VectorFormat {
     }
 };
 
-/* Euclidean norm (query norms and the largest stored norm; float sums
- * suffice for the bounds, which carry twice the constant they need). */
+/* |x|^2, finite for every finite float vector: the float kernel, summed
+ * again in double where that overflows (components from about 1e19 on). */
+inline double squared_norm(const float *x, uint32_t dim)
+{
+    const float fast = inner_product(x, x, dim);
+    if (std::isfinite(fast))
+        return fast;
+    double s = 0;
+    for (uint32_t j = 0; j < dim; j++)
+        s += (double)x[j] * x[j];
+    return s;
+}
+
+/* Euclidean norm (query norms and the largest stored norm, which the meta
+ * page keeps as a float: finite below components of about 1e36). */
 inline double vector_norm(const float *x, uint32_t dim)
 {
-    return std::sqrt((double)inner_product(x, x, dim));
+    return std::sqrt(squared_norm(x, dim));
 }
 
 inline bool operator==(const VectorFormat &a, const VectorFormat &b)

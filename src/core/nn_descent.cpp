@@ -366,7 +366,7 @@ void detail::rp_tree_leaves(const DatasetView &data, uint32_t leaf, uint64_t see
 KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uint32_t threads,
                          const BuildProgress *progress)
 {
-    validate_dataset(data);
+    validate_dataset(data, kMaxGraphDim);
     if (k == 0 || k > data.n - 1)
         throw Error(ErrorCode::InvalidParameter,
                     "k must be between 1 and n - 1 (" + std::to_string(data.n - 1) + "), got " + std::to_string(k));
@@ -473,7 +473,7 @@ KnnGraph brute_force_knn(const DatasetView &data, Metric metric, uint32_t k, uin
 KnnGraph nn_descent(const DatasetView &data, Metric metric, const BuildParams &params, BuildProgress *progress)
 {
     validate_build_params(params);
-    validate_dataset(data);
+    validate_dataset(data, kMaxGraphDim);
     if (data.n < 2)
         throw Error(ErrorCode::InvalidData, "a kNN graph needs at least 2 vectors");
     if (data.n >= kIdMask)

@@ -53,14 +53,14 @@ void validate_build_params(const BuildParams &p)
         bad_param("build threads must be at least 1", "");
 }
 
-void validate_dataset(const DatasetView &data)
+void validate_dataset(const DatasetView &data, uint32_t max_dim)
 {
     if (data.dim == 0)
         throw Error(ErrorCode::InvalidData, "vector dimension must be at least 1", "");
-    if (data.dim > kMaxDim)
+    if (data.dim > max_dim)
         throw Error(ErrorCode::InvalidData,
-                    "vectors of " + num(data.dim) + " dimensions exceed the limit of " + num(kMaxDim),
-                    "Reduce the dimension, for example by a projection, to at most " + num(kMaxDim) + ".");
+                    "vectors of " + num(data.dim) + " dimensions exceed the limit of " + num(max_dim),
+                    "Reduce the dimension, for example by a projection, to at most " + num(max_dim) + ".");
     if (data.n == 0)
         throw Error(ErrorCode::InvalidData, "cannot build a graph over 0 vectors", "");
     if (data.n >= kInvalidNode)

@@ -10,7 +10,7 @@ namespace cagra {
 
 /* Throws Error(InvalidParameter / InvalidData) with a message a user can act on. */
 void validate_build_params(const BuildParams &params);
-void validate_dataset(const DatasetView &data);
+void validate_dataset(const DatasetView &data, uint32_t max_dim = kMaxDim);
 
 /* max_iterations when params.max_iterations is 0. */
 uint32_t auto_max_iterations(const SearchParams &params);

@@ -17,6 +17,9 @@ namespace cagra {
 
 /* Largest vector dimension the index accepts (pgvector's HNSW stops at 2,000). */
 constexpr uint32_t kMaxDim = 16000;
+/* Largest dimension a graph is built over: an inner-product graph's vectors
+ * have one coordinate more (inner_product_graph.h). */
+constexpr uint32_t kMaxGraphDim = kMaxDim + 1;
 
 /* Limits of the parameters (validated in params.cpp; the SQL reloptions and
  * settings take their ranges from here). */

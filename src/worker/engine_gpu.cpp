@@ -7,7 +7,9 @@
 #include "worker/engine_gpu.h"
 
 #include <algorithm>
+#include <thread>
 
+#include "core/inner_product_graph.h"
 #include "core/search.h"
 #include "core/search_plan.h"
 
@@ -412,11 +414,24 @@ CagraGpuEngine::build(const float *vectors, uint64_t n, const cagra::VectorForma
 					  const cagra::BuildParams &params, CagraBuildControl *control, std::vector<uint32_t> *rows,
 					  std::vector<uint32_t> *entries, int *device, bool *long_edges, std::string *msg)
 {
+	cagra::VectorFormat graph_format = format;
+	std::vector<float> augmented;
+
+	/* the core's inner-product graph: L2 over augmented vectors */
+	if (cagra::graph_is_augmented(format.metric))
+	{
+		augmented = cagra::augmented_copy(cagra::DatasetView{vectors, n, format.dim},
+										  std::max(1u, std::thread::hardware_concurrency()));
+		vectors = augmented.data();
+		graph_format.dim = format.dim + 1;
+		graph_format.metric = cagra::Metric::L2;
+	}
+
 	cagra::DatasetView data;
 
 	data.data = vectors;
 	data.n = n;
-	data.dim = format.dim;
+	data.dim = graph_format.dim;
 	cagra_gpu_build_params p = cagra_gpu_build_params_of(params);
 	cagra_gpu_build_result result;
 
@@ -424,8 +439,8 @@ CagraGpuEngine::build(const float *vectors, uint64_t n, const cagra::VectorForma
 	*device = cagra_gpu_pick_device();
 	rows->resize(n * params.graph_degree);
 	entries->resize(CAGRA_MAX_ENTRY_NODES);
-	cagra_gpu_status st = gpu_api->build(*device, vectors, n, format.dim,
-										 cagra_gpu_metric_of(format.metric), &p, rows->data(),
+	cagra_gpu_status st = gpu_api->build(*device, vectors, n, graph_format.dim,
+										 cagra_gpu_metric_of(graph_format.metric), &p, rows->data(),
 										 entries->data(), CAGRA_MAX_ENTRY_NODES, &result);
 
 	if (st != CAGRA_GPU_OK)
@@ -447,7 +462,7 @@ CagraGpuEngine::build(const float *vectors, uint64_t n, const cagra::VectorForma
 
 		graph.degree = params.graph_degree;
 		graph.edges.swap(*rows);
-		cagra::connect_graph(graph, data, format.metric, *entries, &control->progress);
+		cagra::connect_graph(graph, data, graph_format.metric, *entries, &control->progress);
 		rows->swap(graph.edges);
 	}
 	return CAGRA_REPLY_OK;
