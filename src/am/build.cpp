@@ -7,7 +7,8 @@
  * search buffer the graph needs, the meta page last, and the sync
  * (docs/storage.md).
  */
-#include "am/build.h"
+#include "am/build_scan.h"
+#include "am/build_write.h"
 
 #include <atomic>
 #include <thread>

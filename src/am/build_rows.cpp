@@ -9,7 +9,7 @@
  * speed; under pressure it reads them back instead of the build failing.
  * Every row is in the graph either way.
  */
-#include "am/build.h"
+#include "am/build_rows.h"
 
 #include <sys/mman.h>
 #include <sys/statvfs.h>

@@ -6,7 +6,7 @@
  * that the transfer overlaps the scan and the worker holds the vectors
  * when it ends.
  */
-#include "am/build.h"
+#include "am/build_scan.h"
 
 #include "type/vector.h"
 

@@ -5,7 +5,7 @@
  * workers beside the backend when the index is large), the meta page last
  * (docs/storage.md).
  */
-#include "am/build.h"
+#include "am/build_write.h"
 
 extern "C" {
 #include "access/parallel.h"

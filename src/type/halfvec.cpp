@@ -11,6 +11,8 @@
  * are rounded back to halves; one that no half holds is an overflow.
  */
 #include "type/vector.h"
+#include "type/vector_math.h"
+#include "type/vector_ops.h"
 
 #include <cmath>
 

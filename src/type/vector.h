@@ -85,28 +85,5 @@ char	   *vector_floats_out(const float *x, int dim);
  * vector_parse_text checks; palloc'd, *dim of them. */
 float	   *vector_array_floats(ArrayType *array, int32 typmod, bool half, int *dim);
 
-/* The part of positions [start, start + count) (1-based) inside a vector of
- * dim elements, as subvector() takes it: its first position (0-based) in
- * *first and its length; ERROR when it is empty. */
-int			vector_subrange(int dim, int32 start, int32 count, const char *type_name, int *first);
-
-/* The vector functions the halfvec ones call on widened arguments
- * (halfvec.cpp): one implementation of each operation. */
-extern "C" {
-extern PGDLLEXPORT Datum l2_distance(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum inner_product(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_negative_inner_product(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum cosine_distance(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum l1_distance(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_norm(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_cmp(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_add(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_sub(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_mul(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum l2_normalize(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_accum(PG_FUNCTION_ARGS);
-extern PGDLLEXPORT Datum vector_avg(PG_FUNCTION_ARGS);
-}
-
 /* ERROR unless both vectors have the same number of dimensions. */
 void		vector_check_same_dims(const Vector *a, const Vector *b);

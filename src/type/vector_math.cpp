@@ -5,7 +5,7 @@
  * aggregates.  Same names, semantics and errors as pgvector 0.8, so a query
  * written for pgvector means the same here (docs/sql-vector.md).
  */
-#include "type/vector.h"
+#include "type/vector_math.h"
 
 #include <cmath>
 

@@ -7,7 +7,7 @@
  * the index uses, so that an index scan and a sequential scan agree.
  * The kernels are plain arithmetic and never throw.
  */
-#include "type/vector.h"
+#include "type/vector_ops.h"
 
 #include <cmath>
 

@@ -1,10 +1,9 @@
 /*
- * build.h — what the files of CREATE INDEX share: the build's state and
- * each file's entry points.  build.cpp runs the build (ambuild, the graph
- * on the worker or the core, progress); build_scan.cpp scans the heap, with
- * parallel workers when it can, and streams the vectors to the worker;
- * build_rows.cpp keeps the rows within maintenance_work_mem (memory, then
- * temporary files); build_write.cpp writes the pages.
+ * build_rows.h — the state every file of CREATE INDEX shares and the rows it
+ * keeps within maintenance_work_mem, in memory, then in temporary files
+ * (build_rows.cpp).  build.cpp runs the build (ambuild, the graph on the
+ * worker or the core, progress); build_scan.h scans the heap;
+ * build_write.h writes the pages.
  */
 #pragma once
 
@@ -81,16 +80,3 @@ void		cagra_spill_write(CagraSpill *sp, const float *vectors, const ItemPointerD
 void		cagra_spill_start(CagraBuildState *bs);
 void		cagra_spill_map(CagraBuildState *bs, CagraSpill *sp);
 bool		cagra_dsm_has_room(Size bytes);
-
-/* ---- build_scan.cpp ---- */
-
-/* Scan the heap into bs (vectors, TIDs, n); returns the heap's tuples. */
-double		cagra_build_scan(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuildState *bs);
-void		cagra_build_stream_open(CagraBuildState *bs);
-
-/* ---- build_write.cpp ---- */
-
-void		cagra_fill_meta(CagraMetaData *meta, Relation index, uint32 dims);
-void		cagra_write_node_pages(Relation index, IndexInfo *indexInfo, const CagraMetaData *meta,
-								   const CagraBuildState *bs, const cagra::Graph *graph);
-void		cagra_write_meta_page(Relation index, const CagraMetaData *meta, bool has_nodes);
