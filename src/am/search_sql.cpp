@@ -304,10 +304,13 @@ cagra_next_queries(void *arg, int nq, float *queries, bool *present)
 			memset(queries + (Size) q * meta->dims, 0, meta->dims * sizeof(float));
 			continue;
 		}
-		Vector	   *v = DatumGetVector(elem);
+		int			dim;
+		const float *x = vector_datum_floats(elem, qa->half, &dim);
 
-		cagra_check_dims(call->session->index, meta->dims, v->dim);
-		cagra_prepare((cagra::Metric) meta->metric, v->x, queries + (Size) q * meta->dims, meta->dims);
+		cagra_check_dims(call->session->index, meta->dims, dim);
+		cagra_prepare((cagra::Metric) meta->metric, x, queries + (Size) q * meta->dims, meta->dims);
+		if (qa->half)
+			pfree((void *) x);	/* the widened copy: one at a time */
 		present[q] = true;
 	}
 }

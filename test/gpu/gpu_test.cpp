@@ -536,7 +536,7 @@ TEST(GpuLibrary, BadBuildArgumentsAreRefusedWithAMessage)
     EXPECT_EQ(build(0, 8, 0, bp), CAGRA_GPU_INVALID_ARGUMENT);
     EXPECT_NE(std::string(cagra_gpu_last_error()).find("no rows"), std::string::npos);
     EXPECT_EQ(build(100, 0, 0, bp), CAGRA_GPU_INVALID_ARGUMENT);
-    EXPECT_EQ(build(100, 16001, 0, bp), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(build(100, 16002, 0, bp), CAGRA_GPU_INVALID_ARGUMENT); /* past an inner-product graph's 16,001 */
     EXPECT_EQ(build(100, 8, 7, bp), CAGRA_GPU_INVALID_ARGUMENT);
     EXPECT_NE(std::string(cagra_gpu_last_error()).find("metric"), std::string::npos);
     cagra_gpu_build_params p = bp;
