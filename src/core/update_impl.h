@@ -317,7 +317,9 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
     uint32_t live = 0;
     for (uint32_t v = 0; v < n; v++)
         live += removed(v) ? 0 : 1;
-    std::vector<uint32_t> in_degree; /* from live rows, counted once a link is needed */
+    /* from live rows, counted once a link is needed; only "at least 2"
+     * matters, so a byte that stops at 255 */
+    std::vector<uint8_t> in_degree;
     auto count_in_degrees = [&] {
         in_degree.assign(n, 0);
         for (uint32_t v = 0; v < n; v++) {
@@ -325,7 +327,7 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
                 continue;
             const uint32_t *row = row_of(v);
             for (uint32_t j = 0; j < degree; j++)
-                if (follows(row[j]))
+                if (follows(row[j]) && in_degree[row[j]] < 255)
                     in_degree[row[j]]++;
         }
     };
@@ -380,7 +382,8 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
                 found = detail::exhaustive_candidates(g, vu, accept, (uint32_t)near.size());
             bool linked = false;
             for (size_t c = 0; c < found.size() && !linked; c++) {
-                std::vector<uint32_t> row(row_of(found[c].id), row_of(found[c].id) + degree);
+                const uint32_t *current = row_of(found[c].id);
+                std::vector<uint32_t> row(current, current + degree);
                 /* padding first, else the last edge whose target keeps another way in */
                 uint32_t slot = kInvalidNode;
                 for (uint32_t j = 0; j < degree && slot == kInvalidNode; j++)
@@ -391,10 +394,11 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
                         slot = j;
                 if (slot == kInvalidNode)
                     continue;
-                if (follows(row[slot]))
+                if (follows(row[slot]) && in_degree[row[slot]] < 255)
                     in_degree[row[slot]]--;
                 row[slot] = u;
-                in_degree[u]++;
+                if (in_degree[u] < 255)
+                    in_degree[u]++;
                 changed[found[c].id] = std::move(row);
                 linked = true;
             }
