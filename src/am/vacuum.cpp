@@ -133,6 +133,29 @@ cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed
 	return out;
 }
 
+/* Phase 2's end, the C++ part: the links that make every live node
+ * reachable again (core plan_reconnect), once the repair is on the pages. */
+static std::vector<cagra::RowRewrite> *
+cagra_plan_reconnect(Relation index, const CagraMetaData *meta, const bool *removed, CagraStatus *st) noexcept
+{
+	std::vector<cagra::RowRewrite> *out = nullptr;
+
+	cagra_guard(st, [&] {
+		CagraPageAccessor acc(index, *meta, false);
+		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
+		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
+
+		if (cagra::graph_is_augmented((cagra::Metric) meta->metric))
+			out = new std::vector<cagra::RowRewrite>(
+				cagra::plan_reconnect(cagra::AugmentedAccessor<CagraPageAccessor>(acc, meta->max_norm), is_removed,
+									  cagra_search_params(meta), entries));
+		else
+			out = new std::vector<cagra::RowRewrite>(
+				cagra::plan_reconnect(acc, is_removed, cagra_search_params(meta), entries));
+	});
+	return out;
+}
+
 static void
 cagra_apply_repair(Relation index, const CagraMetaData *meta, const cagra::RowRewrite *rewrites, size_t count)
 {
@@ -187,6 +210,22 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 		cagra_owner_free(owner);
 		vacuum_delay_point();
 	}
+
+	/*
+	 * A live node whose only ways in came from removed nodes may have none
+	 * left: the rows that led to those nodes took closer live ones.
+	 */
+	CagraStatus st;
+	std::vector<cagra::RowRewrite> *links = cagra_plan_reconnect(index, meta, removed, &st);
+
+	if (!links)
+		cagra_report_status(&st);
+
+	CagraOwner *owner = cagra_owner_new(CurrentMemoryContext, links,
+										cagra_delete_object<std::vector<cagra::RowRewrite>>);
+
+	cagra_apply_repair(index, meta, links->data(), links->size());
+	cagra_owner_free(owner);
 }
 
 /* Phase 3: the live count, a new generation, and the reuse cursor at the

@@ -84,6 +84,19 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
                                     const std::vector<uint32_t> &entry_nodes = {}, uint32_t first = 0,
                                     uint32_t last = kInvalidNode);
 
+/* Plan the links that make every live node reachable again from the live
+ * entry nodes along live rows, once plan_repair's rewrites are on the
+ * graph: a repaired row takes only the closest of a removed node's live
+ * neighbours, so a live node whose only ways in came from removed nodes
+ * may be left with none (and a removed node's row is overwritten when its
+ * slot is taken again).  Each such node is linked from its nearest reached
+ * live node, into padding or in place of an edge whose target keeps another
+ * way in, as connect_graph does at build; the whole rows changed are
+ * returned.  Nothing when no entry node is live. */
+template <class Accessor, class Removed>
+std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, const SearchParams &params,
+                                       const std::vector<uint32_t> &entry_nodes);
+
 /* Apply plans to an in-memory graph (apply_insert appends the new row, so
  * plan.row must be for node g.size()). */
 void apply_insert(Graph &g, const InsertPlan &plan);

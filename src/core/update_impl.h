@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace cagra {
@@ -287,6 +288,130 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
         rw.row.resize(degree, kInvalidNode);
         out.push_back(std::move(rw));
     }
+    return out;
+}
+
+template <class Accessor, class Removed>
+std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, const SearchParams &params,
+                                       const std::vector<uint32_t> &entry_nodes)
+{
+    validate_search_params(params, 0);
+    const uint32_t n = g.size();
+    const uint32_t degree = g.degree();
+    std::vector<uint32_t> starts;
+    for (uint32_t e : entry_nodes)
+        if (e < n && !removed(e) && std::find(starts.begin(), starts.end(), e) == starts.end())
+            starts.push_back(e);
+    if (starts.empty())
+        return {};
+
+    /* the rows this plan changed, read in place of the graph's */
+    std::unordered_map<uint32_t, std::vector<uint32_t>> changed;
+    std::vector<uint32_t> scratch(degree);
+    auto row_of = [&](uint32_t v) -> const uint32_t * {
+        auto it = changed.find(v);
+        return it != changed.end() ? it->second.data() : g.neighbors(v, scratch.data());
+    };
+    auto follows = [&](uint32_t w) { return w != kInvalidNode && w < n && !removed(w); };
+
+    uint32_t live = 0;
+    for (uint32_t v = 0; v < n; v++)
+        live += removed(v) ? 0 : 1;
+    /* from live rows, counted once a link is needed; only "at least 2"
+     * matters, so a byte that stops at 255 */
+    std::vector<uint8_t> in_degree;
+    auto count_in_degrees = [&] {
+        in_degree.assign(n, 0);
+        for (uint32_t v = 0; v < n; v++) {
+            if (removed(v))
+                continue;
+            const uint32_t *row = row_of(v);
+            for (uint32_t j = 0; j < degree; j++)
+                if (follows(row[j]) && in_degree[row[j]] < 255)
+                    in_degree[row[j]]++;
+        }
+    };
+
+    std::vector<uint8_t> reached;
+    std::vector<uint32_t> queue;
+    uint32_t reached_count = 0;
+    auto reach_from = [&](uint32_t start) {
+        if (reached[start])
+            return;
+        reached[start] = 1;
+        reached_count++;
+        queue.assign(1, start);
+        while (!queue.empty()) {
+            const uint32_t v = queue.back();
+            queue.pop_back();
+            const uint32_t *row = row_of(v);
+            for (uint32_t j = 0; j < degree; j++)
+                if (follows(row[j]) && !reached[row[j]]) {
+                    reached[row[j]] = 1;
+                    reached_count++;
+                    queue.push_back(row[j]);
+                }
+        }
+    };
+
+    const SearchParams sp = candidate_search_params(params, 32);
+    std::vector<float> vec_scratch(g.dim());
+    std::vector<Neighbor> near(std::min<uint32_t>(32, sp.itopk_size));
+    /* a link may cut off the target it replaced: walk again, a few times */
+    for (int pass = 0; pass < 8; pass++) {
+        reached.assign(n, 0);
+        reached_count = 0;
+        for (uint32_t e : starts)
+            reach_from(e);
+        if (reached_count == live)
+            break;
+        if (in_degree.empty())
+            count_in_degrees();
+        for (uint32_t u = 0; u < n; u++) {
+            if (removed(u) || reached[u])
+                continue;
+            auto accept = [&](uint32_t id) { return id < n && reached[id] && !removed(id); };
+            const float *vu = g.vector(u, vec_scratch.data());
+            if (vu != vec_scratch.data()) /* the search reads pages: keep the query */
+                std::copy(vu, vu + g.dim(), vec_scratch.begin());
+            vu = vec_scratch.data();
+            Searcher<Accessor> s(g, vu, sp, starts);
+            std::vector<Neighbor> found(near.begin(),
+                                        near.begin() + s.next((uint32_t)near.size(), accept, near.data()));
+            if (found.empty())
+                found = detail::exhaustive_candidates(g, vu, accept, (uint32_t)near.size());
+            bool linked = false;
+            for (size_t c = 0; c < found.size() && !linked; c++) {
+                const uint32_t *current = row_of(found[c].id);
+                std::vector<uint32_t> row(current, current + degree);
+                /* padding first, else the last edge whose target keeps another way in */
+                uint32_t slot = kInvalidNode;
+                for (uint32_t j = 0; j < degree && slot == kInvalidNode; j++)
+                    if (!follows(row[j]))
+                        slot = j;
+                for (uint32_t j = degree; j-- > 0 && slot == kInvalidNode;)
+                    if (in_degree[row[j]] >= 2)
+                        slot = j;
+                if (slot == kInvalidNode)
+                    continue;
+                if (follows(row[slot]) && in_degree[row[slot]] < 255)
+                    in_degree[row[slot]]--;
+                row[slot] = u;
+                if (in_degree[u] < 255)
+                    in_degree[u]++;
+                changed[found[c].id] = std::move(row);
+                linked = true;
+            }
+            if (linked)
+                reach_from(u);
+        }
+    }
+
+    std::vector<RowRewrite> out;
+    out.reserve(changed.size());
+    for (auto &kv : changed)
+        out.push_back({kv.first, std::move(kv.second)});
+    std::sort(out.begin(), out.end(), [](const RowRewrite &a, const RowRewrite &b) { return a.node < b.node; });
     return out;
 }
 

@@ -56,10 +56,13 @@ void MutableIndex::remove(uint32_t id)
 
 size_t MutableIndex::repair(const SearchParams &params)
 {
-    auto rewrites = plan_repair(
-        accessor(), [this](uint32_t id) { return removed_[id] != 0; }, params, entries_);
+    auto is_removed = [this](uint32_t id) { return removed_[id] != 0; };
+    auto rewrites = plan_repair(accessor(), is_removed, params, entries_);
     apply_repair(graph_, rewrites);
-    return rewrites.size();
+    /* as vacuum does: the links that the rewrites made necessary */
+    auto links = plan_reconnect(accessor(), is_removed, params, entries_);
+    apply_repair(graph_, links);
+    return rewrites.size() + links.size();
 }
 
 std::vector<Neighbor> MutableIndex::search(const float *raw_query, uint32_t k, const SearchParams &params) const

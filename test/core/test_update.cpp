@@ -239,6 +239,61 @@ TEST(Update, HeavyDeletesStillRepairable)
     EXPECT_GE(recall_of(idx, queries, p), 0.9);
 }
 
+/*
+ * A live node whose only way in came from a removed node: the other row that
+ * pointed at the removed node takes a closer live neighbour of it, so the
+ * repair alone leaves the node with no live way in; plan_reconnect links it
+ * from its nearest reached node, in place of an edge whose target keeps
+ * another way in.
+ *
+ *   0 (entry) -> 1, 4      1 -> 0, 2      2 (removed) -> 3, 4
+ *   3 -> 2, 1              4 -> 0, 1
+ */
+TEST(Update, ReconnectLinksNodeWhoseOnlyWayInWasRemoved)
+{
+    const std::vector<float> vecs{0, 0, 1, 0, 2, 0, 10, 0, 1.5f, 0.5f};
+    Graph g;
+    g.degree = 2;
+    g.edges = {1, 4, 0, 2, 3, 4, 2, 1, 0, 1};
+    const DatasetView data{vecs.data(), 5, 2};
+    const std::vector<uint32_t> entries{0};
+    auto removed = [](uint32_t id) { return id == 2; };
+    /* live nodes the entries lead to along live rows (a removed node's row
+     * goes when its slot is taken again) */
+    auto reached_live = [&] {
+        std::vector<uint8_t> seen(5, 0);
+        std::vector<uint32_t> queue{0};
+        seen[0] = 1;
+        for (size_t head = 0; head < queue.size(); head++)
+            for (uint32_t j = 0; j < g.degree; j++) {
+                uint32_t v = g.row(queue[head])[j];
+                if (!removed(v) && !seen[v]) {
+                    seen[v] = 1;
+                    queue.push_back(v);
+                }
+            }
+        return queue.size();
+    };
+    SearchParams p;
+
+    auto rewrites = plan_repair(InMemoryGraph(g, data, Metric::L2), removed, p, entries);
+    ASSERT_EQ(rewrites.size(), 2u); /* the rows of 1 and 3 pointed at 2 */
+    EXPECT_EQ(rewrites[0].node, 1u);
+    EXPECT_EQ(rewrites[0].row, (std::vector<uint32_t>{0, 4}));
+    EXPECT_EQ(rewrites[1].node, 3u);
+    EXPECT_EQ(rewrites[1].row, (std::vector<uint32_t>{1, 4}));
+    apply_repair(g, rewrites);
+    EXPECT_EQ(reached_live(), 3u); /* node 3 lost its way in */
+
+    auto links = plan_reconnect(InMemoryGraph(g, data, Metric::L2), removed, p, entries);
+    ASSERT_EQ(links.size(), 1u);
+    EXPECT_EQ(links[0].node, 4u); /* the reached node nearest to node 3 */
+    EXPECT_EQ(links[0].row, (std::vector<uint32_t>{0, 3}));
+    apply_repair(g, links);
+    EXPECT_EQ(reached_live(), 4u);
+    EXPECT_TRUE(plan_reconnect(InMemoryGraph(g, data, Metric::L2), removed, p, entries).empty());
+}
+
 TEST(Update, PlanInsertRejectsBadParameters)
 {
     auto data = clustered(100, kDim, 28);
