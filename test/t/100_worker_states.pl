@@ -103,7 +103,7 @@ SKIP:
 # A preloaded library's settings are checked when it defines them, after the
 # configuration file was read: PostgreSQL warns, names the range or the
 # values and keeps the default (it does not refuse to start)
-for my $bad (['cagra.gpu_memory_limit', -1, qr/-1 MB is outside the valid range for parameter "cagra\.gpu_memory_limit" \(0 \.\. 2147483647\)/, '0'],
+for my $bad (['cagra.gpu_memory_limit', -1, qr/-1 MB is outside the valid range for parameter "cagra\.gpu_memory_limit" \(0( MB)? \.\. 2147483647( MB)?\)/, '0'],
 	['cagra.worker_backend', 'tpu', qr/invalid value for parameter "cagra\.worker_backend": "tpu"/, 'gpu'])
 {
 	my ($name, $value, $warning, $default) = @$bad;
