@@ -37,6 +37,7 @@ packages=(
     postgresql-17 postgresql-server-dev-17
     postgresql-17-pgvector            # the real pgvector beside cagra (sql/pgvector.sql, TAP 016)
     libgtest-dev libipc-run-perl libhnswlib-dev python3-numpy
+    universal-ctags                   # test/check-layers.sh: which source defines what a header declares
 )
 
 say() { echo "pg17-root: $*"; }
