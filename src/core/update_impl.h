@@ -122,21 +122,47 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
     plan.row = detail::prune_candidates(g, cands, degree);
     plan.row.resize(degree, kInvalidNode);
 
-    /* Reverse edges from the first half of the row (the edges pruning ranks
-     * best): a neighbour takes the new node in place of padding, or of its
-     * farthest edge when the new node is closer than that edge.  The closest
-     * neighbour always takes it, so the new node is reachable.  Neighbours
-     * further down the row take it only in place of padding. */
+    /* Reverse edges: each neighbour b takes the new node in place of
+     * padding, or (in the first half of the row, the edges pruning ranks
+     * best) of an edge b -> w that the new node detours: it is closer to b
+     * than w is, and closer to w than b is; the longest such.  w is handed
+     * to the new node (b -> new -> w), so no insert takes a node's way in,
+     * and that way in moves closer to w, never away from it (taking b's
+     * farthest edge instead let a chain of inserts carry a node's only
+     * nearby way in off, one hand-off at a time).  The closest neighbour
+     * always takes the new node, so it is reachable: where it has no such
+     * edge, in place of one the new row also holds, else of its farthest. */
     const MetricKernel dist = metric_kernel(g.metric());
     const uint32_t dim = g.dim();
     std::vector<uint32_t> row_scratch(degree);
-    std::vector<float> vec_scratch(dim), d(degree);
-    const uint32_t reverse_count = std::max(1u, degree / 2);
-    std::vector<uint32_t> handed_off;
-    for (uint32_t j = 0; j < plan.row.size(); j++) {
-        uint32_t b = plan.row[j];
-        if (b == kInvalidNode)
-            break;
+    std::vector<float> vec_scratch(dim), from_b(degree), from_new(degree);
+    const std::vector<uint32_t> neighbours = plan.row;
+    /* A handed-off w goes into padding, or in place of one of the last,
+     * lowest-ranked entries of the new row (its second half), never of
+     * another handed-off node; false: no such place is left. */
+    const uint32_t half = std::max(1u, degree / 2);
+    const uint32_t first_tail = degree - half;
+    std::vector<uint8_t> kept(degree, 0);
+    uint32_t tail = degree;
+    auto hand_off = [&](uint32_t w) {
+        if (w == kInvalidNode)
+            return true;
+        auto at = std::find(plan.row.begin(), plan.row.end(), w);
+        if (at == plan.row.end())
+            at = std::find(plan.row.begin(), plan.row.end(), kInvalidNode);
+        if (at == plan.row.end()) {
+            while (tail > first_tail && kept[tail - 1])
+                tail--;
+            if (tail == first_tail)
+                return false;
+            at = plan.row.begin() + --tail;
+        }
+        *at = w;
+        kept[at - plan.row.begin()] = 1;
+        return true;
+    };
+    for (uint32_t j = 0; j < degree && neighbours[j] != kInvalidNode; j++) {
+        const uint32_t b = neighbours[j];
         const uint32_t *row = g.neighbors(b, row_scratch.data());
         if (std::find(row, row + degree, new_id) != row + degree)
             continue; /* an edge from before the slot was taken again */
@@ -144,40 +170,28 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
         for (uint32_t s = 0; s < degree && slot == kInvalidNode; s++)
             if (row[s] == kInvalidNode)
                 slot = s;
-        /* beyond the first half only rows with padding take the new node
-         * (graphs of few nodes: their rows fill up) */
-        if (slot == kInvalidNode && j >= reverse_count)
-            continue;
-        if (slot == kInvalidNode) {
+        if (slot == kInvalidNode && j < half) {
             std::vector<uint32_t> ids(row, row + degree);
             const float *vb = g.vector(b, vec_scratch.data());
-            g.distances(vb, ids.data(), degree, d.data());
-            uint32_t worst = 0;
-            for (uint32_t s = 1; s < degree; s++)
-                if (d[s] > d[worst])
-                    worst = s;
-            if (j == 0 || dist(vb, vec, dim) < d[worst])
-                slot = worst;
+            const float to_new = dist(vb, vec, dim);
+            g.distances(vb, ids.data(), degree, from_b.data());
+            g.distances(vec, ids.data(), degree, from_new.data());
+            for (uint32_t s = 0; s < degree; s++)
+                if (to_new < from_b[s] && from_new[s] < from_b[s] &&
+                    (slot == kInvalidNode || from_b[s] > from_b[slot]))
+                    slot = s;
+            if (slot == kInvalidNode && j == 0) {
+                for (uint32_t s = 0; s < degree; s++)
+                    if (std::find(plan.row.begin(), plan.row.end(), row[s]) != plan.row.end() &&
+                        (slot == kInvalidNode || from_b[s] > from_b[slot]))
+                        slot = s;
+                if (slot == kInvalidNode)
+                    slot = (uint32_t)(std::max_element(from_b.begin(), from_b.end()) - from_b.begin());
+            }
         }
-        if (slot != kInvalidNode) {
+        /* the first hand-off always finds a place: nothing is kept yet */
+        if (slot != kInvalidNode && hand_off(row[slot]))
             plan.updates.push_back({b, slot, new_id, row[slot]});
-            if (row[slot] != kInvalidNode)
-                handed_off.push_back(row[slot]);
-        }
-    }
-    /* Each replaced edge b -> w is handed to the new node (b -> new -> w),
-     * so no insert takes a node's last way in: w goes into a padding slot or
-     * the last, lowest-ranked slots of the new row, never below its first
-     * half. */
-    uint32_t tail = degree;
-    for (uint32_t w : handed_off) {
-        if (w == new_id || std::find(plan.row.begin(), plan.row.end(), w) != plan.row.end())
-            continue;
-        auto pad = std::find(plan.row.begin(), plan.row.end(), kInvalidNode);
-        if (pad != plan.row.end())
-            *pad = w;
-        else if (tail > degree - reverse_count)
-            plan.row[--tail] = w;
     }
     return plan;
 }

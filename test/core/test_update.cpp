@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "mutable_index.h"
@@ -398,4 +399,59 @@ TEST(Update, PlanFromOutsideCandidates)
         found += s.next(1, AnyNode(), &best) == 1 && best.id == i;
     }
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
+}
+
+/* Many rows inserted one at a time into a small built graph of random
+ * 16-dimension data, as TAP 022 streams them: a reverse edge that takes a
+ * neighbour's slot hands the edge it replaced to the new node, and if that
+ * moved the only nearby way into a node a little further from it each time,
+ * the node would end up entered only from far away, found by no search for
+ * its own vector.  Every node keeps a way in from one of its 64 nearest
+ * nodes, and a wide search finds each one. */
+TEST(Update, InsertsKeepANearWayIntoEveryNode)
+{
+    const uint32_t dim = 16, built = 2000, n = 11600;
+    std::vector<float> data((size_t)n * dim);
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    for (float &x : data) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x = (float)((state >> 40) & 0xFFFFFF) / 16777216.0f;
+    }
+    BuildParams bp;
+    bp.graph_degree = 16;
+    bp.intermediate_degree = 32;
+    MutableIndex idx(data.data(), built, dim, Metric::L2, bp);
+    SearchParams p;
+    for (uint32_t i = built; i < n; i++)
+        ASSERT_EQ(idx.insert(&data[(size_t)i * dim], p), i);
+
+    const Graph &g = idx.graph();
+    std::vector<std::vector<uint32_t>> in(n);
+    for (uint32_t a = 0; a < n; a++)
+        for (uint32_t j = 0; j < g.degree; j++)
+            if (g.row(a)[j] < n)
+                in[g.row(a)[j]].push_back(a);
+    uint32_t far_only = 0;
+    std::vector<float> d(n);
+    for (uint32_t u = 0; u < n; u++) {
+        for (uint32_t v = 0; v < n; v++)
+            d[v] = l2_squared(idx.vector(u), idx.vector(v), dim);
+        float nearest_in = std::numeric_limits<float>::infinity();
+        for (uint32_t a : in[u])
+            nearest_in = std::min(nearest_in, d[a]);
+        uint32_t closer = 0;
+        for (uint32_t v = 0; v < n; v++)
+            closer += v != u && d[v] < nearest_in;
+        far_only += closer >= 64;
+    }
+    EXPECT_EQ(far_only, 0u) << "nodes whose every in-edge comes from beyond their 64 nearest";
+
+    SearchParams wide;
+    wide.itopk_size = 512;
+    uint32_t found = 0;
+    for (uint32_t i = built; i < n; i++) {
+        auto res = idx.search(&data[(size_t)i * dim], 1, wide);
+        found += !res.empty() && res[0].id == i;
+    }
+    EXPECT_EQ(found, n - built) << "inserted rows a search for their own vector does not find";
 }
