@@ -99,6 +99,8 @@ private:
 		bool		slow;			/* the vector spans pages */
 	};
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
+	/* Pin and prefetch one node of that batch. */
+	void prefetch_node(uint32_t id, Pending *p) const;
 	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* scans only */
 };
 
