@@ -2,7 +2,8 @@
 # test/run-tests.sh — every test layer of cagra, from a clean checkout:
 #
 #   0. layers: test/check-layers.sh (include arrows of docs/architecture.md)
-#      and test/check-function-length.sh (no function in src/am over 80 lines)
+#      and test/check-lengths.sh (no function in src/am over 80 lines, no
+#      file in src/ or gpu/ over 800)
 #   1. core: CMake build (Release) into build/, then ctest (GoogleTest; the
 #      GPU tests skip themselves without a device)
 #   2. extension: PGXS build and install (make && make install)
@@ -110,10 +111,10 @@ else
 fi
 if ! wanted_layer layers; then
     :
-elif banner "layers: function lengths"; bash test/check-function-length.sh; then
-    record layers PASS "no function in src/am over 80 lines"
+elif banner "layers: lengths"; bash test/check-lengths.sh; then
+    record layers PASS "no function in src/am over 80 lines, no file in src/ or gpu/ over 800"
 else
-    record layers FAIL "a function in src/am is over 80 lines (test/check-function-length.sh)"
+    record layers FAIL "a function in src/am or a file is too long (test/check-lengths.sh)"
 fi
 
 # --- 1. core library and GoogleTest ------------------------------------------

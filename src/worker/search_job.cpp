@@ -96,13 +96,14 @@ struct CagraBatchAnswers
 	}
 };
 
-/* Run one batch (on a search thread, or here when there is none): gather
- * the queries of every payload, search, write each answer into its payload
- * and slot.  A request is answered as soon as its queries' answers are
- * final (CagraSearchLane::query_done), the rest when the search returns.
- * A filtered search is a batch of its own: the nodes of its allowed rows
- * are the batch's filter.  No PostgreSQL call but GetCurrentTimestamp (a
- * clock read), so that its times compare with the backends'. */
+/* Run one batch (on a search thread, or in the main loop when there is
+ * none): gather the queries of every payload, search, write each answer
+ * into its payload and slot.  A request is answered as soon as its
+ * queries' answers are final (CagraSearchLane::query_done), the rest when
+ * the search returns.  A filtered search is a batch of its own: the nodes
+ * of its allowed rows are the batch's filter.  No PostgreSQL call but
+ * GetCurrentTimestamp (a clock read), so that its times compare with the
+ * backends'. */
 void
 cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 {
