@@ -2,6 +2,8 @@
 # test/run-tests.sh — every test layer of cagra, from a clean checkout:
 #
 #   0. layers: test/check-layers.sh (include arrows of docs/architecture.md)
+#      and test/check-lengths.sh (no function in src/am over 80 lines, no
+#      file in src/ or gpu/ over 800)
 #   1. core: CMake build (Release) into build/, then ctest (GoogleTest; the
 #      GPU tests skip themselves without a device)
 #   2. extension: PGXS build and install (make && make install)
@@ -106,6 +108,13 @@ elif banner "layers: include arrows"; bash test/check-layers.sh; then
     record layers PASS "include arrows follow docs/architecture.md"
 else
     record layers FAIL "an include crosses the layers (test/check-layers.sh)"
+fi
+if ! wanted_layer layers; then
+    :
+elif banner "layers: lengths"; bash test/check-lengths.sh; then
+    record layers PASS "no function in src/am over 80 lines, no file in src/ or gpu/ over 800"
+else
+    record layers FAIL "a function in src/am or a file is too long (test/check-lengths.sh)"
 fi
 
 # --- 1. core library and GoogleTest ------------------------------------------

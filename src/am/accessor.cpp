@@ -331,6 +331,49 @@ CagraPageAccessor::pin_page(BlockNumber blkno, bool *transient) const
 	return buf;
 }
 
+/* Locate node `id`'s vector and header, pin its page and prefetch them
+ * (p->slow, nothing pinned: its vector spans pages). */
+void
+CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
+{
+	const uint32_t span = Min(vbytes_, (uint32_t) 1024);
+	const uint32_t k = meta_.nodes_per_group;
+	BlockNumber blkno;
+
+	p->slow = false;
+	if (single_page_)
+	{
+		/* one page a group: its rows are on it (no hole), then its vectors */
+		uint32_t	j = id % k;
+
+		blkno = 1 + id / k;
+		p->header = CAGRA_PAGE_DATA_START + j * meta_.row_stride;
+		p->offset = CAGRA_PAGE_DATA_START + meta_.vector_start + j * vbytes_;
+	}
+	else
+	{
+		BlockNumber hblk;
+		uint32		hoff;
+
+		cagra_locate(&meta_, id, voff_, &blkno, &p->offset);
+		if (p->offset + vbytes_ > BLCKSZ)
+		{
+			p->buf = InvalidBuffer;
+			p->slow = true;
+			return;
+		}
+		cagra_locate(&meta_, id, 0, &hblk, &hoff);
+		p->header = hblk == blkno ? hoff : 0;
+	}
+	p->buf = pin_page(blkno, &p->transient);
+
+	const char *page = (const char *) BufferGetPage(p->buf);
+
+	__builtin_prefetch(page + p->header);
+	for (uint32_t b = 0; b < span; b += 64)
+		__builtin_prefetch(page + p->offset + b);
+}
+
 /*
  * A scan's distances in two passes: pin every page and prefetch the vectors
  * (and headers) first, then lock, compute and unlock one page at a time, so
@@ -343,53 +386,18 @@ void
 CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids, uint32_t count,
 										float *out) const
 {
-	const uint32_t span = Min(vbytes_, (uint32_t) 1024);
-	const uint32_t k = meta_.nodes_per_group;
-
 	pending_.resize(count);
 	for (uint32_t i = 0; i < count; i++)
 	{
-		BlockNumber blkno;
 		Pending    &p = pending_[i];
 
-		p.slow = false;
 		if (cached_distance(query, ids[i], &out[i]))
 		{
 			p.buf = InvalidBuffer;
-			continue;
-		}
-		if (single_page_)
-		{
-			/* one page a group: its rows are on it (no hole), then its
-			 * vectors */
-			uint32_t	j = ids[i] % k;
-
-			blkno = 1 + ids[i] / k;
-			p.header = CAGRA_PAGE_DATA_START + j * meta_.row_stride;
-			p.offset = CAGRA_PAGE_DATA_START + meta_.vector_start + j * vbytes_;
+			p.slow = false;
 		}
 		else
-		{
-			BlockNumber hblk;
-			uint32		hoff;
-
-			cagra_locate(&meta_, ids[i], voff_, &blkno, &p.offset);
-			if (p.offset + vbytes_ > BLCKSZ)
-			{
-				p.buf = InvalidBuffer;
-				p.slow = true;
-				continue;
-			}
-			cagra_locate(&meta_, ids[i], 0, &hblk, &hoff);
-			p.header = hblk == blkno ? hoff : 0;
-		}
-		p.buf = pin_page(blkno, &p.transient);
-
-		const char *page = (const char *) BufferGetPage(p.buf);
-
-		__builtin_prefetch(page + p.header);
-		for (uint32_t b = 0; b < span; b += 64)
-			__builtin_prefetch(page + p.offset + b);
+			prefetch_node(ids[i], &p);
 	}
 	for (uint32_t i = 0; i < count; i++)
 	{

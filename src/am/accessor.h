@@ -2,7 +2,8 @@
  * accessor.h — the core's graph Accessor (core/search.h) over index pages:
  * rows and vectors are read through shared buffers, one share-locked page
  * at a time.  Used by scans, cagra_search, inserts (plan_insert) and
- * vacuum (plan_repair).
+ * vacuum (plan_repair, plan_reconnect), the last two through
+ * cagra_with_graph_accessor.
  *
  * Methods throw CagraPgError when PostgreSQL reports an error while reading
  * a page, so the caller's boundary can unwind C++ frames and re-throw it.
@@ -16,6 +17,7 @@
 #include "am/cagra_am.h"
 #include "core/distance.h"
 #include "core/entry_index.h"
+#include "core/inner_product_graph.h"
 #include "core/search.h"
 
 /* In NodeInfo only, never on disk: distance from the entry-vector cache,
@@ -99,6 +101,8 @@ private:
 		bool		slow;			/* the vector spans pages */
 	};
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
+	/* Pin and prefetch one node of that batch. */
+	void prefetch_node(uint32_t id, Pending *p) const;
 	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* scans only */
 };
 
@@ -107,3 +111,37 @@ private:
 std::unique_ptr<cagra::Searcher<CagraPageAccessor>>
 cagra_new_searcher(const CagraPageAccessor &acc, const float *query, const cagra::SearchParams &params,
 				   const std::vector<uint32_t> &entries);
+
+/*
+ * fn(graph, query) with the accessor that an update of the graph (an
+ * insert's plan, VACUUM's repair and reconnection) chooses edges in, and
+ * `vec` (prepared, meta->dims floats; may be NULL) in that accessor's
+ * space: `acc` and `vec` themselves, or for an inner-product index the
+ * AugmentedAccessor over `acc` and `vec` augmented, since its graph is an
+ * L2 graph over augmented vectors (core/inner_product_graph.h).  Returns
+ * what fn returns.
+ */
+template <class Fn>
+auto
+cagra_with_graph_accessor(const CagraPageAccessor &acc, const CagraMetaData *meta, const float *vec, Fn &&fn)
+{
+	if (cagra::graph_is_augmented((cagra::Metric) meta->metric))
+	{
+		std::vector<float> query(vec ? meta->dims + 1 : 0);
+
+		if (vec)
+			cagra::augment_vector(vec, meta->dims, meta->max_norm, query.data());
+		return fn(cagra::AugmentedAccessor<CagraPageAccessor>(acc, meta->max_norm),
+				  (const float *) (vec ? query.data() : nullptr));
+	}
+	return fn(acc, vec);
+}
+
+/* fn(graph), the same without a vector. */
+template <class Fn>
+auto
+cagra_with_graph_accessor(const CagraPageAccessor &acc, const CagraMetaData *meta, Fn &&fn)
+{
+	return cagra_with_graph_accessor(acc, meta, nullptr,
+									 [&fn](const auto &graph, const float *) { return fn(graph); });
+}

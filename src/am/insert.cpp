@@ -102,16 +102,7 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 				return q;
 			};
 
-			/* an inner-product graph takes edges by L2 over augmented vectors */
-			if (cagra::graph_is_augmented((cagra::Metric) meta->metric))
-			{
-				std::vector<float> query(meta->dims + 1);
-
-				cagra::augment_vector(vec, meta->dims, meta->max_norm, query.data());
-				p = plan_in(cagra::AugmentedAccessor<CagraPageAccessor>(acc, meta->max_norm), query.data());
-			}
-			else
-				p = plan_in(acc, vec);
+			p = cagra_with_graph_accessor(acc, meta, vec, plan_in);
 		}
 		std::sort(p->updates.begin(), p->updates.end(),
 				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });

@@ -17,27 +17,89 @@ extern "C" {
 #include "miscadmin.h"
 }
 
+/* ---- the plan ---- */
+
+/*
+ * The rows the last index scans of an index returned from their worker
+ * rounds in this backend, for the first round of the next
+ * (cagra::scan_first_round_k): under a filter the index cannot see (WHERE
+ * ... ORDER BY v <-> q LIMIT k, the index scan plan) a scan returns about k
+ * / the filter's pass rate of them, so a first round of itopk_size runs out
+ * and further rounds must follow, each a request to the worker.
+ */
+#define CAGRA_ROUND_MEMORY 8	/* indexes remembered */
+#define CAGRA_ROUND_HISTORY 16	/* scans remembered per index */
+
+static struct
+{
+	Oid			index;
+	uint32		returned[CAGRA_ROUND_HISTORY];	/* 0: no scan yet */
+	int			next;
+}			cagra_round_memory[CAGRA_ROUND_MEMORY];
+static int	cagra_round_memory_next = 0;
+
+/* The rows remembered of `index`'s last scans, or NULL. */
+static const uint32 *
+cagra_recent_rows(Oid index)
+{
+	for (int i = 0; i < CAGRA_ROUND_MEMORY; i++)
+		if (cagra_round_memory[i].index == index)
+			return cagra_round_memory[i].returned;
+	return NULL;
+}
+
+void
+cagra_session_remember_rows(const CagraSearchSession *s, uint32 rows)
+{
+	Oid			index = RelationGetRelid(s->index);
+	int			i;
+
+	for (i = 0; i < CAGRA_ROUND_MEMORY && cagra_round_memory[i].index != index; i++)
+		;
+	if (i == CAGRA_ROUND_MEMORY)
+	{
+		i = cagra_round_memory_next;
+		cagra_round_memory_next = (cagra_round_memory_next + 1) % CAGRA_ROUND_MEMORY;
+		memset(&cagra_round_memory[i], 0, sizeof(cagra_round_memory[i]));
+		cagra_round_memory[i].index = index;
+	}
+	cagra_round_memory[i].returned[cagra_round_memory[i].next] = Max(rows, 1);
+	cagra_round_memory[i].next = (cagra_round_memory[i].next + 1) % CAGRA_ROUND_HISTORY;
+}
+
 void
 cagra_session_init(CagraSearchSession *s, Relation index, const CagraMetaData *meta, CagraAllowed *allowed,
 				   Snapshot snapshot)
 {
+	const uint32 *recent = cagra_recent_rows(RelationGetRelid(index));
+
 	s->index = index;
 	s->meta = *meta;
-	s->params = cagra_search_params(meta);
+	s->plan = cagra_search_plan(meta);
+	cagra::resolve_search_site(s->plan, cagra_worker_serves_searches(), recent,
+							   recent ? CAGRA_ROUND_HISTORY : 0, CAGRA_WORKER_MAX_K);
 	s->allowed = allowed;
 	s->snapshot = snapshot;
+}
+
+bool
+cagra_session_on_worker(const CagraSearchSession *s)
+{
+	/* with cagra.device = gpu, cagra_worker_wanted raises the error */
+	return s->plan.site == cagra::SearchSite::Worker ||
+		(cagra_device == CAGRA_SEARCH_GPU && cagra_worker_wanted("search"));
 }
 
 void
 cagra_session_check_params(const CagraSearchSession *s)
 {
-	cagra_guard_or_error([s] { cagra::validate_search_params(s->params, 0); });
+	cagra_guard_or_error([s] { cagra::validate_search_params(s->plan.params, 0); });
 }
 
 uint32
 cagra_session_candidates_per_query(const CagraSearchSession *s, uint32 k)
 {
-	return Min((uint32) CAGRA_WORKER_MAX_K, Max(s->params.itopk_size, k));
+	return Min((uint32) CAGRA_WORKER_MAX_K, Max(s->plan.params.itopk_size, k));
 }
 
 /* ---- on the worker ---- */
@@ -45,10 +107,9 @@ cagra_session_candidates_per_query(const CagraSearchSession *s, uint32 k)
 CagraSearchRequest
 cagra_session_request(const CagraSearchSession *s, const CagraCandidates *c)
 {
-	CagraSearchRequest req;
+	CagraSearchRequest req = s->plan;
 
 	req.k = c->kk;
-	req.params = s->params;
 	req.params.itopk_size = c->kk;	/* the worker's limit, CAGRA_WORKER_MAX_K */
 	return req;
 }
@@ -247,9 +308,9 @@ cagra_session_candidates(const CagraSearchSession *s, const float *queries, cons
 {
 	const CagraMetaData *meta = &s->meta;
 	CagraAllowed *allowed = s->allowed;
-	cagra::SearchParams params = s->params;
+	cagra::SearchParams params = s->plan.params;
 
-	if (ask_worker && c->kk <= CAGRA_WORKER_MAX_K && cagra_worker_wanted("search") &&
+	if (ask_worker && c->kk <= CAGRA_WORKER_MAX_K && cagra_session_on_worker(s) &&
 		cagra_session_worker_candidates(s, queries, present, c))
 		return;
 	params.itopk_size = Max(params.itopk_size, c->kk);
@@ -508,11 +569,11 @@ cagra_search_query_bytes(const CagraMetaData *meta, uint32 kk)
 
 /* Whether a call's parts are pipelined through the worker. */
 static bool
-cagra_search_pipelined(int nitems, const CagraAllowed *allowed)
+cagra_search_pipelined(const CagraSearchSession *s, int nitems)
 {
 	/* a filtered search sends its allowed rows with each request: one
 	 * request at a time */
-	return nitems >= 2 * CAGRA_PIPELINE_PART_MIN && !allowed && cagra_worker_wanted("search");
+	return nitems >= 2 * CAGRA_PIPELINE_PART_MIN && !s->allowed && cagra_session_on_worker(s);
 }
 
 /* Queries per part: as many as fit work_mem (two parts, when they are
@@ -673,7 +734,7 @@ cagra_session_search_all(const CagraSearchSession *s, Relation heap, int nitems,
 						 CagraNextQueries next_queries, CagraSettledPart settled, void *arg)
 {
 	uint32		kk = cagra_session_candidates_per_query(s, k);
-	bool		pipelined = cagra_search_pipelined(nitems, s->allowed);
+	bool		pipelined = cagra_search_pipelined(s, nitems);
 	int			part = cagra_search_part_size(&s->meta, kk, nitems, pipelined);
 	CagraSearchPart *parts = (CagraSearchPart *) palloc0(sizeof(CagraSearchPart) * CAGRA_SCRATCH_SETS);
 

@@ -16,13 +16,26 @@ typedef struct CagraSearchSession
 {
 	Relation	index;
 	CagraMetaData meta;			/* as the search began */
-	cagra::SearchParams params; /* the settings (cagra_search_params), read once */
+	cagra::SearchPlan plan;		/* resolved once, as the search began */
 	CagraAllowed *allowed;		/* NULL: every row */
 	Snapshot	snapshot;
 } CagraSearchSession;
 
+/* A session and its plan: the settings and the meta page
+ * (cagra_search_plan), where it runs (cagra.device and whether the worker
+ * runs) and an index scan's first worker round, from the rows the index's
+ * last scans in this backend returned (core/search_plan.h
+ * resolve_search_site). */
 void		cagra_session_init(CagraSearchSession *s, Relation index, const CagraMetaData *meta,
 							   CagraAllowed *allowed, Snapshot snapshot);
+
+/* Whether the session's searches go to the worker (its plan's site); ERROR
+ * when cagra.device = gpu and the worker does not run. */
+bool		cagra_session_on_worker(const CagraSearchSession *s);
+
+/* An index scan's worker rounds returned `rows` rows: the first rounds of
+ * the index's next sessions learn from it. */
+void		cagra_session_remember_rows(const CagraSearchSession *s, uint32 rows);
 
 /* ERROR unless the settings make a valid search (as the core checks them,
  * so a search the worker serves fails on bad settings as the CPU's does). */

@@ -1,8 +1,7 @@
 /*
  * search_stream.cpp — one query's rows of a search session, nearest first
- * (search_stream.h): the rounds and their widening, the CPU searcher's
- * continuation, the exhaustive pass, and the first-round k learned from
- * the streams before.
+ * (search_stream.h): the rounds and their widening from the plan's first
+ * round, the CPU searcher's continuation, the exhaustive pass.
  */
 #include "am/search_stream.h"
 
@@ -15,7 +14,6 @@
 
 extern "C" {
 #include "miscadmin.h"
-#include "port/pg_bitutils.h"
 #include "utils/snapmgr.h"
 }
 
@@ -55,7 +53,7 @@ struct CagraSearchStream
 	uint32		cap;			/* most candidates a round may ask for */
 	CagraCandidates round;		/* nq 1: ids, dists, copy TIDs of one round */
 	uint32		pos;
-	bool		learn;			/* the rounds' rows count for the next first round */
+	bool		learn;			/* the rounds' rows count for the next first rounds */
 	uint32		round_rows;		/* rows the rounds returned */
 	CagraCpuSearch *cpu;
 	CagraOwner *cpu_owner;
@@ -64,103 +62,6 @@ struct CagraSearchStream
 	CagraExhaustivePass *pass;
 	CagraStreamCounts counts;
 };
-
-/* ---- the first round's k ----
- *
- * How many of the worker's results the last streams of an index without
- * allowed rows returned in this backend.  Under a filter the index cannot
- * see (WHERE ... ORDER BY v <-> q LIMIT k, the index scan plan) a scan
- * returns about k / the filter's pass rate of them, so a first round of
- * itopk_size runs out and further rounds (each of twice the k before) must
- * follow, each a request to the worker.  The next stream of the index asks
- * at once for the k that the last streams' counts say costs least: for
- * each power of two from itopk_size to the kernel's 512, the results those
- * streams would have cost, every round counted as its k plus
- * CAGRA_ROUND_FIXED_COST.  Powers of two only, so that the first rounds of
- * concurrent scans ask alike and the worker batches them.
- */
-#define CAGRA_ROUND_MEMORY 8	/* indexes remembered */
-#define CAGRA_ROUND_HISTORY 16	/* streams remembered per index */
-
-/*
- * A round's cost besides its k, in results: its round trip and the
- * kernel's fixed part.  Not measured apart; it only tips the choice between
- * a larger first round and a second one: with about 100 results a stream
- * and a quarter of streams past 128, any value below about 270 picks 128
- * over 256.
- */
-#define CAGRA_ROUND_FIXED_COST 64
-
-static struct
-{
-	Oid			index;
-	uint32		returned[CAGRA_ROUND_HISTORY];	/* 0: no stream yet */
-	int			next;
-}			cagra_round_memory[CAGRA_ROUND_MEMORY];
-static int	cagra_round_memory_next = 0;
-
-/* What asking for `first` and doubling from there costs a stream that
- * returns `returned` results. */
-static uint64
-cagra_rounds_cost(uint32 first, uint32 returned)
-{
-	uint64		cost = 0;
-
-	for (uint32 k = first;; k = Min(2 * k, (uint32) CAGRA_WORKER_MAX_K))
-	{
-		cost += k + CAGRA_ROUND_FIXED_COST;
-		if (returned <= k || k == CAGRA_WORKER_MAX_K)
-			return cost;
-	}
-}
-
-static uint32
-cagra_first_round_k(Oid index, uint32 itopk)
-{
-	for (int i = 0; i < CAGRA_ROUND_MEMORY; i++)
-	{
-		const uint32 *returned = cagra_round_memory[i].returned;
-		uint32		best = itopk;
-		uint64		best_cost = PG_UINT64_MAX;
-
-		if (cagra_round_memory[i].index != index)
-			continue;
-		for (uint32 k = itopk;; k = Min(pg_nextpower2_32(k + 1), (uint32) CAGRA_WORKER_MAX_K))
-		{
-			uint64		cost = 0;
-
-			for (int h = 0; h < CAGRA_ROUND_HISTORY; h++)
-				if (returned[h] > 0)
-					cost += cagra_rounds_cost(k, returned[h]);
-			if (cost < best_cost)
-			{
-				best = k;
-				best_cost = cost;
-			}
-			if (k == CAGRA_WORKER_MAX_K)
-				return best;
-		}
-	}
-	return itopk;
-}
-
-static void
-cagra_remember_returned(Oid index, uint32 returned)
-{
-	int			i;
-
-	for (i = 0; i < CAGRA_ROUND_MEMORY && cagra_round_memory[i].index != index; i++)
-		;
-	if (i == CAGRA_ROUND_MEMORY)
-	{
-		i = cagra_round_memory_next;
-		cagra_round_memory_next = (cagra_round_memory_next + 1) % CAGRA_ROUND_MEMORY;
-		memset(&cagra_round_memory[i], 0, sizeof(cagra_round_memory[i]));
-		cagra_round_memory[i].index = index;
-	}
-	cagra_round_memory[i].returned[cagra_round_memory[i].next] = Max(returned, 1);
-	cagra_round_memory[i].next = (cagra_round_memory[i].next + 1) % CAGRA_ROUND_HISTORY;
-}
 
 /* ---- stage 1: rounds ---- */
 
@@ -275,7 +176,7 @@ cagra_stream_start_cpu(CagraSearchStream *s)
 			cpu->query.assign(s->query, s->query + meta->dims);
 			cpu->entries.assign(meta->entries, meta->entries + meta->entry_count);
 			cpu->accessor.reset(new CagraPageAccessor(session->index, *meta, true, true));
-			cpu->searcher = cagra_new_searcher(*cpu->accessor, cpu->query.data(), session->params, cpu->entries);
+			cpu->searcher = cagra_new_searcher(*cpu->accessor, cpu->query.data(), session->plan.params, cpu->entries);
 		}))
 	{
 		if (cpu)
@@ -353,7 +254,7 @@ cagra_stream_cpu_next(CagraSearchStream *s, ItemPointer tid, float *distance)
 
 	uint64		left = (uint64) cagra_max_scan_tuples - s->returned.count;
 
-	cagra_stream_cpu_batch(cpu, (uint32) Min(left, (uint64) s->session.params.itopk_size));
+	cagra_stream_cpu_batch(cpu, (uint32) Min(left, (uint64) s->session.plan.params.itopk_size));
 	CHECK_FOR_INTERRUPTS();
 	return false;
 }
@@ -372,7 +273,7 @@ cagra_stream_stops(const CagraSearchStream *s)
 {
 	const CagraMetaData *meta = &s->session.meta;
 	uint64		cpu_budget = Max((uint64) meta->live / Max(meta->graph_degree, 1),
-								 (uint64) s->session.params.itopk_size);
+								 (uint64) s->session.plan.params.itopk_size);
 
 	if (s->session.allowed)
 		return false;
@@ -411,26 +312,25 @@ cagra_stream_exhaustive_next(CagraSearchStream *s, ItemPointer tid, float *dista
 static void
 cagra_stream_start_unfiltered(CagraSearchStream *s, bool ask_worker)
 {
-	uint32		k = Max(s->session.params.itopk_size, (uint32) 1);
-
 	s->cap = CAGRA_WORKER_MAX_K;
-	if (!ask_worker || !cagra_worker_wanted("search"))
+	if (!ask_worker || !cagra_session_on_worker(&s->session))
 	{
 		cagra_stream_start_cpu(s);
 		return;
 	}
-	if (k > CAGRA_WORKER_MAX_K)
+	/* no first round: itopk_size is over what the worker answers */
+	if (s->session.plan.first_round_k == 0)
 	{
 		if (cagra_device == CAGRA_SEARCH_GPU)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("cagra.itopk_size %u is larger than the GPU allows (%d)",
-							s->session.params.itopk_size, CAGRA_WORKER_MAX_K)));
+							s->session.plan.params.itopk_size, CAGRA_WORKER_MAX_K)));
 		cagra_stream_start_cpu(s);
 		return;
 	}
 	s->learn = true;
-	if (!cagra_stream_round(s, cagra_first_round_k(RelationGetRelid(s->session.index), k)))
+	if (!cagra_stream_round(s, s->session.plan.first_round_k))
 		cagra_stream_start_cpu(s);
 }
 
@@ -508,7 +408,7 @@ cagra_stream_end(CagraSearchStream *s)
 	if (!s)
 		return;
 	if (s->learn)
-		cagra_remember_returned(RelationGetRelid(s->session.index), s->round_rows);
+		cagra_session_remember_rows(&s->session, s->round_rows);
 	s->learn = false;
 	if (s->cpu)
 	{

@@ -215,9 +215,10 @@ cagra_meta_problem(CagraMetaProblemFn report, void *arg, bool fatal, const char 
 	report(arg, fatal, buf);
 }
 
-bool
-cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaProblemFn report,
-					void *arg)
+/* Whether the meta page is one of this format: magic, version, metric and
+ * element type known. */
+static bool
+cagra_meta_format_known(const CagraMetaData *meta, CagraMetaProblemFn report, void *arg)
 {
 	if (meta->magic != CAGRA_MAGIC)
 	{
@@ -247,6 +248,15 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 		cagra_meta_problem(report, arg, true, "meta page: unknown element type %u", meta->element_type);
 		return false;
 	}
+	return true;
+}
+
+/* Whether the degree, dimensions, layout and entry nodes place every node
+ * within the index's blocks. */
+static bool
+cagra_meta_layout_valid(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaProblemFn report,
+						void *arg)
+{
 	if (meta->graph_degree < CAGRA_MIN_DEGREE || meta->graph_degree > CAGRA_MAX_DEGREE)
 	{
 		cagra_meta_problem(report, arg, true, "meta page: graph_degree %u out of range", meta->graph_degree);
@@ -305,17 +315,18 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 						   cagra_blocks_for(meta, meta->n));
 		return false;
 	}
-	if (meta->live > meta->n)
-		cagra_meta_problem(report, arg, false, "meta page: live count %u is greater than node count %u",
-						   meta->live, meta->n);
+	return true;
+}
 
-	/*
-	 * The fields below do not place the nodes, so the pages stay readable
-	 * (the check goes on), but scans, inserts and the worker's copies use
-	 * them: out of their limits they stop every reader, with this problem
-	 * named, rather than with a confusing error of their own or a wrong
-	 * answer.
-	 */
+/*
+ * Fields that do not place the nodes, so the pages stay readable (the check
+ * goes on), but scans, inserts and the worker's copies use them: out of
+ * their limits they stop every reader, with this problem named, rather than
+ * with a confusing error of their own or a wrong answer.
+ */
+static void
+cagra_check_meta_search_fields(const CagraMetaData *meta, CagraMetaProblemFn report, void *arg)
+{
 	if (meta->search_itopk > cagra::kMaxItopk)
 		cagra_meta_problem(report, arg, true, "meta page: search_itopk %u out of range (0 to %u)",
 						   meta->search_itopk, cagra::kMaxItopk);
@@ -332,9 +343,13 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 							   meta->reuse_log[r % CAGRA_REUSE_LOG], meta->n);
 			break;
 		}
+}
 
-	/* what the build recorded and the insert cursor: the check reports
-	 * them, readers do not depend on them */
+/* What the build recorded and the insert cursor: the check reports them,
+ * readers do not depend on them. */
+static void
+cagra_check_meta_build_record(const CagraMetaData *meta, CagraMetaProblemFn report, void *arg)
+{
 	if (meta->intermediate_degree < meta->graph_degree || meta->intermediate_degree > CAGRA_MAX_INTERMEDIATE_DEGREE)
 		cagra_meta_problem(report, arg, false,
 						   "meta page: intermediate_graph_degree %u out of range (%u, the graph degree, to %u)",
@@ -346,6 +361,19 @@ cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaPro
 	if (meta->reuse_next > meta->n)
 		cagra_meta_problem(report, arg, false, "meta page: reuse cursor %u beyond the %u nodes",
 						   meta->reuse_next, meta->n);
+}
+
+bool
+cagra_validate_meta(const CagraMetaData *meta, BlockNumber nblocks, CagraMetaProblemFn report,
+					void *arg)
+{
+	if (!cagra_meta_format_known(meta, report, arg) || !cagra_meta_layout_valid(meta, nblocks, report, arg))
+		return false;
+	if (meta->live > meta->n)
+		cagra_meta_problem(report, arg, false, "meta page: live count %u is greater than node count %u",
+						   meta->live, meta->n);
+	cagra_check_meta_search_fields(meta, report, arg);
+	cagra_check_meta_build_record(meta, report, arg);
 	return true;
 }
 

@@ -23,7 +23,6 @@
 
 #include <cstring>
 
-#include "core/inner_product_graph.h"
 #include "core/update.h"
 
 extern "C" {
@@ -121,14 +120,10 @@ cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
 
-		/* an inner-product graph takes edges by L2 over augmented vectors */
-		if (cagra::graph_is_augmented((cagra::Metric) meta->metric))
-			out = new std::vector<cagra::RowRewrite>(
-				cagra::plan_repair(cagra::AugmentedAccessor<CagraPageAccessor>(acc, meta->max_norm), is_removed,
-								   cagra_search_params(meta), entries, first, last));
-		else
-			out = new std::vector<cagra::RowRewrite>(
-				cagra::plan_repair(acc, is_removed, cagra_search_params(meta), entries, first, last));
+		out = cagra_with_graph_accessor(acc, meta, [&](const auto &graph) {
+			return new std::vector<cagra::RowRewrite>(
+				cagra::plan_repair(graph, is_removed, cagra_search_params(meta), entries, first, last));
+		});
 	});
 	return out;
 }
@@ -145,13 +140,10 @@ cagra_plan_reconnect(Relation index, const CagraMetaData *meta, const bool *remo
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
 
-		if (cagra::graph_is_augmented((cagra::Metric) meta->metric))
-			out = new std::vector<cagra::RowRewrite>(
-				cagra::plan_reconnect(cagra::AugmentedAccessor<CagraPageAccessor>(acc, meta->max_norm), is_removed,
-									  cagra_search_params(meta), entries));
-		else
-			out = new std::vector<cagra::RowRewrite>(
-				cagra::plan_reconnect(acc, is_removed, cagra_search_params(meta), entries));
+		out = cagra_with_graph_accessor(acc, meta, [&](const auto &graph) {
+			return new std::vector<cagra::RowRewrite>(
+				cagra::plan_reconnect(graph, is_removed, cagra_search_params(meta), entries));
+		});
 	});
 	return out;
 }

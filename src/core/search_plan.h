@@ -3,9 +3,10 @@
  * the GPU library applies its rules too, and links nothing of the core).
  *
  * A SearchPlan is resolved once from the settings as set and what the
- * index's build measured (resolve_search_plan), carried whole to where the
- * search runs (the backend's Searcher, or the worker's request), and
- * executed there.  What follows from where it runs is resolved there by the
+ * index's build measured (resolve_search_plan), where it runs and an index
+ * scan's first round when the search begins (resolve_search_site), carried
+ * whole to where the search runs (the backend's Searcher, or the worker's
+ * request), and executed there.  What follows from where it runs is resolved there by the
  * rules below, never changed otherwise: an automatic width on the CPU by
  * cpu_search_params (types.h); on the GPU, where it depends on the size of
  * the batch, by gpu_batch_params (the worker's engine) and the launch's
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "types.h"
@@ -37,12 +39,22 @@ struct IndexSearchChoice {
     uint32_t entry_probes = 0;
 };
 
+/* Where a search runs. */
+enum class SearchSite : uint8_t {
+    Backend, /* the backend's Searcher over the index pages */
+    Worker,  /* the worker's engine: the GPU library, or the core */
+};
+
 struct SearchPlan {
     uint32_t k = 0;        /* results wanted; at most params.itopk_size */
     SearchParams params;   /* search_width and max_iterations may stay automatic */
     bool filtered = false; /* only the allowed rows may be returned */
+    SearchSite site = SearchSite::Backend; /* resolve_search_site */
+    uint32_t first_round_k = 0;            /* an index scan's first worker round; 0: none */
 };
 
+/* Whether two plans search alike: where they run and an index scan's first
+ * round are the backend's choices, made before the worker is asked. */
 inline bool operator==(const SearchPlan &a, const SearchPlan &b)
 {
     return a.k == b.k && a.params == b.params && a.filtered == b.filtered;
@@ -69,6 +81,68 @@ inline SearchPlan resolve_search_plan(const SearchSettings &settings, const Inde
                                                           : defaults.entry_probes;
     plan.k = plan.params.itopk_size;
     return plan;
+}
+
+/* An index scan's rounds on the worker: each asks for k results, the next
+ * for twice the k before, up to the most the worker answers.  A round also
+ * costs its round trip and the kernel's fixed part, counted as
+ * kRoundFixedCost results.  Not measured apart: it only tips the choice
+ * between a larger first round and a second one (with about 100 results a
+ * scan and a quarter of scans past 128, any value below about 270 picks 128
+ * over 256). */
+constexpr uint32_t kRoundFixedCost = 64;
+
+/* What rounds from `first` doubling up to max_k cost a scan that returned
+ * `returned` results. */
+inline uint64_t scan_rounds_cost(uint32_t first, uint32_t returned, uint32_t max_k)
+{
+    uint64_t cost = 0;
+    for (uint32_t k = first;; k = std::min(2 * k, max_k)) {
+        cost += k + kRoundFixedCost;
+        if (returned <= k || k == max_k)
+            return cost;
+    }
+}
+
+/* The first round of an index scan on a worker that answers at most max_k
+ * results a query: the one of itopk and the powers of two above it up to
+ * max_k that would have cost the last scans of the index, which returned
+ * recent[0 .. nrecent) results (0: no scan), the fewest; itopk when there
+ * were none.  Powers of two only, so that the first rounds of concurrent
+ * scans ask alike and the worker batches them. */
+inline uint32_t scan_first_round_k(uint32_t itopk, const uint32_t *recent, size_t nrecent, uint32_t max_k)
+{
+    uint32_t best = itopk;
+    uint64_t best_cost = UINT64_MAX;
+    for (uint32_t k = itopk;;) {
+        uint64_t cost = 0;
+        for (size_t i = 0; i < nrecent; i++)
+            if (recent[i] > 0)
+                cost += scan_rounds_cost(k, recent[i], max_k);
+        if (cost < best_cost) {
+            best = k;
+            best_cost = cost;
+        }
+        if (k >= max_k)
+            return best;
+        uint32_t next = 1;
+        while (next <= k)
+            next <<= 1;
+        k = std::min(next, max_k);
+    }
+}
+
+/* Where `plan` runs, and an index scan's first round: on the worker when it
+ * may serve the search (the device allows it) and runs, else in the
+ * backend; an index scan whose itopk_size is over what the worker answers
+ * (max_k) has no worker rounds (first_round_k 0). */
+inline void resolve_search_site(SearchPlan &plan, bool worker_serves, const uint32_t *recent, size_t nrecent,
+                                uint32_t max_k)
+{
+    const uint32_t itopk = std::max(plan.params.itopk_size, 1u);
+    plan.site = worker_serves ? SearchSite::Worker : SearchSite::Backend;
+    plan.first_round_k =
+        worker_serves && itopk <= max_k ? scan_first_round_k(itopk, recent, nrecent, max_k) : 0;
 }
 
 /* The iterations of a search that keeps `buffer` candidates and expands

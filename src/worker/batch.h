@@ -1,7 +1,7 @@
 /*
- * batch.h — the worker's side of the request queue (batch.cpp): taking
- * queued slots, batching searches onto the search threads, running the
- * other requests, answering.  Worker process only.
+ * batch.h — the worker's side of the request queue (batch.cpp): batching
+ * queued searches onto the search threads, running the other requests.
+ * Worker process only.
  */
 #pragma once
 
@@ -20,12 +20,5 @@ bool		cagra_worker_searches_running(void);
  * every search thread is busy; returns how many were served. */
 int			cagra_worker_serve_queue(void);
 
-/* Mark answered slots DONE (or free abandoned ones) and wake their backends. */
-void		cagra_worker_answer(const int *slots, int n);
-
 /* Wait for and answer every running search batch. */
 void		cagra_worker_drain_searches(void);
-
-/* Unmap the reusable segments of backends that are gone. */
-void		cagra_worker_forget_mailboxes(void);
-

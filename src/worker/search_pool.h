@@ -34,11 +34,11 @@ struct CagraSearchJob
 	std::vector<int> abandoned;		/* picked slots whose backend had left: to free */
 };
 
-/* What a thread does with a job (batch.cpp). */
+/* What a thread does with a job (search_job.h). */
 typedef void (*CagraSearchJobRunner) (CagraSearchJob *job, CagraSearchLane *lane);
 
 /* What the collector thread does while started jobs are out: answers those
- * whose queries are done and appends them to `finished` (batch.cpp). */
+ * whose queries are done and appends them to `finished` (search_job.h). */
 typedef void (*CagraStartedCollector) (std::vector<CagraSearchJob *> &finished);
 
 /* Start up to batch_threads + filtered_threads threads; run(job, lane)

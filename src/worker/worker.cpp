@@ -11,6 +11,7 @@
 #include "worker/engine_core.h"
 #include "worker/engine_gpu.h"
 #include "worker/offload_build.h"
+#include "worker/slots.h"
 #include "boundary/pg_compat.h"
 
 extern "C" {

@@ -1,9 +1,11 @@
 /*
  * test_search_plan.cpp — the rules of a search plan: each setting as set,
- * else the index's own, else the core's default; and what a GPU batch
- * adds to it.
+ * else the index's own, else the core's default; where it runs and an
+ * index scan's first worker round; and what a GPU batch adds to it.
  */
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "search_plan.h"
 
@@ -164,4 +166,81 @@ TEST(SearchPlan, IterationsAsSetElseFromTheBufferAndTheWidth)
     EXPECT_EQ(max_iterations_for(64, 2, 0), 2u * 32 + 32);
     EXPECT_EQ(max_iterations_for(64, 0, 0), 2u * 64 + 32); /* an automatic width counts as 1 */
     EXPECT_EQ(max_iterations_for(64, 4, 9), 9u);
+}
+
+TEST(SearchPlan, ItRunsOnTheWorkerOnlyWhenOneServesIt)
+{
+    SearchPlan backend = resolve_search_plan(SearchSettings{}, IndexSearchChoice{64, 12});
+    resolve_search_site(backend, false, nullptr, 0, 512);
+    EXPECT_EQ(backend.site, SearchSite::Backend);
+    EXPECT_EQ(backend.first_round_k, 0u); /* no worker rounds */
+
+    SearchPlan worker = resolve_search_plan(SearchSettings{}, IndexSearchChoice{64, 12});
+    resolve_search_site(worker, true, nullptr, 0, 512);
+    EXPECT_EQ(worker.site, SearchSite::Worker);
+    EXPECT_EQ(worker.first_round_k, 64u); /* no scan before: itopk_size */
+    /* the rest of the plan as resolved */
+    EXPECT_EQ(worker.params.itopk_size, 64u);
+    EXPECT_EQ(worker.k, 64u);
+}
+
+TEST(SearchPlan, AnItopkOverTheWorkersLimitHasNoWorkerRounds)
+{
+    SearchSettings s;
+    s.itopk_size = 513;
+    SearchPlan plan = resolve_search_plan(s, IndexSearchChoice{});
+    resolve_search_site(plan, true, nullptr, 0, 512);
+    EXPECT_EQ(plan.site, SearchSite::Worker); /* cagra_search still asks the worker for 512 */
+    EXPECT_EQ(plan.first_round_k, 0u);        /* an index scan runs in the backend */
+    s.itopk_size = 512;
+    plan = resolve_search_plan(s, IndexSearchChoice{});
+    resolve_search_site(plan, true, nullptr, 0, 512);
+    EXPECT_EQ(plan.first_round_k, 512u);
+}
+
+TEST(SearchPlan, RoundsCostTheirKAndAFixedPartUpToTheLimit)
+{
+    EXPECT_EQ(scan_rounds_cost(64, 10, 512), 64u + kRoundFixedCost);
+    EXPECT_EQ(scan_rounds_cost(64, 100, 512), 64u + 128 + 2 * kRoundFixedCost);
+    /* past the limit the rounds stop at it */
+    EXPECT_EQ(scan_rounds_cost(512, 5000, 512), 512u + kRoundFixedCost);
+    EXPECT_EQ(scan_rounds_cost(256, 5000, 512), 256u + 512 + 2 * kRoundFixedCost);
+}
+
+TEST(SearchPlan, TheFirstRoundIsTheCheapestForTheLastScans)
+{
+    auto first_round = [](uint32_t itopk, std::vector<uint32_t> recent) {
+        SearchSettings s;
+        s.itopk_size = itopk;
+        SearchPlan plan = resolve_search_plan(s, IndexSearchChoice{});
+        resolve_search_site(plan, true, recent.data(), recent.size(), 512);
+        return plan.first_round_k;
+    };
+    /* scans that took fewer rows than itopk_size: one round of itopk_size */
+    EXPECT_EQ(first_round(64, {10, 10, 10}), 64u);
+    /* about 100 rows each: one round of 128 beats 64 then 128, and 256 */
+    EXPECT_EQ(first_round(64, {100, 100, 100}), 128u);
+    /* a quarter of the scans past 128 still picks 128 over 256 */
+    std::vector<uint32_t> quarter(12, 100);
+    quarter.insert(quarter.end(), 4, 200);
+    EXPECT_EQ(first_round(64, quarter), 128u);
+    /* powers of two above a non-power itopk_size, up to the limit */
+    EXPECT_EQ(first_round(100, {300, 300}), 512u);
+    EXPECT_EQ(first_round(100, {90, 90}), 100u);
+    /* slots of no scan (0) count for nothing */
+    EXPECT_EQ(first_round(64, {0, 0, 100, 0}), 128u);
+    EXPECT_EQ(first_round(64, {0, 0, 0, 0}), 64u);
+}
+
+TEST(SearchPlan, WhereItRunsDoesNotSeparateEqualSearches)
+{
+    /* the worker batches requests of equal plans: the backend's choices of
+     * site and first round are made before it is asked */
+    SearchPlan a = resolve_search_plan(SearchSettings{}, IndexSearchChoice{64, 12});
+    SearchPlan b = a;
+    resolve_search_site(a, true, nullptr, 0, 512);
+    std::vector<uint32_t> recent(16, 100);
+    resolve_search_site(b, true, recent.data(), recent.size(), 512);
+    EXPECT_NE(a.first_round_k, b.first_round_k);
+    EXPECT_EQ(a, b);
 }
