@@ -61,7 +61,7 @@ public:
 	/* Copy a node's vector (any layout) into `out` (dim() floats). */
 	void read_vector(uint32_t id, float *out, NodeInfo *info) const;
 
-	/* The entry index of the cached entry vectors (scans only), or NULL. */
+	/* The entry index of the cached entry vectors (with keep_pins), or NULL. */
 	const cagra::EntryIndex *entry_index() const;
 
 private:
@@ -99,7 +99,7 @@ private:
 		bool		slow;			/* the vector spans pages */
 	};
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
-	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* scans only */
+	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* with keep_pins */
 };
 
 /* A Searcher over `acc`: from the entry index of its cached entry vectors

@@ -83,10 +83,14 @@ inline uint32_t insert_candidate_count(uint32_t degree, const SearchParams &para
     return std::min(others, std::max(2 * degree, params.itopk_size));
 }
 
-template <class Accessor, class Accept>
-std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
-                                        const SearchParams &params, const std::vector<uint32_t> &entry_nodes,
-                                        Accept accept, uint32_t accepted)
+namespace detail {
+
+/* insert_candidates from `entries`: an entry list or an EntryIndex, as the
+ * Searcher takes them. */
+template <class Accessor, class Entries, class Accept>
+std::vector<Neighbor> search_insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
+                                               const SearchParams &params, const Entries &entries, Accept accept,
+                                               uint32_t accepted)
 {
     const uint32_t degree = g.degree();
     const uint32_t n = g.size();
@@ -98,13 +102,23 @@ std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uin
     std::vector<Neighbor> cands;
     if (want > 0) {
         SearchParams p = candidate_search_params(params, want);
-        Searcher<Accessor> s(g, vec, p, entry_nodes);
+        Searcher<Accessor> s(g, vec, p, entries);
         cands.resize(std::min(want, p.itopk_size));
         cands.resize(s.next((uint32_t)cands.size(), not_self, cands.data()));
         if (cands.size() < std::min(others, degree))
-            cands = detail::exhaustive_candidates(g, vec, not_self, want);
+            cands = exhaustive_candidates(g, vec, not_self, want);
     }
     return cands;
+}
+
+} // namespace detail
+
+template <class Accessor, class Accept>
+std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
+                                        const SearchParams &params, const std::vector<uint32_t> &entry_nodes,
+                                        Accept accept, uint32_t accepted)
+{
+    return detail::search_insert_candidates(g, vec, new_id, params, entry_nodes, accept, accepted);
 }
 
 template <class Accessor, class Accept>
@@ -112,6 +126,14 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                        const std::vector<uint32_t> &entry_nodes, Accept accept, uint32_t accepted)
 {
     return plan_insert_from(g, vec, new_id, insert_candidates(g, vec, new_id, params, entry_nodes, accept, accepted));
+}
+
+template <class Accessor, class Index, class Accept, class>
+InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
+                       const Index &entries, Accept accept, uint32_t accepted)
+{
+    return plan_insert_from(g, vec, new_id,
+                            detail::search_insert_candidates(g, vec, new_id, params, entries, accept, accepted));
 }
 
 template <class Accessor>
