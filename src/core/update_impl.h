@@ -22,18 +22,34 @@ std::vector<uint32_t> prune_candidates(const Accessor &g, const std::vector<Neig
 {
     const uint32_t m = (uint32_t)cands.size();
     std::vector<uint32_t> detours(m, 0);
-    std::vector<std::pair<uint32_t, uint32_t>> rank_of; /* (id, rank), sorted by id */
-    rank_of.reserve(m);
-    for (uint32_t r = 0; r < m; r++)
-        rank_of.push_back({cands[r].id, r});
-    std::sort(rank_of.begin(), rank_of.end());
+    /* The first rank of each candidate id, in a hash table at most half
+     * full (open addressing, kInvalidNode: empty): looked up for every edge
+     * of every candidate's row. */
+    uint32_t bits = 4;
+    while ((1u << bits) < 2 * m)
+        bits++;
+    const uint32_t mask = (1u << bits) - 1;
+    std::vector<std::pair<uint32_t, uint32_t>> rank_of(mask + 1, {kInvalidNode, 0}); /* (id, rank) */
+    auto slot_of = [&](uint32_t id) {
+        uint32_t h = (id * 0x9E3779B1u) >> (32 - bits);
+        while (rank_of[h].first != kInvalidNode && rank_of[h].first != id)
+            h = (h + 1) & mask;
+        return h;
+    };
+    for (uint32_t r = 0; r < m; r++) {
+        const uint32_t h = slot_of(cands[r].id);
+        if (rank_of[h].first == kInvalidNode)
+            rank_of[h] = {cands[r].id, r};
+    }
     std::vector<uint32_t> scratch(g.degree());
     for (uint32_t i = 0; i + 1 < m; i++) {
         const uint32_t *row = g.neighbors(cands[i].id, scratch.data());
         for (uint32_t j = 0; j < g.degree(); j++) {
-            auto it = std::lower_bound(rank_of.begin(), rank_of.end(), std::make_pair(row[j], 0u));
-            if (it != rank_of.end() && it->first == row[j] && it->second > i)
-                detours[it->second]++;
+            if (row[j] == kInvalidNode)
+                continue;
+            const std::pair<uint32_t, uint32_t> &e = rank_of[slot_of(row[j])];
+            if (e.first == row[j] && e.second > i)
+                detours[e.second]++;
         }
     }
     std::vector<uint32_t> order(m);
