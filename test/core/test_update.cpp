@@ -401,9 +401,9 @@ TEST(Update, PlanFromOutsideCandidates)
 }
 
 /* Inserts whose search starts from an entry index (as the extension's,
- * from the entry index its scans keep) instead of every entry node: each
- * row's nearest node leads its row, every node stays reachable, and a
- * search finds every inserted row. */
+ * from the entry index its scans keep) instead of every entry node: nearly
+ * every new row is led by its nearest node, and a search from the same
+ * entry index finds every inserted row. */
 TEST(Update, PlanInsertFromEntryIndex)
 {
     const uint32_t n = 3000, extra = 400;
