@@ -26,7 +26,7 @@ Prints the figures; it asserts nothing.
 usage: write_bench.py DIR [options]      (psql and pgbench from PATH)
   --dsn 'host=... dbname=...'   libpq connection string (default: PG* env)
   --opclass l2|ip|cosine        operator class (the ground truth must be of that metric)
-  --build-mem 64MB,1GB,16GB     maintenance_work_mem values for the build
+  --build-mem 64MB,1GB,16GB     maintenance_work_mem values for the build (empty: no build phase)
   --insert-base 0.5             fraction of the set the insert index is built on
   --insert-rows 5000            rows inserted at each session count
   --sessions 1,4,16             inserting sessions
@@ -145,7 +145,7 @@ def insert_rows(db, rows, sessions, settings=()):
 
 
 def build_phase(db, args, method):
-    for mem in args.build_mem.split(","):
+    for mem in [m for m in args.build_mem.split(",") if m]:
         db.psql("DROP INDEX IF EXISTS bench_build_idx")
         secs, phases = db.timed_build(method.create_sql("bench_build_idx", "bench_items", args.opclass, mem))
         r = recall(db, "bench_items", args.op)

@@ -63,7 +63,7 @@ public:
 	/* Copy a node's vector (any layout) into `out` (dim() floats). */
 	void read_vector(uint32_t id, float *out, NodeInfo *info) const;
 
-	/* The entry index of the cached entry vectors (scans only), or NULL. */
+	/* The entry index of the cached entry vectors (with keep_pins), or NULL. */
 	const cagra::EntryIndex *entry_index() const;
 
 private:
@@ -103,7 +103,7 @@ private:
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
 	/* Pin and prefetch one node of that batch. */
 	void prefetch_node(uint32_t id, Pending *p) const;
-	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* scans only */
+	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* with keep_pins */
 };
 
 /* A Searcher over `acc`: from the entry index of its cached entry vectors

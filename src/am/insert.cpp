@@ -10,7 +10,9 @@
  * runs over the nodes counted when it started: on the GPU worker when it
  * runs, as a scan's search request (the worker batches the searches its
  * copy serves; the nodes appended after the copy are merged here), else as
- * a scan's does here, one share-locked page at a time.  The candidates are
+ * a scan's does here: from the entry vectors and entry index the backend
+ * keeps for its scans, one share-locked page at a time, the pages kept
+ * pinned until the plan is made.  The candidates are
  * pruned here and the plan is made for a slot past them (a small index,
  * whose rows still have padding, plans again if another insert came
  * between).  Then, under the slot lock, the meta page's buffer lock held
@@ -69,7 +71,10 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 	cagra::InsertPlan *plan = nullptr;
 
 	cagra_guard(st, [&] {
-		CagraPageAccessor acc(index, *meta, true);
+		/* pages stay pinned while the plan is made (the search, the pruning
+		 * and the reverse edges read the same rows again), and the entry
+		 * nodes come from the scans' cache of their vectors and entry index */
+		CagraPageAccessor acc(index, *meta, true, true);
 		std::unique_ptr<cagra::InsertPlan> p;
 
 		if (ncands > 0)
@@ -90,9 +95,9 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 
 				return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
 			};
-			auto		plan_in = [&](const auto &graph, const float *query) {
+			auto		plan_in = [&](const auto &graph, const float *query, const auto &starts) {
 				std::unique_ptr<cagra::InsertPlan> q(new cagra::InsertPlan(
-					cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), entries, live, meta->live)));
+					cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), starts, live, meta->live)));
 
 				/* no live node to link to (all deleted): deleted ones, which
 				 * searches walk through, so the node has a way in */
@@ -102,8 +107,16 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 				return q;
 			};
 
-			p = cagra_with_graph_accessor(acc, meta, vec, plan_in);
+			/* an inner-product graph takes edges by L2 over augmented
+			 * vectors, where the entry index (grouped by the index's own
+			 * metric) does not apply: it starts from every entry */
+			p = cagra_with_graph_accessor(acc, meta, vec, [&](const auto &graph, const float *query) {
+				if (!cagra::graph_is_augmented((cagra::Metric) meta->metric) && acc.entry_index())
+					return plan_in(graph, query, *acc.entry_index());
+				return plan_in(graph, query, entries);
+			});
 		}
+		acc.release_pins();
 		std::sort(p->updates.begin(), p->updates.end(),
 				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
 		plan = p.release();

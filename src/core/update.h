@@ -48,6 +48,13 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                        const std::vector<uint32_t> &entry_nodes = {}, Accept accept = Accept(),
                        uint32_t accepted = kInvalidNode);
 
+/* The same, the search starting from an entry index (derive_entry_index of
+ * the entry list, as scans keep it cached) instead of every entry node. */
+template <class Accessor, class Index, class Accept = AnyNode,
+          class = std::enable_if_t<std::is_same<Index, EntryIndex>::value>>
+InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
+                       const Index &entries, Accept accept = Accept(), uint32_t accepted = kInvalidNode);
+
 /* plan_insert in two steps, for a caller that finds the candidates
  * elsewhere (another process's copy of the graph):
  *   insert_candidate_count: how many candidates the search asks for, of

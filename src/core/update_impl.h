@@ -22,18 +22,34 @@ std::vector<uint32_t> prune_candidates(const Accessor &g, const std::vector<Neig
 {
     const uint32_t m = (uint32_t)cands.size();
     std::vector<uint32_t> detours(m, 0);
-    std::vector<std::pair<uint32_t, uint32_t>> rank_of; /* (id, rank), sorted by id */
-    rank_of.reserve(m);
-    for (uint32_t r = 0; r < m; r++)
-        rank_of.push_back({cands[r].id, r});
-    std::sort(rank_of.begin(), rank_of.end());
+    /* The first rank of each candidate id, in a hash table at most half
+     * full (open addressing, kInvalidNode: empty): looked up for every edge
+     * of every candidate's row. */
+    uint32_t bits = 4;
+    while ((1u << bits) < 2 * m)
+        bits++;
+    const uint32_t mask = (1u << bits) - 1;
+    std::vector<std::pair<uint32_t, uint32_t>> rank_of(mask + 1, {kInvalidNode, 0}); /* (id, rank) */
+    auto slot_of = [&](uint32_t id) {
+        uint32_t h = (id * 0x9E3779B1u) >> (32 - bits);
+        while (rank_of[h].first != kInvalidNode && rank_of[h].first != id)
+            h = (h + 1) & mask;
+        return h;
+    };
+    for (uint32_t r = 0; r < m; r++) {
+        const uint32_t h = slot_of(cands[r].id);
+        if (rank_of[h].first == kInvalidNode)
+            rank_of[h] = {cands[r].id, r};
+    }
     std::vector<uint32_t> scratch(g.degree());
     for (uint32_t i = 0; i + 1 < m; i++) {
         const uint32_t *row = g.neighbors(cands[i].id, scratch.data());
         for (uint32_t j = 0; j < g.degree(); j++) {
-            auto it = std::lower_bound(rank_of.begin(), rank_of.end(), std::make_pair(row[j], 0u));
-            if (it != rank_of.end() && it->first == row[j] && it->second > i)
-                detours[it->second]++;
+            if (row[j] == kInvalidNode)
+                continue;
+            const std::pair<uint32_t, uint32_t> &e = rank_of[slot_of(row[j])];
+            if (e.first == row[j] && e.second > i)
+                detours[e.second]++;
         }
     }
     std::vector<uint32_t> order(m);
@@ -83,10 +99,14 @@ inline uint32_t insert_candidate_count(uint32_t degree, const SearchParams &para
     return std::min(others, std::max(2 * degree, params.itopk_size));
 }
 
-template <class Accessor, class Accept>
-std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
-                                        const SearchParams &params, const std::vector<uint32_t> &entry_nodes,
-                                        Accept accept, uint32_t accepted)
+namespace detail {
+
+/* insert_candidates from `entries`: an entry list or an EntryIndex, as the
+ * Searcher takes them. */
+template <class Accessor, class Entries, class Accept>
+std::vector<Neighbor> search_insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
+                                               const SearchParams &params, const Entries &entries, Accept accept,
+                                               uint32_t accepted)
 {
     const uint32_t degree = g.degree();
     const uint32_t n = g.size();
@@ -98,13 +118,23 @@ std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uin
     std::vector<Neighbor> cands;
     if (want > 0) {
         SearchParams p = candidate_search_params(params, want);
-        Searcher<Accessor> s(g, vec, p, entry_nodes);
+        Searcher<Accessor> s(g, vec, p, entries);
         cands.resize(std::min(want, p.itopk_size));
         cands.resize(s.next((uint32_t)cands.size(), not_self, cands.data()));
         if (cands.size() < std::min(others, degree))
-            cands = detail::exhaustive_candidates(g, vec, not_self, want);
+            cands = exhaustive_candidates(g, vec, not_self, want);
     }
     return cands;
+}
+
+} // namespace detail
+
+template <class Accessor, class Accept>
+std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uint32_t new_id,
+                                        const SearchParams &params, const std::vector<uint32_t> &entry_nodes,
+                                        Accept accept, uint32_t accepted)
+{
+    return detail::search_insert_candidates(g, vec, new_id, params, entry_nodes, accept, accepted);
 }
 
 template <class Accessor, class Accept>
@@ -112,6 +142,14 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                        const std::vector<uint32_t> &entry_nodes, Accept accept, uint32_t accepted)
 {
     return plan_insert_from(g, vec, new_id, insert_candidates(g, vec, new_id, params, entry_nodes, accept, accepted));
+}
+
+template <class Accessor, class Index, class Accept, class>
+InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, const SearchParams &params,
+                       const Index &entries, Accept accept, uint32_t accepted)
+{
+    return plan_insert_from(g, vec, new_id,
+                            detail::search_insert_candidates(g, vec, new_id, params, entries, accept, accepted));
 }
 
 template <class Accessor>

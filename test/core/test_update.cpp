@@ -455,3 +455,43 @@ TEST(Update, InsertsKeepANearWayIntoEveryNode)
     }
     EXPECT_EQ(found, n - built) << "inserted rows a search for their own vector does not find";
 }
+
+/* Inserts whose search starts from an entry index (as the extension's,
+ * from the entry index its scans keep) instead of every entry node: nearly
+ * every new row is led by its nearest node, and a search from the same
+ * entry index finds every inserted row. */
+TEST(Update, PlanInsertFromEntryIndex)
+{
+    const uint32_t n = 3000, extra = 400;
+    auto data = clustered(n + extra, kDim, 31);
+    MutableIndex idx(data.data(), n, kDim, Metric::L2, BuildParams{});
+    Graph g = idx.graph();
+    std::vector<float> vecs(idx.vector(0), idx.vector(0) + (size_t)n * kDim);
+    const EntryIndex entries =
+        derive_entry_index(InMemoryGraph(g, DatasetView{vecs.data(), n, kDim}, Metric::L2), idx.entry_nodes());
+    ASSERT_FALSE(entries.empty());
+    SearchParams p;
+    uint32_t nearest_first = 0;
+    for (uint32_t i = n; i < n + extra; i++) {
+        const float *v = &data[(size_t)i * kDim];
+        InMemoryGraph acc(g, DatasetView{vecs.data(), i, kDim}, Metric::L2);
+        InsertPlan plan = plan_insert(acc, v, i, p, entries);
+        ASSERT_EQ(plan.row.size(), g.degree);
+        uint32_t nearest = 0;
+        for (uint32_t u = 1; u < i; u++)
+            if (l2_squared(v, &vecs[(size_t)u * kDim], kDim) < l2_squared(v, &vecs[(size_t)nearest * kDim], kDim))
+                nearest = u;
+        nearest_first += plan.row[0] == nearest;
+        apply_insert(g, plan);
+        vecs.insert(vecs.end(), v, v + kDim);
+    }
+    EXPECT_GE(nearest_first, extra * 95 / 100) << "rows not led by their nearest node";
+    InMemoryGraph acc(g, DatasetView{vecs.data(), n + extra, kDim}, Metric::L2);
+    uint32_t found = 0;
+    for (uint32_t i = n; i < n + extra; i++) {
+        Searcher<InMemoryGraph> s(acc, &vecs[(size_t)i * kDim], p, entries);
+        Neighbor best;
+        found += s.next(1, AnyNode(), &best) == 1 && best.id == i;
+    }
+    EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
+}
