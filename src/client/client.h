@@ -32,6 +32,12 @@ typedef enum CagraOffload
  * state); ERROR when cagra.device = gpu and it cannot. */
 bool		cagra_worker_wanted(const char *what);
 
+/* cagra_worker_wanted for an insert's neighbour search: with cagra.device
+ * = auto only when the worker's copies take inserted nodes (else a copy is
+ * uploaded again after a bounded count of inserts, and inserts run faster
+ * in the backend). */
+bool		cagra_worker_wanted_for_insert(void);
+
 /* Whether searches go to the worker now, without an error (the planner's
  * question). */
 bool		cagra_worker_serves_searches(void);
@@ -110,6 +116,20 @@ CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource
 								 const CagraSearchRequest *req, uint32 nq, const float *queries,
 								 const CagraAllowedTids *allowed, uint32 *ids, float *dists, uint64 *tids,
 								 CagraCopyExtent *copy, char *why, size_t whylen);
+
+/*
+ * Send the worker's copy of extent `base` what inserts changed since, to
+ * bring it to `key` without a whole upload (docs/worker.md): `nodes` nodes
+ * whole and `rows` rows alone, filled into the UPDATE payload by
+ * fill(arg, p) (everything after its header but the entry nodes; the
+ * header's counts, format, degree and base are set).  True when the copy
+ * took them; false when it did not (another backend's update came first,
+ * the engine replaces copies whole, a whole upload is due, no worker): the
+ * caller merges the tail as before.  Never an ERROR but fill's.
+ */
+bool		cagra_worker_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base,
+									 const cagra::VectorFormat &format, uint32 degree, uint32 nodes, uint32 rows,
+									 void (*fill) (void *arg, CagraUpdatePayload *p), void *arg);
 
 /*
  * One search request queued without waiting for it, so that the backend

@@ -378,6 +378,7 @@ cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k
 		s->reply = r;
 		s->copy.n = job->copy->key.n;
 		s->copy.reused = job->copy->key.reused;
+		s->copy.takes_updates = job->copy->takes_updates;
 		strlcpy(s->message, msg, sizeof(s->message));
 	}
 	if (!problem && r == CAGRA_REPLY_OK)
@@ -876,6 +877,8 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 	else if (s->kind == CAGRA_REQ_UPLOAD)
 		s->reply = cagra_cache_upload(s->key, s->backend_pid, (CagraUploadPayload *) payload,
 									  s->message, sizeof(s->message));
+	else if (s->kind == CAGRA_REQ_UPDATE)
+		s->reply = cagra_cache_update(s->key, (CagraUpdatePayload *) payload, s->message, sizeof(s->message));
 	else if (s->kind == CAGRA_REQ_BUILD_RUN)
 	{
 		if (cagra_worker_start_build(s, idx, payload, seg))

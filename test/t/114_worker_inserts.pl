@@ -1,9 +1,10 @@
-# test/t/114_worker_inserts.pl — with cagra.device = gpu the neighbour
-# searches of inserts go to the worker (its CPU engine, cagra.worker_backend
-# = cpu; with auto they stay in the backend): each
-# insert is one worker query, every inserted row finds itself through the
-# index (a session keeps the appended nodes its merges read, and its later
-# searches find rows appended since), inserts of several sessions queued
+# test/t/114_worker_inserts.pl — with cagra.device = auto or gpu the
+# neighbour searches of inserts go to the worker (its CPU engine,
+# cagra.worker_backend = cpu; with cpu they stay in the backend): each
+# insert is one worker query, the worker's copy takes the inserted nodes
+# through updates with no whole upload, every inserted row finds itself
+# through the index (a session keeps the appended nodes its merges read,
+# and its later searches find rows appended since), inserts of several sessions queued
 # while the worker is busy share one launch even when other inserts came
 # between them (their keys differ, one copy serves them), and a worker
 # terminated while inserts wait on it fails only the inserts it held,
@@ -48,11 +49,17 @@ sub lost_rows
 # --- inserts through the worker ---------------------------------------------------
 # a first search loads the copy, so the inserts below meet it
 $node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 1)], 1)');
-my ($q0, $f0) = split /\|/, status('queries, fallbacks');
+my ($q0, $f0, $u0) = split /\|/, status('queries, fallbacks, uploads');
 $node->safe_psql('postgres', "SET cagra.device = gpu; INSERT INTO items VALUES (" . join('), (', map { "$_, " . $vector->($_) } 2001 .. 2200) . ')');
-my ($q1, $f1) = split /\|/, status('queries, fallbacks');
+my ($q1, $f1, $u1) = split /\|/, status('queries, fallbacks, uploads');
 is($q1 - $q0, 200, 'each of 200 inserts asked the worker for its neighbours');
 is($f1 - $f0, 0, 'none fell back to the CPU');
+# a copy of 2,000 nodes leaves at most 64 inserted ones to the backends:
+# past 16 the inserting backend sends them, with the rows their reverse
+# edges changed, and the copy grows without a whole upload
+is($u1 - $u0, 0, 'the 200 inserts made no whole upload of the copy');
+ok($node->poll_query_until('postgres', "SELECT nodes >= 2184 FROM cagra_worker_cache()"),
+	'the copy took the inserted nodes (at most 16 left to the backends)');
 is(lost_rows(2000, 'auto'), '0', 'every row inserted through the worker finds itself (scan through the worker)');
 is(lost_rows(2000, 'cpu'), '0', 'and through a scan on the CPU');
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
@@ -69,10 +76,32 @@ is( $node->safe_psql(
 	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 2251) LIMIT 1;}),
 	"2250\n2251", 'rows appended in one session are found by its later searches');
 
-# cagra.device = auto (the default) keeps the insert's search in the backend
+# four sessions inserting at once: their updates race (the later ones find
+# the copy moved on), and searches read before an update meet a copy that
+# holds nodes they do not count yet
+my @writers;
+for my $w (0 .. 3)
+{
+	my $sql = join('', map { "INSERT INTO items VALUES ($_, " . $vector->($_) . ");\n" }
+		  grep { $_ % 4 == $w } 5001 .. 5240);
+	push @writers, IPC::Run::start(
+		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres') ],
+		'<', \$sql, '>', \my $out, '2>', \my $err);
+}
+$_->finish or die 'an inserting session failed' for @writers;
+my ($u2, $f2) = split /\|/, status('uploads, fallbacks');
+is("$u2|$f2", "$u1|$f1", 'four sessions inserting at once: no whole upload, no fallback');
+is(lost_rows(5000, 'auto'), '0', 'every row they inserted finds itself through the worker');
+is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
+	'index check clean');
+
+# cagra.device = auto (the default) sends the insert's search to the
+# worker, cpu keeps it in the backend
 $q0 = status('queries');
 $node->safe_psql('postgres', 'INSERT INTO items VALUES (2201, ' . $vector->(2201) . ')');
-is(status('queries'), $q0, 'cagra.device = auto: the insert did not ask the worker');
+is(status('queries'), $q0 + 1, 'cagra.device = auto: the insert asked the worker');
+$node->safe_psql('postgres', 'SET cagra.device = cpu; INSERT INTO items VALUES (2202, ' . $vector->(2202) . ')');
+is(status('queries'), $q0 + 1, 'cagra.device = cpu: the insert did not ask the worker');
 
 # --- batching across generations --------------------------------------------------
 # a vacuum makes the next search load a fresh copy, which then serves every
