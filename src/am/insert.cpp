@@ -146,8 +146,8 @@ cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const 
 	req.params = cagra::candidate_search_params(params, want);
 	req.k = want;
 	req.filtered = false;
-	if (want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
-		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_worker_wanted_for_insert())
+	if (cagra_device != CAGRA_SEARCH_GPU || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
+		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_worker_wanted("insert"))
 		return 0;
 	*ids = (uint32 *) palloc(sizeof(uint32) * want);
 	*dists = (float *) palloc(sizeof(float) * want);

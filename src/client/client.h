@@ -32,12 +32,6 @@ typedef enum CagraOffload
  * state); ERROR when cagra.device = gpu and it cannot. */
 bool		cagra_worker_wanted(const char *what);
 
-/* cagra_worker_wanted for an insert's neighbour search: with cagra.device
- * = auto only when the worker's copies take inserted nodes (else a copy is
- * uploaded again after a bounded count of inserts, and inserts run faster
- * in the backend). */
-bool		cagra_worker_wanted_for_insert(void);
-
 /* Whether searches go to the worker now, without an error (the planner's
  * question). */
 bool		cagra_worker_serves_searches(void);

@@ -56,15 +56,6 @@ cagra_worker_wanted(const char *what)
 	return false;
 }
 
-bool
-cagra_worker_wanted_for_insert(void)
-{
-	if (cagra_device == CAGRA_SEARCH_AUTO && cagra_worker_running(NULL) &&
-		!cagra_worker_shared->copies_take_updates)
-		return false;
-	return cagra_worker_wanted("insert");
-}
-
 /* A failed offload: ERROR with cagra.device = gpu, else a (first) NOTICE. */
 static void
 cagra_search_failed(const char *why)

@@ -226,7 +226,6 @@ typedef struct CagraWorkerShared
 	LWLock	   *lock;			/* guards everything below except the atomics and slots */
 	CagraWorkerState state;
 	int			backend;		/* CAGRA_BACKEND_* the worker runs */
-	bool		copies_take_updates;	/* its engine brings inserted nodes into copies */
 	pid_t		pid;			/* 0 when not running */
 	Latch	   *latch;			/* the worker's latch while running */
 	uint64		generation;		/* bumped at every worker start */

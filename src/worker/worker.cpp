@@ -120,7 +120,6 @@ cagra_worker_open_engine(void)
 	CagraWorkerShared *sh = cagra_worker_shared;
 
 	LWLockAcquire(sh->lock, LW_EXCLUSIVE);
-	sh->copies_take_updates = cagra_engine_can_update();
 	sh->device_count = Min(cagra_engine_device_count(), CAGRA_MAX_DEVICES);
 	for (int d = 0; d < sh->device_count; d++)
 	{
