@@ -61,6 +61,16 @@ is($u1 - $u0, 0, 'the 200 inserts made no whole upload of the copy');
 ok($node->poll_query_until('postgres', "SELECT nodes >= 2184 FROM cagra_worker_cache()"),
 	'the copy took the inserted nodes (at most 16 left to the backends)');
 is(lost_rows(2000, 'auto'), '0', 'every row inserted through the worker finds itself (scan through the worker)');
+# a filtered search through the updated copy (which finds its nodes by
+# their heap TIDs) returns only allowed rows, the inserted one first
+is( $node->safe_psql(
+		'postgres', q{
+	SET cagra.device = gpu;
+	SELECT count(*), bool_and(i.id BETWEEN 2001 AND 2150), (array_agg(i.id ORDER BY r.distance))[1]
+	  FROM cagra_search('items_v', ARRAY[(SELECT v FROM items WHERE id = 2100)], 5,
+						ARRAY(SELECT ctid FROM items WHERE id BETWEEN 2001 AND 2150)) r
+	  JOIN items i ON i.ctid = r.ctid}),
+	'5|t|2100', 'a filtered search through the updated copy finds the inserted rows it allows');
 is(lost_rows(2000, 'cpu'), '0', 'and through a scan on the CPU');
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
 	'index check clean');
