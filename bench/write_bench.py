@@ -144,6 +144,13 @@ def insert_rows(db, rows, sessions, settings=()):
     return pgbench_rows(db, INSERT_SCRIPT, sessions, rows, settings)
 
 
+def worker_uploads(db):
+    """Index copies the worker has loaded whole so far, or None when no
+    worker runs."""
+    got = db.psql("SELECT uploads FROM cagra_status WHERE state = 'running'")
+    return int(got) if got else None
+
+
 def build_phase(db, args, method):
     for mem in [m for m in args.build_mem.split(",") if m]:
         db.psql("DROP INDEX IF EXISTS bench_build_idx")
@@ -190,8 +197,10 @@ def insert_phase(db, args, method, base, queries):
             if rows < s:
                 print("%-20s no rows left to insert" % label)
                 break
+            uploads = worker_uploads(db)
             rps, secs = insert_rows(db, rows, s, settings)
-            print("%-20s INSERT %d sessions: %8.0f rows/s (%d rows, %.1f s)" % (label, s, rps, rows, secs),
+            copies = "" if uploads is None else ", %d whole copy uploads" % (worker_uploads(db) - uploads)
+            print("%-20s INSERT %d sessions: %8.0f rows/s (%d rows, %.1f s%s)" % (label, s, rps, rows, secs, copies),
                   flush=True)
     # growing: inserts (the most sessions, default device) up to each growth point
     top = max(int(x) for x in args.sessions.split(","))

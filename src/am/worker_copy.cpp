@@ -98,6 +98,137 @@ cagra_copy_key(Relation index, const CagraMetaData *meta)
 	return key;
 }
 
+/* ---- what inserts changed, sent to the copy ---- */
+
+/*
+ * An update of the worker's copy: the nodes it lacks, read whole (header,
+ * row and vector, each node's record at once), and the nodes their rows
+ * point at, whose rows took their reverse edges (an insert links only its
+ * own neighbours to it).  A row is missed only when it took a new node's
+ * reverse edge and then left that node's row to a later insert's edge,
+ * the hand-off keeping it out of every new row: the copy may lack such an
+ * edge until its next whole upload (cagra_cache_update bounds how long).
+ */
+typedef struct CagraCopyUpdateRead
+{
+	Relation	index;
+	const CagraMetaData *meta;
+	uint32		nodes;
+	uint32	   *node_ids;
+	char	   *records;		/* nodes x record_bytes, as the pages hold them */
+	uint32		record_bytes;
+	uint32		rows;
+	uint32	   *row_ids;
+} CagraCopyUpdateRead;
+
+/* Edges to nodes the copy will not hold (appended since the meta page was
+ * read) as padding. */
+static void
+cagra_copy_row_out(const CagraMetaData *meta, const uint32 *row, uint32 *out)
+{
+	for (uint32 j = 0; j < meta->graph_degree; j++)
+		out[j] = row[j] < meta->n ? row[j] : cagra::kInvalidNode;
+}
+
+static void
+cagra_fill_update(void *arg, CagraUpdatePayload *p)
+{
+	CagraCopyUpdateRead *u = (CagraCopyUpdateRead *) arg;
+	const CagraMetaData *meta = u->meta;
+	uint32		degree = meta->graph_degree;
+	uint32		vbytes = p->format.vector_bytes();
+	uint32		voff = cagra_vector_offset(degree);
+	uint32	   *row = (uint32 *) palloc(sizeof(uint32) * degree);
+
+	p->entry_count = Min(meta->entry_count, (uint32) CAGRA_MAX_ENTRY_NODES);
+	memcpy(p->entries, meta->entries, p->entry_count * sizeof(uint32));
+	memcpy(cagra_update_node_ids(p), u->node_ids, sizeof(uint32) * u->nodes);
+	for (uint32 i = 0; i < u->nodes; i++)
+	{
+		const char *rec = u->records + (Size) i * u->record_bytes;
+		CagraNodeHeader hdr;
+
+		memcpy(&hdr, rec, sizeof(hdr));
+		cagra_update_node_live(p)[i] = cagra_node_is_live(hdr.flags) ? 1 : 0;
+		cagra_update_node_tids(p)[i] = cagra_pack_tid(&hdr.heap_tid);
+		memcpy(row, rec + CAGRA_ROW_OFFSET, sizeof(uint32) * degree);
+		cagra_copy_row_out(meta, row, cagra_update_node_rows(p) + (Size) i * degree);
+		memcpy(cagra_update_node_vectors(p) + (Size) i * vbytes, rec + voff, vbytes);
+	}
+	memcpy(cagra_update_row_ids(p), u->row_ids, sizeof(uint32) * u->rows);
+	for (uint32 i = 0; i < u->rows; i++)
+	{
+		cagra_read_record_bytes(u->index, meta, u->row_ids[i], CAGRA_ROW_OFFSET, sizeof(uint32) * degree, row);
+		cagra_copy_row_out(meta, row, cagra_update_rows(p) + (Size) i * degree);
+		if ((i & 1023) == 1023)
+			CHECK_FOR_INTERRUPTS();
+	}
+	pfree(row);
+}
+
+/*
+ * Bring the worker's copy (extent `copy`, older than `meta` by inserts)
+ * to `key` when its tail has grown long: the appended nodes, the slots
+ * reused since, and the rows those nodes point at.  When the copy does not
+ * take it, nothing changes: the next searches merge the tail as before.
+ */
+static void
+cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraIndexKey *key,
+						 const CagraCopyExtent *copy)
+{
+	uint32		degree = meta->graph_degree;
+	uint32		appended = meta->n - copy->n;
+	uint64		reused = meta->reused - copy->reused;
+	CagraCopyUpdateRead u;
+	uint64	   *sent;
+
+	if (reused > CAGRA_REUSE_LOG)
+		return;					/* the log no longer names them all */
+	u.index = index;
+	u.meta = meta;
+	u.record_bytes = cagra_vector_offset(degree) + cagra_format_of(meta).vector_bytes();
+	u.node_ids = (uint32 *) palloc(sizeof(uint32) * (appended + reused + 1));
+	u.nodes = 0;
+	for (uint32 i = 0; i < appended; i++)
+		u.node_ids[u.nodes++] = copy->n + i;
+	for (uint64 r = 0; r < reused; r++)
+	{
+		uint32		id = meta->reuse_log[(copy->reused + r) % CAGRA_REUSE_LOG];
+
+		if (id < copy->n)
+			u.node_ids[u.nodes++] = id;
+	}
+	u.records = (char *) palloc((Size) u.nodes * u.record_bytes + 1);
+	sent = (uint64 *) palloc0(sizeof(uint64) * cagra_node_bitset_words(meta->n));
+	for (uint32 i = 0; i < u.nodes; i++)
+		sent[u.node_ids[i] >> 6] |= UINT64CONST(1) << (u.node_ids[i] & 63);
+
+	/* the nodes whole, and the set of the rows they point at */
+	u.row_ids = (uint32 *) palloc(sizeof(uint32) * ((Size) u.nodes * degree + 1));
+	u.rows = 0;
+	for (uint32 i = 0; i < u.nodes; i++)
+	{
+		char	   *rec = u.records + (Size) i * u.record_bytes;
+		const uint32 *row = (const uint32 *) (rec + CAGRA_ROW_OFFSET);
+
+		cagra_read_record_bytes(index, meta, u.node_ids[i], 0, u.record_bytes, rec);
+		for (uint32 j = 0; j < degree; j++)
+			if (row[j] < meta->n && !cagra_node_bit(sent, row[j]))
+			{
+				sent[row[j] >> 6] |= UINT64CONST(1) << (row[j] & 63);
+				u.row_ids[u.rows++] = row[j];
+			}
+		if ((i & 255) == 255)
+			CHECK_FOR_INTERRUPTS();
+	}
+	(void) cagra_worker_update_copy(key, copy, cagra_format_of(meta), degree, u.nodes, u.rows, cagra_fill_update,
+									&u);
+	pfree(sent);
+	pfree(u.row_ids);
+	pfree(u.records);
+	pfree(u.node_ids);
+}
+
 CagraOffload
 cagra_search_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
 							uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids,
@@ -126,6 +257,9 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 
 	FreeAccessStrategy(pages.strategy);
 	pfree(pages.group);
+	if (r == CAGRA_OFFLOAD_OK && copy->takes_updates &&
+		(uint64) (meta->n - copy->n) + (meta->reused - copy->reused) >= cagra_copy_update_at(copy->n))
+		cagra_update_worker_copy(index, meta, &key, copy);
 	return r;
 }
 

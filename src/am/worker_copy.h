@@ -1,10 +1,10 @@
 /*
  * worker_copy.h — the access method's side of searches through the GPU
  * worker: the worker's copy of an index is filled from the index pages
- * here, and what the copy cannot know (nodes appended after it was made)
- * is searched here, exactly, and merged into its answers.  Scans,
- * cagra_search and inserts call these; the client (src/client) never
- * reads a page.
+ * here, what the copy cannot know (nodes inserted after it was made) is
+ * searched here, exactly, and merged into its answers, and sent to the
+ * copy once it has grown long.  Scans, cagra_search and inserts call
+ * these; the client (src/client) never reads a page.
  */
 #pragma once
 
@@ -13,7 +13,8 @@
 
 /* nq prepared queries through the worker (client.h, cagra_worker_search;
  * allowed: NULL, or the rows that may be returned), the index copy
- * uploaded from the pages of `index` when the worker asks. */
+ * uploaded from the pages of `index` when the worker asks, and the nodes
+ * inserted since sent to it when they are at least cagra_copy_update_at. */
 CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *meta,
 										 const CagraSearchRequest *req, uint32 nq, const float *queries,
 										 const CagraAllowedTids *allowed, uint32 *ids, float *dists,

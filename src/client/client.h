@@ -112,6 +112,20 @@ CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource
 								 CagraCopyExtent *copy, char *why, size_t whylen);
 
 /*
+ * Send the worker's copy of extent `base` what inserts changed since, to
+ * bring it to `key` without a whole upload (docs/worker.md): `nodes` nodes
+ * whole and `rows` rows alone, filled into the UPDATE payload by
+ * fill(arg, p) (everything after its header but the entry nodes; the
+ * header's counts, format, degree and base are set).  True when the copy
+ * took them; false when it did not (another backend's update came first,
+ * the engine replaces copies whole, a whole upload is due, no worker): the
+ * caller merges the tail as before.  Never an ERROR but fill's.
+ */
+bool		cagra_worker_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base,
+									 const cagra::VectorFormat &format, uint32 degree, uint32 nodes, uint32 rows,
+									 void (*fill) (void *arg, CagraUpdatePayload *p), void *arg);
+
+/*
  * One search request queued without waiting for it, so that the backend
  * works (settles an earlier batch's rows) while the worker searches.
  * cagra_worker_search_begin makes a request for nq queries as

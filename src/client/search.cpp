@@ -10,6 +10,8 @@
 #include "client/client.h"
 #include "client/ipc.h"
 
+#include <cmath>
+
 extern "C" {
 #include "miscadmin.h"
 }
@@ -134,7 +136,82 @@ cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *w
 	return done;
 }
 
+/* ---- updating an index copy ---- */
+
+bool
+cagra_worker_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base, const cagra::VectorFormat &format,
+						 uint32 degree, uint32 nodes, uint32 rows, void (*fill) (void *arg, CagraUpdatePayload *p),
+						 void *arg)
+{
+	Size		size = cagra_update_payload_size(nodes, rows, format, degree);
+	CagraCall	call;
+
+	if (size > CAGRA_CHUNK_BYTES || !cagra_call_init(&call, CAGRA_REQ_UPDATE, size))
+		return false;
+
+	CagraUpdatePayload *p = (CagraUpdatePayload *) call.payload;
+
+	p->format = format;
+	p->degree = degree;
+	p->base = *base;
+	p->nodes = nodes;
+	p->rows = rows;
+	PG_TRY();
+	{
+		fill(arg, p);
+	}
+	PG_CATCH();
+	{
+		cagra_call_done(&call);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	call.key = *key;
+
+	CagraCallOutcome o = cagra_call_run(&call, cagra_worker_timeout_ms);
+
+	cagra_call_done(&call);
+	if (o == CAGRA_CALL_ANSWERED && call.reply != CAGRA_REPLY_OK)
+		elog(DEBUG1, "cagra: the worker's copy did not take %u inserted nodes: %s", nodes, call.message);
+	return o == CAGRA_CALL_ANSWERED && call.reply == CAGRA_REPLY_OK;
+}
+
 /* ---- searches ---- */
+
+/*
+ * Drop from nq rows of k the nodes the key does not count: a copy that an
+ * update made after this backend read its meta page holds them, and the
+ * caller's arrays end at key->n.  Each row stays sorted, padded at its end.
+ */
+static void
+cagra_drop_uncounted(const CagraIndexKey *key, uint32 nq, uint32 k, uint32 *ids, float *dists, uint64 *tids)
+{
+	for (Size q = 0; q < nq; q++)
+	{
+		uint32	   *row = ids + q * k;
+		float	   *rowd = dists + q * k;
+		uint64	   *rowt = tids ? tids + q * k : NULL;
+		uint32		kept = 0;
+
+		for (uint32 i = 0; i < k; i++)
+		{
+			if (row[i] != cagra::kInvalidNode && row[i] >= key->n)
+				continue;
+			row[kept] = row[i];
+			rowd[kept] = rowd[i];
+			if (rowt)
+				rowt[kept] = rowt[i];
+			kept++;
+		}
+		for (; kept < k; kept++)
+		{
+			row[kept] = cagra::kInvalidNode;
+			rowd[kept] = INFINITY;
+			if (rowt)
+				rowt[kept] = 0;
+		}
+	}
+}
 
 /* One SEARCH request for up to a chunk of queries. */
 static CagraOffload
@@ -178,6 +255,8 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 				memcpy(tids, cagra_search_tids(p), (Size) nq * req->k * sizeof(uint64));
 			*copy = call.copy;
 			cagra_call_done(&call);
+			if (copy->n > key->n)
+				cagra_drop_uncounted(key, nq, req->k, ids, dists, tids);
 			return CAGRA_OFFLOAD_OK;
 		}
 		cagra_call_done(&call);
@@ -263,6 +342,8 @@ cagra_worker_search_finish(CagraSearchPending *pending, uint32 *ids, float *dist
 		if (tids)
 			memcpy(tids, cagra_search_tids(p), (Size) pending->nq * pending->k * sizeof(uint64));
 		*copy = pending->call.copy;
+		if (copy->n > pending->call.key.n)
+			cagra_drop_uncounted(&pending->call.key, pending->nq, pending->k, ids, dists, tids);
 		r = CAGRA_OFFLOAD_OK;
 	}
 	else if (o == CAGRA_CALL_NOT_RUNNING || o == CAGRA_CALL_NO_SLOT ||
@@ -303,6 +384,7 @@ cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, con
 
 	copy->n = key->n;
 	copy->reused = key->reused;
+	copy->takes_updates = true;
 	for (uint32 first = 0; first < nq; first += chunk)
 	{
 		uint32		count = Min(chunk, nq - first);
@@ -318,6 +400,7 @@ cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, con
 		/* chunks may meet different copies: the oldest extent covers all */
 		copy->n = Min(copy->n, got.n);
 		copy->reused = Min(copy->reused, got.reused);
+		copy->takes_updates = copy->takes_updates && got.takes_updates;
 	}
 	return CAGRA_OFFLOAD_OK;
 }

@@ -72,6 +72,7 @@ typedef enum CagraRequestKind
 {
 	CAGRA_REQ_SEARCH = 1,		/* queries against a cached index copy */
 	CAGRA_REQ_UPLOAD,			/* one chunk of an index copy */
+	CAGRA_REQ_UPDATE,			/* the nodes inserts added to a cached copy */
 	CAGRA_REQ_BUILD_DATA,		/* one chunk of the vectors of a build */
 	CAGRA_REQ_BUILD_RUN,		/* build the graph of the staged vectors */
 	CAGRA_REQ_BUILD_FETCH		/* one chunk of the built graph's rows */
@@ -137,7 +138,25 @@ typedef struct CagraCopyExtent
 {
 	uint32		n;
 	uint64		reused;
+	bool		takes_updates;	/* it would take the nodes inserted since (UPDATE) */
 } CagraCopyExtent;
+
+/* Most nodes inserted after a copy of n nodes was made that a search of it
+ * leaves to the backend (cagra_merge_tail: each query measures them, read
+ * from the pages) before the copy must be replaced. */
+static inline uint32
+cagra_copy_tail_limit(uint32 n)
+{
+	return Min((uint32) 1024, Max((uint32) 64, n / 64));
+}
+
+/* A backend whose search left it at least this many inserted nodes sends
+ * them to the copy (CAGRA_REQ_UPDATE), well before the tail limit. */
+static inline uint32
+cagra_copy_update_at(uint32 n)
+{
+	return Max((uint32) 16, cagra_copy_tail_limit(n) / 4);
+}
 
 /* What a search asks for: its plan, whole (core/search_plan.h; filtered
  * is set by cagra_worker_search from the allowed rows it sends).  Searches
@@ -413,6 +432,75 @@ static inline uint64 *
 cagra_upload_tids(CagraUploadPayload *p)
 {
 	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_upload_live(p) + p->count);
+}
+
+/*
+ * UPDATE: what inserts changed in the copy of extent `base` (the slot's key
+ * is the index as the backend read it, of the same epoch): `nodes` nodes
+ * sent whole (appended ones and reused slots: ids, vectors, rows, live
+ * bytes, heap TIDs), then `rows` nodes of which only the row is sent (ids,
+ * rows: the nodes those rows point at, which took reverse edges to them),
+ * and the entry nodes as the meta page has them.  Edges to nodes beyond
+ * the key's n are kInvalidNode.
+ */
+typedef struct CagraUpdatePayload
+{
+	cagra::VectorFormat format;
+	uint32		degree;
+	CagraCopyExtent base;
+	uint32		entry_count;
+	uint32		entries[CAGRA_MAX_ENTRY_NODES];
+	uint32		nodes;
+	uint32		rows;
+} CagraUpdatePayload;
+
+static inline Size
+cagra_update_payload_size(uint32 nodes, uint32 rows, const cagra::VectorFormat &format, uint32 degree)
+{
+	return MAXALIGN(sizeof(CagraUpdatePayload)) + (Size) nodes * cagra_upload_node_bytes(format, degree) +
+		(Size) (nodes + rows) * sizeof(uint32) + (Size) rows * degree * sizeof(uint32) + 2 * sizeof(uint64);
+}
+
+static inline uint32 *
+cagra_update_node_ids(CagraUpdatePayload *p)
+{
+	return (uint32 *) ((char *) p + MAXALIGN(sizeof(CagraUpdatePayload)));
+}
+
+static inline uint32 *
+cagra_update_node_rows(CagraUpdatePayload *p)
+{
+	return cagra_update_node_ids(p) + p->nodes;
+}
+
+static inline uint32 *
+cagra_update_row_ids(CagraUpdatePayload *p)
+{
+	return cagra_update_node_rows(p) + (Size) p->nodes * p->degree;
+}
+
+static inline uint32 *
+cagra_update_rows(CagraUpdatePayload *p)
+{
+	return cagra_update_row_ids(p) + p->rows;
+}
+
+static inline uint64 *
+cagra_update_node_tids(CagraUpdatePayload *p)
+{
+	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_update_rows(p) + (Size) p->rows * p->degree);
+}
+
+static inline char *
+cagra_update_node_vectors(CagraUpdatePayload *p)
+{
+	return (char *) (cagra_update_node_tids(p) + p->nodes);
+}
+
+static inline uint8 *
+cagra_update_node_live(CagraUpdatePayload *p)
+{
+	return (uint8 *) (cagra_update_node_vectors(p) + (Size) p->nodes * p->format.vector_bytes());
 }
 
 /* BUILD_DATA / BUILD_RUN / BUILD_FETCH share one header.  A build is known

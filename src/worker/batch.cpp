@@ -352,6 +352,8 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 	else if (s->kind == CAGRA_REQ_UPLOAD)
 		s->reply = cagra_cache_upload(s->key, s->backend_pid, (CagraUploadPayload *) payload,
 									  s->message, sizeof(s->message));
+	else if (s->kind == CAGRA_REQ_UPDATE)
+		s->reply = cagra_cache_update(s->key, (CagraUpdatePayload *) payload, s->message, sizeof(s->message));
 	else if (s->kind == CAGRA_REQ_BUILD_RUN)
 	{
 		if (cagra_worker_start_build(s, idx, payload, seg))

@@ -1,13 +1,16 @@
 /*
- * cache.cpp — the worker's cache of index copies and the uploads that fill
- * it.
+ * cache.cpp — the worker's cache of index copies, the uploads that fill
+ * it and the updates that bring inserted nodes into it.
  *
  * One copy per index (db, index oid, relfilenode).  A search may use it when
  * its generation equals the backend's, or when the difference is explained
  * by inserts alone (every insert adds one generation and either appends a
  * node or reuses a slot vacuum freed, which the meta page counts; vacuum adds
  * a generation and neither), in which case the backend searches the appended
- * tail and the reused slots itself and merges.  Anything else is a miss: one backend
+ * tail and the reused slots itself and merges, or drops the nodes it does
+ * not count yet.  A backend that finds the tail long sends it (UPDATE): the
+ * copy takes the inserted nodes and the rows their reverse edges changed,
+ * with no whole upload.  Anything else is a miss: one backend
  * is told to upload the current contents (NEED_INDEX), concurrent askers
  * search on the CPU meanwhile (LOADING).  A copy larger than the limit is
  * remembered (TOO_LARGE) so that nobody uploads it again and again.  The
@@ -90,14 +93,6 @@ cagra_cache_limit(void)
 	return smallest == UINT64_MAX ? 0 : smallest / 10 * 9;
 }
 
-/* Most appended nodes the backend searches exactly before a copy of n
- * nodes is replaced: each query reads that many vectors from the pages. */
-static uint32_t
-cagra_tail_limit(uint32_t n)
-{
-	return std::min<uint32_t>(1024, std::max<uint32_t>(64, n / 64));
-}
-
 static CagraCopyMatch
 cagra_copy_match(const CagraIndexCopy &c, const CagraIndexKey &key)
 {
@@ -108,10 +103,15 @@ cagra_copy_match(const CagraIndexCopy &c, const CagraIndexKey &key)
 	int64_t		dn = (int64_t) key.n - (int64_t) c.key.n;
 	int64_t		dreused = (int64_t) key.reused - (int64_t) c.key.reused;
 
-	/* every generation since the copy an insert: appended, or into a slot
+	/* every generation between the two an insert: appended, or into a slot
 	 * vacuum freed (the meta page logs the last CAGRA_REUSE_LOG of those) */
-	if (dn >= 0 && dreused >= 0 && dgen == dn + dreused && dreused <= CAGRA_REUSE_LOG &&
-		dn + dreused <= cagra_tail_limit(c.key.n))
+	if (dgen != dn + dreused)
+		return CAGRA_COPY_NONE;
+	if (dn >= 0 && dreused >= 0 && dreused <= CAGRA_REUSE_LOG && dn + dreused <= cagra_copy_tail_limit(c.key.n))
+		return CAGRA_COPY_INSERTS_ONLY;
+	/* an update (from a backend that read the meta page later) took nodes
+	 * this asker does not count: the client drops them from the answer */
+	if (dn <= 0 && dreused <= 0)
 		return CAGRA_COPY_INSERTS_ONLY;
 	return CAGRA_COPY_NONE;
 }
@@ -262,6 +262,8 @@ cagra_cache_finish_upload(const CagraIndexId &id, CagraStagedIndex &s, char *msg
 	}
 	copy->last_used = ++lru_clock;
 	copy->loaded_at = GetCurrentTimestamp();
+	copy->uploaded_n = s.key.n;
+	copy->takes_updates = cagra_engine_can_update();
 	copies[id] = std::move(copy);
 	pg_atomic_fetch_add_u64(&cagra_worker_shared->uploads, 1);
 	return CAGRA_REPLY_OK;
@@ -307,6 +309,83 @@ cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
 	{
 		uploads.erase(cagra_index_id(key));
 		strlcpy(msg, "out of memory in the cagra worker while receiving an index copy", msglen);
+		return CAGRA_REPLY_OUT_OF_MEMORY;
+	}
+}
+
+/* Why the copy `c` does not take update `p` to `key`, or NULL. */
+static const char *
+cagra_cache_update_refusal(const CagraIndexCopy &c, const CagraIndexKey &key, const CagraUpdatePayload *p)
+{
+	int64_t		dn = (int64_t) key.n - (int64_t) c.key.n;
+	int64_t		dreused = (int64_t) key.reused - (int64_t) c.key.reused;
+
+	if (!c.takes_updates)
+		return "the copy takes no updates (the engine replaces copies whole, or it has grown by a quarter)";
+	if (p->base.n != c.key.n || p->base.reused != c.key.reused)
+		return "the copy has changed since the update was read";
+	if (p->format != c.format || p->degree != c.degree || dn < 0 || dreused < 0 ||
+		(int64_t) key.generation - (int64_t) c.key.generation != dn + dreused)
+		return "the update is not of inserts into this copy";
+	return NULL;
+}
+
+/* Rows outside the inserted nodes' reach may lack their reverse edges (an
+ * insert's edge into a row that dropped it since): a copy that has grown by
+ * a quarter through updates takes no more, and is uploaded again whole. */
+static bool
+cagra_copy_may_grow(const CagraIndexCopy &c)
+{
+	return (uint64_t) c.key.n - c.uploaded_n < std::max<uint64_t>(c.uploaded_n / 4, cagra_copy_tail_limit(c.uploaded_n));
+}
+
+CagraReply
+cagra_cache_update(const CagraIndexKey &key, CagraUpdatePayload *p, char *msg, size_t msglen) noexcept
+{
+	try
+	{
+		auto		it = copies.find(cagra_index_id(key));
+		const char *refusal = it == copies.end() ? "no copy of this index" :
+			cagra_cache_update_refusal(*it->second, key, p);
+		uint64_t	bytes = 0;
+		uint64_t	used = 0;
+		std::string err;
+
+		if (refusal)
+		{
+			strlcpy(msg, refusal, msglen);
+			return CAGRA_REPLY_NEED_INDEX;
+		}
+		CagraIndexCopy &c = *it->second;
+
+		if (!cagra_engine_copy_bytes(key.n, c.format, c.degree, &bytes, &err))
+		{
+			strlcpy(msg, err.c_str(), msglen);
+			return CAGRA_REPLY_ERROR;
+		}
+		for (auto &other : copies)
+			if (other.second->device == c.device && other.second.get() != &c)
+				used += other.second->bytes;
+		if (used + bytes > cagra_cache_limit())
+		{
+			strlcpy(msg, "the grown copy would not fit cagra.gpu_memory_limit", msglen);
+			return CAGRA_REPLY_NEED_INDEX;
+		}
+		CagraReply	r = cagra_engine_update(c, key, p, &err);
+
+		if (r != CAGRA_REPLY_OK)
+		{
+			copies.erase(it);	/* half updated: the next search uploads it */
+			strlcpy(msg, err.c_str(), msglen);
+			return r;
+		}
+		c.takes_updates = cagra_copy_may_grow(c);
+		return CAGRA_REPLY_OK;
+	}
+	catch (...)
+	{
+		copies.erase(cagra_index_id(key));
+		strlcpy(msg, "out of memory in the cagra worker while updating an index copy", msglen);
 		return CAGRA_REPLY_OUT_OF_MEMORY;
 	}
 }

@@ -21,6 +21,11 @@ CagraReply	cagra_cache_miss_reply(const CagraIndexKey &key, pid_t asker, char *m
 CagraReply	cagra_cache_upload(const CagraIndexKey &key, pid_t owner, CagraUploadPayload *p,
 							   char *msg, size_t msglen) noexcept;
 
+/* An UPDATE: the copy takes what inserts changed (OK), or does not
+ * (NEED_INDEX: moved on, or due for a whole upload; msg says why); an
+ * update that fails midway frees the copy. */
+CagraReply	cagra_cache_update(const CagraIndexKey &key, CagraUpdatePayload *p, char *msg, size_t msglen) noexcept;
+
 /* Per-device byte limit from cagra.gpu_memory_limit. */
 uint64_t	cagra_cache_limit(void);
 

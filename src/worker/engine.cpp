@@ -11,6 +11,7 @@
 #include <exception>
 #include <new>
 #include <numeric>
+#include <stdexcept>
 
 #include "core/search.h"
 
@@ -133,6 +134,24 @@ cagra_engine_index_blocks(CagraIndexCopy &copy)
 	}
 }
 
+/* What the copy derives from its nodes' TIDs and live bits: the TID order
+ * a filter's rows are found in, and whether every node is live. */
+static void
+cagra_engine_index_nodes(CagraIndexCopy &copy)
+{
+	copy.by_tid.resize(copy.tids.size());
+	std::iota(copy.by_tid.begin(), copy.by_tid.end(), 0u);
+	std::sort(copy.by_tid.begin(), copy.by_tid.end(),
+			  [&copy](uint32_t a, uint32_t b) { return copy.tids[a] < copy.tids[b]; });
+	copy.tid_order.resize(copy.by_tid.size());
+	for (size_t i = 0; i < copy.by_tid.size(); i++)
+		copy.tid_order[i] = copy.tids[copy.by_tid[i]];
+	cagra_engine_index_blocks(copy);
+	copy.all_live = true;
+	for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
+		copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
+}
+
 CagraReply
 cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 				  std::string *msg) noexcept
@@ -145,18 +164,61 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 		copy.entries = staged.entries;
 		copy.live.swap(staged.live);
 		copy.tids.swap(staged.tids);
-		copy.by_tid.resize(copy.tids.size());
-		std::iota(copy.by_tid.begin(), copy.by_tid.end(), 0u);
-		std::sort(copy.by_tid.begin(), copy.by_tid.end(),
-				  [&copy](uint32_t a, uint32_t b) { return copy.tids[a] < copy.tids[b]; });
-		copy.tid_order.resize(copy.by_tid.size());
-		for (size_t i = 0; i < copy.by_tid.size(); i++)
-			copy.tid_order[i] = copy.tids[copy.by_tid[i]];
-		cagra_engine_index_blocks(copy);
-		copy.all_live = true;
-		for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
-			copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
+		cagra_engine_index_nodes(copy);
 		return engine->load(staged, device, copy, msg);
+	});
+}
+
+bool
+cagra_engine_can_update(void)
+{
+	return engine->can_update();
+}
+
+CagraReply
+cagra_engine_update(CagraIndexCopy &copy, const CagraIndexKey &key, CagraUpdatePayload *p,
+					std::string *msg) noexcept
+{
+	return cagra_engine_guard(msg, [&]() -> CagraReply {
+		const uint32_t *ids = cagra_update_node_ids(p);
+		const uint8 *live = cagra_update_node_live(p);
+		const uint64 *tids = cagra_update_node_tids(p);
+		std::vector<uint32_t> entries(p->entries, p->entries + Min(p->entry_count, (uint32) CAGRA_MAX_ENTRY_NODES));
+		bool		entries_changed = entries != copy.entries;
+
+		/* a bad id would send a search outside the copy: check them all */
+		const uint32_t appended = key.n - copy.key.n;
+		const uint32_t *rows[2] = {cagra_update_node_rows(p), cagra_update_rows(p)};
+		const uint64_t edges[2] = {(uint64_t) p->nodes * copy.degree, (uint64_t) p->rows * copy.degree};
+
+		if (key.n < copy.key.n || p->nodes < appended)
+			throw std::runtime_error("an update lacks appended nodes");
+		for (uint32_t i = 0; i < p->nodes; i++)
+			if (ids[i] >= key.n || (i < appended && ids[i] != copy.key.n + i))
+				throw std::runtime_error("an update's nodes are not the appended ones first, in order");
+		for (uint32_t i = 0; i < p->rows; i++)
+			if (cagra_update_row_ids(p)[i] >= key.n)
+				throw std::runtime_error("an update names a row beyond the index's nodes");
+		for (int a = 0; a < 2; a++)
+			for (uint64_t i = 0; i < edges[a]; i++)
+				if (rows[a][i] >= key.n && rows[a][i] != cagra::kInvalidNode)
+					throw std::runtime_error("an update's edge points beyond the index's nodes");
+		for (uint32_t e : entries)
+			if (e >= key.n)
+				throw std::runtime_error("an update names an entry node beyond the index's nodes");
+		copy.entries.swap(entries);
+		copy.key = key;
+		copy.live.resize(cagra_node_bitset_words(key.n), 0);
+		copy.tids.resize(key.n, 0);
+		for (uint32_t i = 0; i < p->nodes; i++)
+		{
+			uint64_t	bit = UINT64_C(1) << (ids[i] & 63);
+
+			copy.live[ids[i] >> 6] = live[i] ? copy.live[ids[i] >> 6] | bit : copy.live[ids[i] >> 6] & ~bit;
+			copy.tids[ids[i]] = tids[i];
+		}
+		cagra_engine_index_nodes(copy);
+		return engine->update(copy, key.n, p, entries_changed, msg);
 	});
 }
 

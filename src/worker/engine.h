@@ -46,6 +46,8 @@ struct CagraIndexCopy
 	uint64_t	bytes = 0;
 	uint64_t	searches = 0;
 	uint64_t	last_used = 0;		/* LRU clock */
+	uint32_t	uploaded_n = 0;		/* nodes of the whole upload it was made from */
+	bool		takes_updates = false;	/* cagra_cache_update would take one now */
 	int64_t		loaded_at = 0;
 	std::vector<uint64_t> live;
 	bool		all_live = false;	/* searches need no filter */
@@ -107,6 +109,13 @@ class CagraEngine
 							std::string *msg) = 0;
 	/* the staged vectors and rows into `copy` (its other fields set) */
 	virtual CagraReply load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy, std::string *msg) = 0;
+	/* whether update() can grow and change a loaded copy */
+	virtual bool can_update() const = 0;
+	/* copy.vectors and rows of the engine grown to n nodes (the new ones and
+	 * the changed ones in p: cagra_engine_update); entries_changed: take
+	 * copy.entries, set already */
+	virtual CagraReply update(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p, bool entries_changed,
+							  std::string *msg) = 0;
 	virtual void free_copy(CagraIndexCopy &copy) noexcept = 0;
 	virtual void free_lane(CagraSearchLane &lane) noexcept = 0;
 	/* the parameters a filtered search is planned at: an automatic width
@@ -150,6 +159,16 @@ bool		cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uin
 /* Move a staged index onto `device`; the staging buffers are released. */
 CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 							  std::string *msg) noexcept;
+
+/* Whether this engine takes updates of a loaded copy (else a copy that
+ * lacks too many nodes is uploaded again whole). */
+bool		cagra_engine_can_update(void);
+
+/* What inserts changed, into a loaded copy that no search uses now: nodes
+ * up to key.n, p's nodes and rows written (its base is the copy's extent),
+ * copy.key = key.  Anything but OK leaves the copy unusable: free it. */
+CagraReply	cagra_engine_update(CagraIndexCopy &copy, const CagraIndexKey &key, CagraUpdatePayload *p,
+								std::string *msg) noexcept;
 
 /* nq queries against a copy: nq x k ids (cagra::kInvalidNode padding)
  * and distances, each row sorted; with `allowed` (live nodes of the copy,

@@ -20,6 +20,15 @@ cagra_cpu_graph(const CagraIndexCopy &copy)
 	return cagra::InMemoryGraph(copy.graph, copy.vectors.data(), copy.format);
 }
 
+/* Host memory the copy holds. */
+static uint64_t
+cagra_cpu_copy_bytes(const CagraIndexCopy &copy)
+{
+	return copy.vectors.size() + copy.graph.edges.size() * sizeof(uint32_t) + copy.live.size() * sizeof(uint64_t) +
+		copy.tids.size() * sizeof(uint64_t) + copy.by_tid.size() * sizeof(uint32_t) +
+		copy.tid_order.size() * sizeof(uint64_t) + copy.block_first.size() * sizeof(uint32_t);
+}
+
 /* Queries begin..end-1 traversing the copy; only nodes set in `accepted`
  * are returned. */
 static void
@@ -163,11 +172,43 @@ class CagraCoreEngine final : public CagraEngine
 		std::vector<char>().swap(staged.vectors);
 		copy.graph.degree = staged.degree;
 		copy.graph.edges.swap(staged.rows);
-		copy.bytes = copy.vectors.size() + copy.graph.edges.size() * sizeof(uint32_t) +
-			copy.live.size() * sizeof(uint64_t) + copy.tids.size() * sizeof(uint64_t) +
-			copy.by_tid.size() * sizeof(uint32_t) + copy.tid_order.size() * sizeof(uint64_t) +
-			copy.block_first.size() * sizeof(uint32_t);
+		copy.bytes = cagra_cpu_copy_bytes(copy);
 		copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
+		return CAGRA_REPLY_OK;
+	}
+
+	bool
+	can_update() const override
+	{
+		return true;
+	}
+
+	CagraReply
+	update(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p, bool entries_changed,
+		   std::string *msg) override
+	{
+		const size_t vbytes = copy.format.vector_bytes();
+		const uint32_t degree = copy.degree;
+		const uint32_t *ids = cagra_update_node_ids(p);
+		const char *vecs = cagra_update_node_vectors(p);
+		const uint32_t *node_rows = cagra_update_node_rows(p);
+		const uint32_t *row_ids = cagra_update_row_ids(p);
+		const uint32_t *rows = cagra_update_rows(p);
+
+		copy.vectors.resize((size_t) n * vbytes);
+		copy.graph.edges.resize((size_t) n * degree, cagra::kInvalidNode);
+		for (uint32_t i = 0; i < p->nodes; i++)
+		{
+			memcpy(copy.vectors.data() + (size_t) ids[i] * vbytes, vecs + (size_t) i * vbytes, vbytes);
+			memcpy(copy.graph.edges.data() + (size_t) ids[i] * degree, node_rows + (size_t) i * degree,
+				   degree * sizeof(uint32_t));
+		}
+		for (uint32_t i = 0; i < p->rows; i++)
+			memcpy(copy.graph.edges.data() + (size_t) row_ids[i] * degree, rows + (size_t) i * degree,
+				   degree * sizeof(uint32_t));
+		if (entries_changed)
+			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
+		copy.bytes = cagra_cpu_copy_bytes(copy);
 		return CAGRA_REPLY_OK;
 	}
 

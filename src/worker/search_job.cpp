@@ -51,6 +51,7 @@ cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k
 		s->reply = r;
 		s->copy.n = job->copy->key.n;
 		s->copy.reused = job->copy->key.reused;
+		s->copy.takes_updates = job->copy->takes_updates;
 		strlcpy(s->message, msg, sizeof(s->message));
 	}
 	if (!problem && r == CAGRA_REPLY_OK)

@@ -1,9 +1,10 @@
 # test/t/114_worker_inserts.pl — with cagra.device = gpu the neighbour
 # searches of inserts go to the worker (its CPU engine, cagra.worker_backend
 # = cpu; with auto they stay in the backend): each
-# insert is one worker query, every inserted row finds itself through the
-# index (a session keeps the appended nodes its merges read, and its later
-# searches find rows appended since), inserts of several sessions queued
+# insert is one worker query, the worker's copy takes the inserted nodes
+# through updates with no whole upload, every inserted row finds itself
+# through the index (a session keeps the appended nodes its merges read,
+# and its later searches find rows appended since), inserts of several sessions queued
 # while the worker is busy share one launch even when other inserts came
 # between them (their keys differ, one copy serves them), and a worker
 # terminated while inserts wait on it fails only the inserts it held,
@@ -48,12 +49,28 @@ sub lost_rows
 # --- inserts through the worker ---------------------------------------------------
 # a first search loads the copy, so the inserts below meet it
 $node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 1)], 1)');
-my ($q0, $f0) = split /\|/, status('queries, fallbacks');
+my ($q0, $f0, $u0) = split /\|/, status('queries, fallbacks, uploads');
 $node->safe_psql('postgres', "SET cagra.device = gpu; INSERT INTO items VALUES (" . join('), (', map { "$_, " . $vector->($_) } 2001 .. 2200) . ')');
-my ($q1, $f1) = split /\|/, status('queries, fallbacks');
+my ($q1, $f1, $u1) = split /\|/, status('queries, fallbacks, uploads');
 is($q1 - $q0, 200, 'each of 200 inserts asked the worker for its neighbours');
 is($f1 - $f0, 0, 'none fell back to the CPU');
+# a copy of 2,000 nodes leaves at most 64 inserted ones to the backends:
+# past 16 the inserting backend sends them, with the rows their reverse
+# edges changed, and the copy grows without a whole upload
+is($u1 - $u0, 0, 'the 200 inserts made no whole upload of the copy');
+ok($node->poll_query_until('postgres', "SELECT nodes >= 2184 FROM cagra_worker_cache()"),
+	'the copy took the inserted nodes (at most 16 left to the backends)');
 is(lost_rows(2000, 'auto'), '0', 'every row inserted through the worker finds itself (scan through the worker)');
+# a filtered search through the updated copy (which finds its nodes by
+# their heap TIDs) returns only allowed rows, the inserted one first
+is( $node->safe_psql(
+		'postgres', q{
+	SET cagra.device = gpu;
+	SELECT count(*), bool_and(i.id BETWEEN 2001 AND 2150), (array_agg(i.id ORDER BY r.distance))[1]
+	  FROM cagra_search('items_v', ARRAY[(SELECT v FROM items WHERE id = 2100)], 5,
+						ARRAY(SELECT ctid FROM items WHERE id BETWEEN 2001 AND 2150)) r
+	  JOIN items i ON i.ctid = r.ctid}),
+	'5|t|2100', 'a filtered search through the updated copy finds the inserted rows it allows');
 is(lost_rows(2000, 'cpu'), '0', 'and through a scan on the CPU');
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
 	'index check clean');
@@ -68,6 +85,25 @@ is( $node->safe_psql(
 	INSERT INTO items VALUES (2251, } . $vector->(2251) . q{);
 	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 2251) LIMIT 1;}),
 	"2250\n2251", 'rows appended in one session are found by its later searches');
+
+# four sessions inserting at once: their updates race (the later ones find
+# the copy moved on), and searches read before an update meet a copy that
+# holds nodes they do not count yet
+my @writers;
+for my $w (0 .. 3)
+{
+	my $sql = "SET cagra.device = gpu;\n" . join('', map { "INSERT INTO items VALUES ($_, " . $vector->($_) . ");\n" }
+		  grep { $_ % 4 == $w } 5001 .. 5240);
+	push @writers, IPC::Run::start(
+		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres') ],
+		'<', \$sql, '>', \my $out, '2>', \my $err);
+}
+$_->finish or die 'an inserting session failed' for @writers;
+my ($u2, $f2) = split /\|/, status('uploads, fallbacks');
+is("$u2|$f2", "$u1|$f1", 'four sessions inserting at once: no whole upload, no fallback');
+is(lost_rows(5000, 'auto'), '0', 'every row they inserted finds itself through the worker');
+is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
+	'index check clean');
 
 # cagra.device = auto (the default) keeps the insert's search in the backend
 $q0 = status('queries');
