@@ -288,21 +288,9 @@ class CagraGpuEngine final : public CagraEngine
 		return CAGRA_REPLY_OK;
 	}
 
-	/* The GPU library cannot change a loaded index (a resident kernel may be
-	 * walking it): a copy that lacks too many nodes is uploaded whole. */
-	bool
-	can_update() const override
-	{
-		return false;
-	}
-
-	CagraReply
-	update(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p, bool entries_changed,
-		   std::string *msg) override
-	{
-		*msg = "the GPU engine does not update index copies";
-		return CAGRA_REPLY_ERROR;
-	}
+	/* No update(): the GPU library cannot change a loaded index (a resident
+	 * kernel may be walking it), so a copy lacking too many nodes is
+	 * uploaded whole. */
 
 	void
 	free_copy(CagraIndexCopy &copy) noexcept override
