@@ -138,8 +138,8 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
  * few live nodes, which the CPU search measures whole).
  */
 static uint32
-cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids,
-							   float **dists)
+cagra_insert_candidates_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids,
+									float **dists)
 {
 	cagra::SearchParams params = cagra_search_params(meta);
 	uint32		want = cagra::insert_candidate_count(meta->graph_degree, params, meta->live);
@@ -151,7 +151,7 @@ cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const 
 	req.k = want;
 	req.filtered = false;
 	if (cagra_device != CAGRA_SEARCH_GPU || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
-		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_worker_wanted("insert"))
+		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_client_wants_worker("insert"))
 		return 0;
 	*ids = (uint32 *) palloc(sizeof(uint32) * want);
 	*dists = (float *) palloc(sizeof(float) * want);
@@ -161,7 +161,7 @@ cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const 
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
-		cagra_worker_search_fallback(r, why);
+		cagra_client_search_fallback(r, why);
 		return 0;
 	}
 	if (cagra_copy_is_partial(meta, &copy))
@@ -516,7 +516,7 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 
 		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
 		 * the slot is taken after */
-		ncands = cagra_worker_insert_candidates(index, view, vec, &cand_ids, &cand_dists);
+		ncands = cagra_insert_candidates_from_worker(index, view, vec, &cand_ids, &cand_dists);
 		plan = cagra_plan_insert(index, view, vec, view->n, cand_ids, cand_dists, ncands, &st);
 		if (!plan)
 			cagra_report_status(&st);

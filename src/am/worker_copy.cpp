@@ -221,7 +221,7 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 		if ((i & 255) == 255)
 			CHECK_FOR_INTERRUPTS();
 	}
-	(void) cagra_worker_update_copy(key, copy, cagra_format_of(meta), degree, u.nodes, u.rows, cagra_fill_update,
+	(void) cagra_client_update_copy(key, copy, cagra_format_of(meta), degree, u.nodes, u.rows, cagra_fill_update,
 									&u);
 	pfree(sent);
 	pfree(u.row_ids);
@@ -252,7 +252,7 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	pages.group = (char *) palloc((Size) cagra_group_bytes(meta));
 	pages.strategy = GetAccessStrategy(BAS_BULKREAD);
 
-	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, copy,
+	CagraOffload r = cagra_client_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, copy,
 										 why, whylen);
 
 	FreeAccessStrategy(pages.strategy);
@@ -269,7 +269,7 @@ cagra_search_begin_through_worker(Relation index, const CagraMetaData *meta, con
 {
 	CagraIndexKey key = cagra_copy_key(index, meta);
 
-	return cagra_worker_search_begin(&key, cagra_format_of(meta).dim, req, nq, pending);
+	return cagra_client_search_begin(&key, cagra_format_of(meta).dim, req, nq, pending);
 }
 
 /* ---- nodes the copy lacks ---- */
