@@ -187,12 +187,12 @@ cagra_build_graph(CagraBuildState *bs, int build_device, CagraOwner **owner, uin
 	cagra::BuiltGraph *from_worker = NULL;
 
 	if (bs->streaming)
-		from_worker = cagra_worker_build_graph(RelationGetRelationName(bs->index), &bs->stream, bs->n,
+		from_worker = cagra_client_build_graph(RelationGetRelationName(bs->index), &bs->stream, bs->n,
 											   bs->stream_failure[0] ? bs->stream_failure : NULL,
 											   build_device == CAGRA_DEVICE_GPU, cagra_report_worker_step,
 											   bs->cxt, &on_gpu);
 	else if (build_device == CAGRA_DEVICE_GPU)
-		cagra_worker_require_gpu_build(RelationGetRelationName(bs->index));
+		cagra_client_require_gpu_build(RelationGetRelationName(bs->index));
 	if (from_worker)
 	{
 		/* final as the worker's engine hands it over: connected, with its
@@ -413,7 +413,7 @@ cagra_build(Relation heap, Relation index, IndexInfo *indexInfo)
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
 	if (build_device == CAGRA_DEVICE_GPU)
-		cagra_worker_require_gpu_build(RelationGetRelationName(index));
+		cagra_client_require_gpu_build(RelationGetRelationName(index));
 
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "cagra build", ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);

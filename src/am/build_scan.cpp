@@ -39,7 +39,7 @@ cagra_build_stream_open(CagraBuildState *bs)
 		return;
 	format.dim = bs->dims;
 	format.metric = bs->metric;
-	bs->streaming = cagra_worker_build_open(format, bs->params, &bs->stream);
+	bs->streaming = cagra_client_build_open(format, bs->params, &bs->stream);
 }
 
 /* Rows first .. first + count - 1 to the worker, unless the stream broke:
@@ -49,7 +49,7 @@ cagra_stream_rows(CagraBuildState *bs, const float *vectors, uint64 first, uint6
 {
 	if (!bs->streaming || bs->stream_failure[0] != '\0' || count == 0)
 		return;
-	(void) cagra_worker_build_send(&bs->stream, first, (uint32) count, vectors, bs->stream_failure,
+	(void) cagra_client_build_send(&bs->stream, first, (uint32) count, vectors, bs->stream_failure,
 								   sizeof(bs->stream_failure));
 }
 
@@ -204,7 +204,7 @@ cagra_serial_scan_end(CagraBuildState *bs)
 	else
 		cagra_stream_arrays(bs);
 	if (bs->streaming && bs->stream_failure[0] == '\0')
-		(void) cagra_worker_build_flush(bs->stream_failure, sizeof(bs->stream_failure));
+		(void) cagra_client_build_flush(bs->stream_failure, sizeof(bs->stream_failure));
 }
 
 /*
@@ -319,7 +319,7 @@ cagra_parallel_stream(CagraParallelScan *ps, uint64 first)
 	char		why[sizeof(shared->stream_failure)];
 
 	if (shared->streaming && !cagra_parallel_stream_failed(shared) &&
-		!cagra_worker_build_send(&shared->stream, first, ps->buffer.buffered, ps->buffer.vectors, why, sizeof(why)))
+		!cagra_client_build_send(&shared->stream, first, ps->buffer.buffered, ps->buffer.vectors, why, sizeof(why)))
 		cagra_parallel_stream_fail(shared, why);
 }
 
@@ -330,7 +330,7 @@ cagra_parallel_stream_end(CagraParallelScan *ps)
 	CagraParallelBuild *shared = ps->shared;
 	char		why[sizeof(shared->stream_failure)];
 
-	if (shared->streaming && !cagra_worker_build_flush(why, sizeof(why)))
+	if (shared->streaming && !cagra_client_build_flush(why, sizeof(why)))
 		cagra_parallel_stream_fail(shared, why);
 }
 
@@ -420,7 +420,7 @@ cagra_parallel_participate(CagraParallelBuild *shared, float *vectors, Relation 
 	}
 	PG_CATCH();
 	{
-		cagra_worker_build_abandon();
+		cagra_client_build_abandon();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -645,7 +645,7 @@ cagra_build_scan(Relation heap, Relation index, IndexInfo *indexInfo, CagraBuild
 		}
 		PG_CATCH();
 		{
-			cagra_worker_build_abandon();
+			cagra_client_build_abandon();
 			PG_RE_THROW();
 		}
 		PG_END_TRY();

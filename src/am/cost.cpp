@@ -91,7 +91,7 @@ cagra_costestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	 * the worker searches its own copy, and the backend waits for the
 	 * round trip. */
 	Cost		search = visited * (cpu_operator_cost + cpu_index_tuple_cost) +
-		(cagra_worker_serves_searches() ? CAGRA_WORKER_ROUND_TRIP_OPERATORS * cpu_operator_cost
+		(cagra_client_worker_serves_searches() ? CAGRA_WORKER_ROUND_TRIP_OPERATORS * cpu_operator_cost
 		 : pages * spc_seq_page_cost);
 	Selectivity filtered = clauselist_selectivity(root, info->indrestrictinfo, info->rel->relid, JOIN_INNER,
 												  NULL);
@@ -177,7 +177,7 @@ cagra_filtered_scan_cost(PlannerInfo *root, IndexOptInfo *info, Relation index, 
 	cost->exact = plan.exact;
 	cost->startup = bitmap_cost + CAGRA_SEARCH_ROUND_PAGES * spc_random_page_cost + allowed * cpu_operator_cost +
 		distances * (cpu_operator_cost + cpu_index_tuple_cost);
-	if (!cagra_worker_serves_searches())
+	if (!cagra_client_worker_serves_searches())
 		cost->startup += ceil((double) meta.n / Max(meta.rows_per_page, 1)) * spc_seq_page_cost +
 			(double) meta.n * cpu_operator_cost;
 	cost->total = cost->startup + Max(allowed, rows) * (spc_random_page_cost + cpu_tuple_cost);

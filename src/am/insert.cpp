@@ -138,8 +138,8 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
  * few live nodes, which the CPU search measures whole).
  */
 static uint32
-cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids,
-							   float **dists)
+cagra_insert_candidates_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids,
+									float **dists)
 {
 	cagra::SearchParams params = cagra_search_params(meta);
 	uint32		want = cagra::insert_candidate_count(meta->graph_degree, params, meta->live);
@@ -151,7 +151,7 @@ cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const 
 	req.k = want;
 	req.filtered = false;
 	if (cagra_device != CAGRA_SEARCH_GPU || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
-		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_worker_wanted("insert"))
+		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_client_wants_worker("insert"))
 		return 0;
 	*ids = (uint32 *) palloc(sizeof(uint32) * want);
 	*dists = (float *) palloc(sizeof(float) * want);
@@ -161,7 +161,7 @@ cagra_worker_insert_candidates(Relation index, const CagraMetaData *meta, const 
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
-		cagra_worker_search_fallback(r, why);
+		cagra_client_search_fallback(r, why);
 		return 0;
 	}
 	if (cagra_copy_is_partial(meta, &copy))
@@ -257,6 +257,31 @@ cagra_edge_slot(CagraWalBatch *b, const cagra::EdgeUpdate *u)
 	return u->previous == cagra::kInvalidNode ? padding : cagra::kInvalidNode;
 }
 
+/* Node `new_id` counted in meta page contents `m`: appended (n + 1) or a
+ * reused slot logged, live + 1, generation + 1. */
+static void
+cagra_meta_count_node(CagraMetaData *m, uint32 new_id)
+{
+	if (new_id < m->n)
+	{
+		m->reused++;
+		m->reuse_log[(m->reused - 1) % CAGRA_REUSE_LOG] = new_id;
+	}
+	else
+		m->n = new_id + 1;
+	m->live++;
+	m->generation++;
+
+	/* an index that grew by inserts (built empty or small) takes new nodes
+	 * as entries until it has as many as a build would pick */
+	bool		is_entry = false;
+
+	for (uint32 i = 0; i < m->entry_count && !is_entry; i++)
+		is_entry = m->entries[i] == new_id;
+	if (!is_entry && m->entry_count < Min(cagra::fixed_entry_count(m->n), (uint32) CAGRA_MAX_ENTRY_NODES))
+		m->entries[m->entry_count++] = new_id;
+}
+
 /*
  * Step 2: count node `new_id` in the meta page (`metabuf`, locked
  * exclusively: the slot lock; `meta` is what it holds) together with its
@@ -329,24 +354,7 @@ cagra_publish_node(Relation index, Buffer metabuf, const CagraMetaData *meta, ui
 	}
 
 	m = *meta;
-	if (reused)
-	{
-		m.reused++;
-		m.reuse_log[(m.reused - 1) % CAGRA_REUSE_LOG] = new_id;
-	}
-	else
-		m.n = new_id + 1;
-	m.live++;
-	m.generation++;
-
-	/* an index that grew by inserts (built empty or small) takes new nodes
-	 * as entries until it has as many as a build would pick */
-	bool		is_entry = false;
-
-	for (uint32 i = 0; i < m.entry_count && !is_entry; i++)
-		is_entry = m.entries[i] == new_id;
-	if (!is_entry && m.entry_count < Min(cagra::fixed_entry_count(m.n), (uint32) CAGRA_MAX_ENTRY_NODES))
-		m.entries[m.entry_count++] = new_id;
+	cagra_meta_count_node(&m, new_id);
 	memcpy(cagra_meta_of(batch.pages[0]), &m, sizeof(m));
 	cagra_batch_finish(&batch);
 	return true;
@@ -472,6 +480,168 @@ cagra_hand_off(Relation index, const CagraMetaData *meta, uint32 new_id, std::ve
 	return dropped;
 }
 
+/*
+ * The plan for the new node's vector `x` (prepared into `vec`), made under
+ * the writers' lock for a slot past the nodes the search saw (view->n),
+ * then the slot lock taken: the meta page's buffer locked exclusively, in
+ * *metabuf, and what it holds in *meta.  The record, its vector stored, is
+ * made before the slot lock (*rec); the plan is freed by *owner (in `cxt`).
+ * Returns NULL, taking no lock, when the vector is not indexed.
+ */
+static cagra::InsertPlan *
+cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int dim, float *vec,
+						 CagraMetaData *view, CagraMetaData *meta, Buffer *metabuf, CagraOwner **owner,
+						 char **rec)
+{
+	cagra::InsertPlan *plan;
+	CagraStatus st;
+	uint32	   *cand_ids = NULL;
+	float	   *cand_dists = NULL;
+	uint32		ncands;
+
+	for (;;)
+	{
+		cagra_read_meta(index, view);
+		cagra_fix_dims(view, dim);
+		cagra_check_dims(index, view->dims, dim);
+
+		cagra::Metric metric = (cagra::Metric) view->metric;
+
+		/* not indexed, as in a build: its cosine distance is undefined */
+		if (cagra_vector_unindexable(metric, x, dim))
+			return NULL;
+		cagra_prepare(metric, x, vec, view->dims);
+		if (view->element_type == (uint32) cagra::ElementType::Float16)
+			cagra_check_storable(index, cagra_format_of(view), vec, x);
+
+		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
+		 * the slot is taken after */
+		ncands = cagra_insert_candidates_from_worker(index, view, vec, &cand_ids, &cand_dists);
+		plan = cagra_plan_insert(index, view, vec, view->n, cand_ids, cand_dists, ncands, &st);
+		if (!plan)
+			cagra_report_status(&st);
+		*owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
+		if (plan->row.size() != view->graph_degree)
+			elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
+				 plan->row.size(), view->graph_degree);
+		if (!*rec)
+			*rec = cagra_new_record(view, vec);
+
+		/*
+		 * The slot lock: the meta page locked exclusively from taking the
+		 * slot to counting the node.  Only its holder and vacuum (kept out
+		 * by the writers' lock) change the meta page, so `meta` is exact
+		 * until then.
+		 */
+		*metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+		LockBuffer(*metabuf, BUFFER_LOCK_EXCLUSIVE);
+		memcpy(meta, cagra_meta_of(BufferGetPage(*metabuf)), sizeof(*meta));
+		cagra_check_meta(index, meta);
+
+		/* a small index's rows still have padding, which each insert must
+		 * see the others fill: its plan is made again if one came between */
+		if (meta->generation == view->generation || view->live > 2 * view->graph_degree)
+			return plan;
+		UnlockReleaseBuffer(*metabuf);
+		cagra_owner_free(*owner);
+	}
+}
+
+/*
+ * Under the slot lock, the new node's slot: a deleted one from reuse_next
+ * on, else n.  The plan, made for `planned_id`, is turned to it and checked
+ * against the meta page, and *meta takes the vector's norm (counted with
+ * the node, cagra_publish_node).
+ */
+static uint32
+cagra_take_slot(Relation index, CagraMetaData *meta, cagra::InsertPlan *plan, uint32 planned_id,
+				const float *vec, int dim)
+{
+	cagra_fix_dims(meta, dim);
+	cagra_check_dims(index, meta->dims, dim);
+
+	uint32		new_id = cagra_find_free_slot(index, meta);
+
+	if (new_id == cagra::kInvalidNode)
+		new_id = meta->n;
+	if (new_id >= cagra::kInvalidNode - 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cagra index \"%s\" is full", RelationGetRelationName(index)),
+				 errhint("REINDEX the index to drop deleted nodes.")));
+	cagra_retarget_plan(plan, planned_id, new_id);
+	for (const cagra::EdgeUpdate &u : plan->updates)
+		if (u.node >= meta->n || u.slot >= meta->graph_degree)
+			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
+				 u.node, u.slot);
+	if (cagra_format_of(meta).keeps_max_norm())
+		meta->max_norm = Max(meta->max_norm, (float4) cagra::vector_norm(vec, meta->dims));
+	return new_id;
+}
+
+/* Step 1: the new node's record `rec` written into slot `new_id`, its
+ * header, row and vector, in one WAL record. */
+static void
+cagra_write_record(Relation index, const CagraMetaData *meta, uint32 new_id, char *rec, ItemPointer heap_tid,
+				   const uint32 *row)
+{
+	/* a reused slot's header turns live with the meta page (step 2) */
+	cagra_set_record_head(meta, rec, heap_tid, new_id < meta->n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE, row);
+	CagraWalBatch batch;
+
+	/* the header and row, and the vector, lie apart in the node's group
+	 * (the vector may even come first, in the tail of an earlier row page):
+	 * written in block order */
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+	BlockNumber row_blk,
+				vec_blk;
+	uint32		poff;
+
+	cagra_locate(meta, new_id, 0, &row_blk, &poff);
+	cagra_locate(meta, new_id, voff, &vec_blk, &poff);
+	cagra_batch_begin(&batch, index, meta);
+	if (vec_blk < row_blk)
+		cagra_batch_write(&batch, new_id, voff, rec + voff, meta->record_size - voff);
+	cagra_batch_write(&batch, new_id, 0, rec, vec_blk < row_blk ? voff : meta->record_size);
+	cagra_batch_finish(&batch);
+}
+
+/*
+ * Step 2 until it succeeds: node `new_id` counted with the closest
+ * neighbour's reverse edge (the plan's first), each node that edge could
+ * not go in place of handed to the new row.  Releases the slot lock
+ * (`metabuf`), and leaves in the plan the reverse edges step 3 links.
+ */
+static void
+cagra_publish_with_way_in(Relation index, Buffer metabuf, const CagraMetaData *meta, uint32 new_id,
+						  cagra::InsertPlan *plan)
+{
+	cagra::EdgeUpdate *closest = NULL;
+
+	for (cagra::EdgeUpdate &u : plan->updates)
+		if (u.node == plan->row[0] && !closest)
+			closest = &u;
+
+	uint32		taken;
+	std::vector<uint32_t> dropped;
+
+	while (!cagra_publish_node(index, metabuf, meta, new_id, plan->row.data(), closest, &taken))
+	{
+		dropped.push_back(cagra_hand_off(index, meta, new_id, plan->row, closest->previous, taken));
+		closest->previous = taken;
+	}
+
+	if (closest)
+		plan->updates.erase(plan->updates.begin() + (closest - plan->updates.data()));
+	/* a reverse edge replaces an edge only while the new row holds it */
+	plan->updates.erase(std::remove_if(plan->updates.begin(), plan->updates.end(),
+									   [&](const cagra::EdgeUpdate &u) {
+										   return std::find(dropped.begin(), dropped.end(), u.previous) !=
+											   dropped.end();
+									   }),
+						plan->updates.end());
+}
+
 bool
 cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 			 Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
@@ -490,138 +660,23 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 				meta;
 	Buffer		metabuf;
 	cagra::InsertPlan *plan;
-	CagraOwner *owner;
-	CagraStatus st;
-	uint32	   *cand_ids = NULL;
-	float	   *cand_dists = NULL;
-	uint32		ncands;
+	CagraOwner *owner = NULL;
 	char	   *rec = NULL;
 
 	/* vacuum waits for the inserts in flight and keeps new ones out */
 	cagra_lock_writers(index, RowExclusiveLock);
-	for (;;)
+	plan = cagra_plan_and_lock_slot(index, cxt, x, dim, vec, &view, &meta, &metabuf, &owner, &rec);
+	if (plan)
 	{
-		cagra_read_meta(index, &view);
-		cagra_fix_dims(&view, dim);
-		cagra_check_dims(index, view.dims, dim);
+		uint32		new_id = cagra_take_slot(index, &meta, plan, view.n, vec, dim);
 
-		cagra::Metric metric = (cagra::Metric) view.metric;
-
-		if (cagra_vector_unindexable(metric, x, dim))
-		{
-			/* not indexed, as in a build: its cosine distance is undefined */
-			cagra_unlock_writers(index, RowExclusiveLock);
-			MemoryContextSwitchTo(old);
-			MemoryContextDelete(cxt);
-			return false;
-		}
-		cagra_prepare(metric, x, vec, view.dims);
-		if (view.element_type == (uint32) cagra::ElementType::Float16)
-			cagra_check_storable(index, cagra_format_of(&view), vec, x);
-
-		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
-		 * the slot is taken after */
-		ncands = cagra_worker_insert_candidates(index, &view, vec, &cand_ids, &cand_dists);
-		plan = cagra_plan_insert(index, &view, vec, view.n, cand_ids, cand_dists, ncands, &st);
-		if (!plan)
-			cagra_report_status(&st);
-		owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
-		if (plan->row.size() != view.graph_degree)
-			elog(ERROR, "cagra insert plan has a row of %zu entries, expected %u",
-				 plan->row.size(), view.graph_degree);
-		if (!rec)
-			rec = cagra_new_record(&view, vec);
-
-		/*
-		 * The slot lock: the meta page locked exclusively from taking the
-		 * slot to counting the node.  Only its holder and vacuum (kept out
-		 * by the writers' lock) change the meta page, so `meta` is exact
-		 * until then.
-		 */
-		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
-		LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
-		memcpy(&meta, cagra_meta_of(BufferGetPage(metabuf)), sizeof(meta));
-		cagra_check_meta(index, &meta);
-
-		/* a small index's rows still have padding, which each insert must
-		 * see the others fill: its plan is made again if one came between */
-		if (meta.generation == view.generation || view.live > 2 * view.graph_degree)
-			break;
-		UnlockReleaseBuffer(metabuf);
-		cagra_owner_free(owner);
+		cagra_write_record(index, &meta, new_id, rec, heap_tid, plan->row.data());
+		cagra_publish_with_way_in(index, metabuf, &meta, new_id, plan);
+		cagra_link_reverse_edges(index, &meta, plan->updates.data(), plan->updates.size());
 	}
-	cagra_fix_dims(&meta, dim);
-	cagra_check_dims(index, meta.dims, dim);
-
-	uint32		new_id = cagra_find_free_slot(index, &meta);
-
-	if (new_id == cagra::kInvalidNode)
-		new_id = meta.n;
-	if (new_id >= cagra::kInvalidNode - 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("cagra index \"%s\" is full", RelationGetRelationName(index)),
-				 errhint("REINDEX the index to drop deleted nodes.")));
-	cagra_retarget_plan(plan, view.n, new_id);
-	for (const cagra::EdgeUpdate &u : plan->updates)
-		if (u.node >= meta.n || u.slot >= meta.graph_degree)
-			elog(ERROR, "cagra insert plan has an edge update out of range (node %u, slot %u)",
-				 u.node, u.slot);
-	/* counted in the meta page with the node (cagra_publish_node) */
-	if (cagra_format_of(&meta).keeps_max_norm())
-		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
-
-	/* a reused slot's header turns live with the meta page (step 2) */
-	cagra_set_record_head(&meta, rec, heap_tid, new_id < meta.n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE,
-						  plan->row.data());
-	CagraWalBatch batch;
-
-	/* the header and row, and the vector, lie apart in the node's group
-	 * (the vector may even come first, in the tail of an earlier row page):
-	 * written in block order */
-	uint32		voff = cagra_vector_offset(meta.graph_degree);
-	BlockNumber row_blk,
-				vec_blk;
-	uint32		poff;
-
-	cagra_locate(&meta, new_id, 0, &row_blk, &poff);
-	cagra_locate(&meta, new_id, voff, &vec_blk, &poff);
-	cagra_batch_begin(&batch, index, &meta);
-	if (vec_blk < row_blk)
-		cagra_batch_write(&batch, new_id, voff, rec + voff, meta.record_size - voff);
-	cagra_batch_write(&batch, new_id, 0, rec, vec_blk < row_blk ? voff : meta.record_size);
-	cagra_batch_finish(&batch);
-
-	/* the closest neighbour's reverse edge (the plan's first) goes with the
-	 * count; the others follow it once the slot lock is released */
-	cagra::EdgeUpdate *closest = NULL;
-
-	for (cagra::EdgeUpdate &u : plan->updates)
-		if (u.node == plan->row[0] && !closest)
-			closest = &u;
-
-	uint32		taken;
-	std::vector<uint32_t> dropped;
-
-	while (!cagra_publish_node(index, metabuf, &meta, new_id, plan->row.data(), closest, &taken))
-	{
-		dropped.push_back(cagra_hand_off(index, &meta, new_id, plan->row, closest->previous, taken));
-		closest->previous = taken;
-	}
-
-	if (closest)
-		plan->updates.erase(plan->updates.begin() + (closest - plan->updates.data()));
-	/* a reverse edge replaces an edge only while the new row holds it */
-	plan->updates.erase(std::remove_if(plan->updates.begin(), plan->updates.end(),
-									   [&](const cagra::EdgeUpdate &u) {
-										   return std::find(dropped.begin(), dropped.end(), u.previous) !=
-											   dropped.end();
-									   }),
-						plan->updates.end());
-	cagra_link_reverse_edges(index, &meta, plan->updates.data(), plan->updates.size());
-
 	cagra_unlock_writers(index, RowExclusiveLock);
-	cagra_owner_free(owner);
+	if (plan)
+		cagra_owner_free(owner);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 	return false;

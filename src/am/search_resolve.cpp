@@ -255,7 +255,7 @@ cagra_pin_heap_block(Relation heap, BlockNumber blkno, BlockNumber nblocks)
 }
 
 /* The heap TIDs of `cands`: the worker's copy's where the snapshot is MVCC
- * (see cagra_worker_search: the heap check alone is then exact), the node
+ * (see cagra_client_search: the heap check alone is then exact), the node
  * headers' for the rest. */
 static void
 cagra_take_copy_tids(Relation index, const CagraMetaData *meta, CagraCandidates *c, Snapshot snapshot,

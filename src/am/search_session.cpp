@@ -76,7 +76,7 @@ cagra_session_init(CagraSearchSession *s, Relation index, const CagraMetaData *m
 	s->index = index;
 	s->meta = *meta;
 	s->plan = cagra_search_plan(meta);
-	cagra::resolve_search_site(s->plan, cagra_worker_serves_searches(), recent,
+	cagra::resolve_search_site(s->plan, cagra_client_worker_serves_searches(), recent,
 							   recent ? CAGRA_ROUND_HISTORY : 0, CAGRA_WORKER_MAX_K);
 	s->allowed = allowed;
 	s->snapshot = snapshot;
@@ -85,9 +85,9 @@ cagra_session_init(CagraSearchSession *s, Relation index, const CagraMetaData *m
 bool
 cagra_session_on_worker(const CagraSearchSession *s)
 {
-	/* with cagra.device = gpu, cagra_worker_wanted raises the error */
+	/* with cagra.device = gpu, cagra_client_wants_worker raises the error */
 	return s->plan.site == cagra::SearchSite::Worker ||
-		(cagra_device == CAGRA_SEARCH_GPU && cagra_worker_wanted("search"));
+		(cagra_device == CAGRA_SEARCH_GPU && cagra_client_wants_worker("search"));
 }
 
 void
@@ -148,7 +148,7 @@ cagra_session_worker_candidates(const CagraSearchSession *s, const float *querie
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
-		cagra_worker_search_fallback(r, why);
+		cagra_client_search_fallback(r, why);
 		return false;
 	}
 	cagra_session_take_worker(s, queries, present, &copy, copy_tids, c);
@@ -633,7 +633,7 @@ cagra_part_release(CagraSearchPart *p, const CagraMetaData *meta, bool keep_quer
 		p->queries = own;
 		p->queries_in_request = false;
 	}
-	cagra_worker_search_release(&p->request);
+	cagra_client_search_release(&p->request);
 }
 
 /*
@@ -667,7 +667,7 @@ cagra_part_collect(CagraSearchPart *p, int set, const CagraSearchSession *sessio
 	p->present = (bool *) palloc0(sizeof(bool) * Max(nq, 1));
 	next_queries(arg, nq, p->queries, p->present);
 	p->queries_in_request = into != NULL;
-	if (into && !cagra_worker_search_queue(&p->request))
+	if (into && !cagra_client_search_queue(&p->request))
 		cagra_part_release(p, meta, true);
 	c->ids = (uint32 *) cagra_scratch_of(set, CAGRA_SCRATCH_IDS, total * sizeof(uint32));
 	c->dists = (float *) cagra_scratch_of(set, CAGRA_SCRATCH_DISTS, total * sizeof(float));
@@ -693,7 +693,7 @@ cagra_part_search(CagraSearchPart *p, const CagraSearchSession *session)
 		char		why[256];
 		CagraCopyExtent copy;
 		uint64	   *copy_tids = cagra_session_copy_tids_room(&p->c);
-		CagraOffload r = cagra_worker_search_finish(&p->request, p->c.ids, p->c.dists, copy_tids, &copy, why,
+		CagraOffload r = cagra_client_search_finish(&p->request, p->c.ids, p->c.dists, copy_tids, &copy, why,
 													sizeof(why));
 
 		if (r == CAGRA_OFFLOAD_OK)
@@ -707,7 +707,7 @@ cagra_part_search(CagraSearchPart *p, const CagraSearchSession *session)
 			 * uploads the copy; failed: on the CPU, as any failure */
 			cagra_part_release(p, &session->meta, true);
 			if (r == CAGRA_OFFLOAD_FAILED)
-				cagra_worker_search_fallback(r, why);
+				cagra_client_search_fallback(r, why);
 			cagra_session_candidates(session, p->queries, p->present, &p->c, r == CAGRA_OFFLOAD_SKIPPED);
 		}
 	}
@@ -765,7 +765,7 @@ cagra_session_search_all(const CagraSearchSession *s, Relation heap, int nitems,
 	PG_FINALLY();
 	{
 		for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)
-			cagra_worker_search_release(&parts[i].request);
+			cagra_client_search_release(&parts[i].request);
 	}
 	PG_END_TRY();
 	for (int i = 0; i < CAGRA_SCRATCH_SETS; i++)

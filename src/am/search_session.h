@@ -59,7 +59,7 @@ void		cagra_session_take_worker(const CagraSearchSession *s, const float *querie
 
 /* The candidates of c (c->kk of each present query) from the worker, with
  * the allowed rows when there are; false, the fallback reported
- * (cagra_worker_search_fallback), when it did not serve them. */
+ * (cagra_client_search_fallback), when it did not serve them. */
 bool		cagra_session_worker_candidates(const CagraSearchSession *s, const float *queries, const bool *present,
 											CagraCandidates *c);
 

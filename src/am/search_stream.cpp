@@ -112,7 +112,7 @@ static bool
 cagra_stream_round_next(CagraSearchStream *s, ItemPointer tid, float *distance)
 {
 	CagraCandidates *c = &s->round;
-	/* the copy's TIDs are exact under an MVCC snapshot (cagra_worker_search) */
+	/* the copy's TIDs are exact under an MVCC snapshot (cagra_client_search) */
 	bool		copy_tids = c->copy_tids && IsMVCCSnapshot(s->session.snapshot);
 
 	while (s->pos < c->kk)

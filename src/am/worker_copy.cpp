@@ -221,7 +221,7 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 		if ((i & 255) == 255)
 			CHECK_FOR_INTERRUPTS();
 	}
-	(void) cagra_worker_update_copy(key, copy, cagra_format_of(meta), degree, u.nodes, u.rows, cagra_fill_update,
+	(void) cagra_client_update_copy(key, copy, cagra_format_of(meta), degree, u.nodes, u.rows, cagra_fill_update,
 									&u);
 	pfree(sent);
 	pfree(u.row_ids);
@@ -252,7 +252,7 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	pages.group = (char *) palloc((Size) cagra_group_bytes(meta));
 	pages.strategy = GetAccessStrategy(BAS_BULKREAD);
 
-	CagraOffload r = cagra_worker_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, copy,
+	CagraOffload r = cagra_client_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, copy,
 										 why, whylen);
 
 	FreeAccessStrategy(pages.strategy);
@@ -269,7 +269,7 @@ cagra_search_begin_through_worker(Relation index, const CagraMetaData *meta, con
 {
 	CagraIndexKey key = cagra_copy_key(index, meta);
 
-	return cagra_worker_search_begin(&key, cagra_format_of(meta).dim, req, nq, pending);
+	return cagra_client_search_begin(&key, cagra_format_of(meta).dim, req, nq, pending);
 }
 
 /* ---- nodes the copy lacks ---- */
@@ -356,6 +356,37 @@ cagra_tail_cache_cover(Relation index, const CagraMetaData *meta, uint32 from)
 	}
 }
 
+/* Nodes `ids` at distances `d` merged into a query's `kk` results (`row`,
+ * `rowd`, closest first): each closer than the last and not there yet goes
+ * in its place, the last dropped. */
+static void
+cagra_merge_into_row(uint32 *row, float *rowd, uint32 kk, const uint32 *ids, const float *d, uint32 n)
+{
+	for (uint32 t = 0; t < n; t++)
+	{
+		uint32		pos = kk - 1;
+
+		if (!(d[t] < rowd[kk - 1]))
+			continue;
+
+		bool		present_already = false;
+
+		for (uint32 j = 0; j < kk && !present_already; j++)
+			present_already = row[j] == ids[t];
+		if (present_already)
+			continue;
+		/* insert into the sorted row, dropping the last */
+		while (pos > 0 && rowd[pos - 1] > d[t])
+		{
+			row[pos] = row[pos - 1];
+			rowd[pos] = rowd[pos - 1];
+			pos--;
+		}
+		row[pos] = ids[t];
+		rowd[pos] = d[t];
+	}
+}
+
 void
 cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy, int nq,
 				 const float *queries, const bool *present, const CagraAllowedTids *allowed, uint32 kk,
@@ -415,29 +446,7 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 					d[t] = format.distance(query, tail_vecs[t]);
 			}))
 			cagra_report_status(&st);
-		for (uint32 t = 0; t < ntail; t++)
-		{
-			uint32		pos = kk - 1;
-
-			if (!(d[t] < rowd[kk - 1]))
-				continue;
-
-			bool		present_already = false;
-
-			for (uint32 j = 0; j < kk && !present_already; j++)
-				present_already = row[j] == tail_ids[t];
-			if (present_already)
-				continue;
-			/* insert into the sorted row, dropping the last */
-			while (pos > 0 && rowd[pos - 1] > d[t])
-			{
-				row[pos] = row[pos - 1];
-				rowd[pos] = rowd[pos - 1];
-				pos--;
-			}
-			row[pos] = tail_ids[t];
-			rowd[pos] = d[t];
-		}
+		cagra_merge_into_row(row, rowd, kk, tail_ids, d, ntail);
 		CHECK_FOR_INTERRUPTS();
 	}
 	pfree(tail_ids);

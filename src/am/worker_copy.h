@@ -11,7 +11,7 @@
 #include "am/cagra_am.h"
 #include "client/client.h"
 
-/* nq prepared queries through the worker (client.h, cagra_worker_search;
+/* nq prepared queries through the worker (client.h, cagra_client_search;
  * allowed: NULL, or the rows that may be returned), the index copy
  * uploaded from the pages of `index` when the worker asks, and the nodes
  * inserted since sent to it when they are at least cagra_copy_update_at. */
@@ -21,7 +21,7 @@ CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *me
 										 uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen);
 
 /* A request for the same, to be queued without waiting for the answer
- * (client.h, cagra_worker_search_begin): no upload, no filter; returns
+ * (client.h, cagra_client_search_begin): no upload, no filter; returns
  * where the nq prepared queries go, NULL when there is no request. */
 float	   *cagra_search_begin_through_worker(Relation index, const CagraMetaData *meta,
 											  const CagraSearchRequest *req, uint32 nq,

@@ -17,11 +17,11 @@ extern "C" {
 }
 
 void
-cagra_worker_require_gpu_build(const char *index_name)
+cagra_client_require_gpu_build(const char *index_name)
 {
 	int			backend;
 
-	if (cagra_worker_running(&backend) && backend == CAGRA_BACKEND_GPU)
+	if (cagra_client_worker_running(&backend) && backend == CAGRA_BACKEND_GPU)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -58,13 +58,13 @@ cagra_build_stream_rows(uint32 dim)
 }
 
 bool
-cagra_worker_build_open(const cagra::VectorFormat &format, const cagra::BuildParams &params,
+cagra_client_build_open(const cagra::VectorFormat &format, const cagra::BuildParams &params,
 						CagraBuildStream *stream)
 {
 	static uint64 builds_started = 0;
 	int			backend;
 
-	if (!cagra_worker_running(&backend))
+	if (!cagra_client_worker_running(&backend))
 		return false;
 	stream->owner = MyProcPid;
 	stream->build_id = ++builds_started;
@@ -121,7 +121,7 @@ static bool chunk_in_flight = false;
 /* The answer to the chunk in flight, if any; false, with why set, when the
  * worker did not take it. */
 bool
-cagra_worker_build_flush(char *why, size_t whylen)
+cagra_client_build_flush(char *why, size_t whylen)
 {
 	if (!chunk_in_flight)
 		return true;
@@ -139,7 +139,7 @@ cagra_worker_build_flush(char *why, size_t whylen)
 }
 
 void
-cagra_worker_build_abandon(void)
+cagra_client_build_abandon(void)
 {
 	if (!chunk_in_flight)
 		return;
@@ -149,13 +149,13 @@ cagra_worker_build_abandon(void)
 }
 
 bool
-cagra_worker_build_send(const CagraBuildStream *stream, uint64 first, uint32 count, const float *vectors,
+cagra_client_build_send(const CagraBuildStream *stream, uint64 first, uint32 count, const float *vectors,
 						char *why, size_t whylen)
 {
 	Size		body = (Size) count * stream->format.dim * sizeof(float);
 	CagraCallOutcome o;
 
-	if (!cagra_worker_build_flush(why, whylen))
+	if (!cagra_client_build_flush(why, whylen))
 		return false;
 	if (!cagra_call_init(&chunk_call, CAGRA_REQ_BUILD_DATA, MAXALIGN(sizeof(CagraBuildPayload)) + body))
 	{
@@ -240,7 +240,7 @@ cagra_build_on_worker(const CagraBuildStream *stream, uint64 n, cagra::BuiltGrap
 }
 
 cagra::BuiltGraph *
-cagra_worker_build_graph(const char *index_name, const CagraBuildStream *stream, uint64 n,
+cagra_client_build_graph(const char *index_name, const CagraBuildStream *stream, uint64 n,
 						 const char *stream_failure, bool gpu_required,
 						 void (*report_step) (CagraWorkerBuildStep), MemoryContext cxt, bool *on_gpu)
 {

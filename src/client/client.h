@@ -30,18 +30,18 @@ typedef enum CagraOffload
 
 /* True when this search should go to the worker (cagra.device and worker
  * state); ERROR when cagra.device = gpu and it cannot. */
-bool		cagra_worker_wanted(const char *what);
+bool		cagra_client_wants_worker(const char *what);
 
 /* Whether searches go to the worker now, without an error (the planner's
  * question). */
-bool		cagra_worker_serves_searches(void);
+bool		cagra_client_worker_serves_searches(void);
 
 /* Count a fallback; the first of the session also gets a NOTICE. */
-void		cagra_worker_note_fallback(const char *what, const char *why);
+void		cagra_client_note_fallback(const char *what, const char *why);
 
 /* The search did not run on the worker: an ERROR with cagra.device = gpu,
  * else counted (and, for a failure, the session's first NOTICE). */
-void		cagra_worker_search_fallback(CagraOffload r, const char *why);
+void		cagra_client_search_fallback(CagraOffload r, const char *why);
 
 /* ---- searches ---- */
 
@@ -106,7 +106,7 @@ cagra_allowed_tid(const CagraAllowedTids *allowed, uint64 packed)
  * dead tuple, or a line pointer reused by a tuple newer than the snapshot,
  * which the heap check rejects either way.
  */
-CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source,
+CagraOffload cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source,
 								 const CagraSearchRequest *req, uint32 nq, const float *queries,
 								 const CagraAllowedTids *allowed, uint32 *ids, float *dists, uint64 *tids,
 								 CagraCopyExtent *copy, char *why, size_t whylen);
@@ -121,26 +121,26 @@ CagraOffload cagra_worker_search(const CagraIndexKey *key, const CagraCopySource
  * the engine replaces copies whole, a whole upload is due, no worker): the
  * caller merges the tail as before.  Never an ERROR but fill's.
  */
-bool		cagra_worker_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base,
+bool		cagra_client_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base,
 									 const cagra::VectorFormat &format, uint32 degree, uint32 nodes, uint32 rows,
 									 void (*fill) (void *arg, CagraUpdatePayload *p), void *arg);
 
 /*
  * One search request queued without waiting for it, so that the backend
  * works (settles an earlier batch's rows) while the worker searches.
- * cagra_worker_search_begin makes a request for nq queries as
- * cagra_worker_search would send them, when they fit the backend's mailbox
+ * cagra_client_search_begin makes a request for nq queries as
+ * cagra_client_search would send them, when they fit the backend's mailbox
  * in one request and no filter goes with them, and returns where the
  * caller writes the nq prepared queries (nq x dim floats; NULL: no
  * request).  Writing them there saves a copy of every query: 40 MB for
- * 10,000 queries of 1,024 dimensions.  cagra_worker_search_queue queues it
- * (false: not queued).  cagra_worker_search_finish waits for the answer:
- * OK with ids, dists, tids and *copy as cagra_worker_search gives them,
+ * 10,000 queries of 1,024 dimensions.  cagra_client_search_queue queues it
+ * (false: not queued).  cagra_client_search_finish waits for the answer:
+ * OK with ids, dists, tids and *copy as cagra_client_search gives them,
  * SKIPPED when the worker did not search (no copy of this generation,
  * another session loading it, no slot, no worker: the caller searches the
  * usual way, which uploads the copy or searches on the CPU), FAILED with
  * `why` when it failed (time-out, worker gone, error).  The queries stay
- * readable until cagra_worker_search_release gives the request back (and
+ * readable until cagra_client_search_release gives the request back (and
  * takes it from the worker, when still queued): on every path, errors
  * included, and before any other request of the backend, which may reuse
  * the mailbox.  Releasing twice, or a request never begun that was zeroed,
@@ -154,18 +154,18 @@ typedef struct CagraSearchPending
 	uint32		k;
 } CagraSearchPending;
 
-float	   *cagra_worker_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req,
+float	   *cagra_client_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req,
 									  uint32 nq, CagraSearchPending *pending);
-bool		cagra_worker_search_queue(CagraSearchPending *pending);
-CagraOffload cagra_worker_search_finish(CagraSearchPending *pending, uint32 *ids, float *dists, uint64 *tids,
+bool		cagra_client_search_queue(CagraSearchPending *pending);
+CagraOffload cagra_client_search_finish(CagraSearchPending *pending, uint32 *ids, float *dists, uint64 *tids,
 										CagraCopyExtent *copy, char *why, size_t whylen);
-void		cagra_worker_search_release(CagraSearchPending *pending);
+void		cagra_client_search_release(CagraSearchPending *pending);
 
 /* ---- builds ---- */
 
 /* ERROR unless the GPU worker can build index `index_name` (build_device =
  * gpu; called before the heap scan). */
-void		cagra_worker_require_gpu_build(const char *index_name);
+void		cagra_client_require_gpu_build(const char *index_name);
 
 /* The steps of a build on the worker, as the backend sees them. */
 typedef enum CagraWorkerBuildStep
@@ -192,7 +192,7 @@ typedef struct CagraBuildStream
 uint32		cagra_build_stream_rows(uint32 dim);
 
 /* Start streaming a build's vectors: false when no worker runs. */
-bool		cagra_worker_build_open(const cagra::VectorFormat &format, const cagra::BuildParams &params,
+bool		cagra_client_build_open(const cagra::VectorFormat &format, const cagra::BuildParams &params,
 									CagraBuildStream *stream);
 
 /* Nodes first .. first + count - 1 to the worker: copied into a request
@@ -200,15 +200,15 @@ bool		cagra_worker_build_open(const cagra::VectorFormat &format, const cagra::Bu
  * worker takes them; the answer is read at the next send or flush.  false,
  * with why set, when the worker did not take these or the chunk before
  * (the build then goes on without the stream). */
-bool		cagra_worker_build_send(const CagraBuildStream *stream, uint64 first, uint32 count,
+bool		cagra_client_build_send(const CagraBuildStream *stream, uint64 first, uint32 count,
 									const float *vectors, char *why, size_t whylen);
 
 /* Wait for the answer to this process's last chunk: at the end of its part
  * of the scan.  false, with why set, when the worker did not take it. */
-bool		cagra_worker_build_flush(char *why, size_t whylen);
+bool		cagra_client_build_flush(char *why, size_t whylen);
 
 /* Give back the chunk in flight, unanswered: on an error of the scan. */
-void		cagra_worker_build_abandon(void);
+void		cagra_client_build_abandon(void);
 
 /*
  * Build the graph of the n vectors streamed to the worker.  On success
@@ -218,7 +218,7 @@ void		cagra_worker_build_abandon(void);
  * is an ERROR instead.  stream_failure: why the stream broke during the
  * scan, else NULL.  report_step(step) is called as each step starts.
  */
-cagra::BuiltGraph *cagra_worker_build_graph(const char *index_name, const CagraBuildStream *stream, uint64 n,
+cagra::BuiltGraph *cagra_client_build_graph(const char *index_name, const CagraBuildStream *stream, uint64 n,
 											const char *stream_failure, bool gpu_required,
 											void (*report_step) (CagraWorkerBuildStep step),
 											MemoryContext cxt, bool *on_gpu);

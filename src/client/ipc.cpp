@@ -25,7 +25,7 @@ extern "C" {
  * be stale either way, as a locked read could be a moment later.
  */
 bool
-cagra_worker_running(int *backend)
+cagra_client_worker_running(int *backend)
 {
 	volatile CagraWorkerShared *sh = cagra_worker_shared;
 
@@ -187,7 +187,7 @@ cagra_queue_request(CagraCall *call, uint64 *generation, CagraCallOutcome *why)
 /* The worker of `generation` is gone (lock not held: a stale read only
  * delays the answer by one poll). */
 static bool
-cagra_worker_gone(CagraWorkerShared *sh, uint64 generation)
+cagra_client_worker_gone(CagraWorkerShared *sh, uint64 generation)
 {
 	return *(volatile pid_t *) &sh->pid == 0 || *(volatile uint64 *) &sh->generation != generation;
 }
@@ -200,7 +200,7 @@ cagra_abandon_slot(CagraCall *call, int idx, uint64 generation)
 	CagraRequestSlot *s = &sh->slots[idx];
 	bool		running = false;
 
-	if (cagra_worker_gone(sh, generation))
+	if (cagra_client_worker_gone(sh, generation))
 		pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);	/* no worker will touch it again */
 	else if (!cagra_slot_move(s, CAGRA_SLOT_QUEUED, CAGRA_SLOT_FREE))
 	{
@@ -248,7 +248,7 @@ cagra_check_slot(CagraCall *call, int idx, uint64 generation, CagraCallOutcome *
 		*outcome = CAGRA_CALL_ANSWERED;
 		over = true;
 	}
-	else if (cagra_worker_gone(sh, generation))
+	else if (cagra_client_worker_gone(sh, generation))
 	{
 		pg_atomic_write_u32(&s->state, CAGRA_SLOT_FREE);
 		*outcome = CAGRA_CALL_WORKER_GONE;

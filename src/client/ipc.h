@@ -35,7 +35,7 @@ typedef struct CagraCall
 } CagraCall;
 
 /* Is the worker running (and with which backend)? */
-bool		cagra_worker_running(int *backend);
+bool		cagra_client_worker_running(int *backend);
 
 /* A payload segment of `size` bytes (<= CAGRA_CHUNK_BYTES); false when no
  * segment can be had. */

@@ -21,7 +21,7 @@ extern "C" {
 static bool cagra_fallback_noticed = false;
 
 void
-cagra_worker_note_fallback(const char *what, const char *why)
+cagra_client_note_fallback(const char *what, const char *why)
 {
 	if (cagra_worker_shared)
 		pg_atomic_fetch_add_u64(&cagra_worker_shared->fallbacks, 1);
@@ -34,17 +34,17 @@ cagra_worker_note_fallback(const char *what, const char *why)
 }
 
 bool
-cagra_worker_serves_searches(void)
+cagra_client_worker_serves_searches(void)
 {
-	return cagra_device != CAGRA_SEARCH_CPU && cagra_worker_running(NULL);
+	return cagra_device != CAGRA_SEARCH_CPU && cagra_client_worker_running(NULL);
 }
 
 bool
-cagra_worker_wanted(const char *what)
+cagra_client_wants_worker(const char *what)
 {
 	if (cagra_device == CAGRA_SEARCH_CPU)
 		return false;
-	if (cagra_worker_running(NULL))
+	if (cagra_client_worker_running(NULL))
 		return true;
 	if (cagra_device == CAGRA_SEARCH_GPU)
 		ereport(ERROR,
@@ -65,11 +65,11 @@ cagra_search_failed(const char *why)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("cagra search could not run on the GPU worker: %s", why),
 				 errhint("SET cagra.device = auto to search on the CPU when the worker fails.")));
-	cagra_worker_note_fallback("search", why);
+	cagra_client_note_fallback("search", why);
 }
 
 void
-cagra_worker_search_fallback(CagraOffload r, const char *why)
+cagra_client_search_fallback(CagraOffload r, const char *why)
 {
 	if (r == CAGRA_OFFLOAD_FAILED || cagra_device == CAGRA_SEARCH_GPU)
 		cagra_search_failed(why);
@@ -139,7 +139,7 @@ cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *w
 /* ---- updating an index copy ---- */
 
 bool
-cagra_worker_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base, const cagra::VectorFormat &format,
+cagra_client_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base, const cagra::VectorFormat &format,
 						 uint32 degree, uint32 nodes, uint32 rows, void (*fill) (void *arg, CagraUpdatePayload *p),
 						 void *arg)
 {
@@ -287,7 +287,7 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 }
 
 float *
-cagra_worker_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req, uint32 nq,
+cagra_client_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req, uint32 nq,
 						  CagraSearchPending *pending)
 {
 	Size		size = cagra_search_payload_size(nq, dim, req->k, 0);
@@ -312,7 +312,7 @@ cagra_worker_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearc
 }
 
 bool
-cagra_worker_search_queue(CagraSearchPending *pending)
+cagra_client_search_queue(CagraSearchPending *pending)
 {
 	CagraCallOutcome why;
 
@@ -320,7 +320,7 @@ cagra_worker_search_queue(CagraSearchPending *pending)
 }
 
 void
-cagra_worker_search_release(CagraSearchPending *pending)
+cagra_client_search_release(CagraSearchPending *pending)
 {
 	if (pending->wait.queued)
 		cagra_call_abandon(&pending->call, &pending->wait);
@@ -328,7 +328,7 @@ cagra_worker_search_release(CagraSearchPending *pending)
 }
 
 CagraOffload
-cagra_worker_search_finish(CagraSearchPending *pending, uint32 *ids, float *dists, uint64 *tids,
+cagra_client_search_finish(CagraSearchPending *pending, uint32 *ids, float *dists, uint64 *tids,
 						   CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	CagraCallOutcome o = cagra_call_finish(&pending->call, &pending->wait);
@@ -360,7 +360,7 @@ cagra_worker_search_finish(CagraSearchPending *pending, uint32 *ids, float *dist
 }
 
 CagraOffload
-cagra_worker_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
+cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
 					uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids, float *dists,
 					uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
 {

@@ -159,7 +159,7 @@ cagra_copy_update_at(uint32 n)
 }
 
 /* What a search asks for: its plan, whole (core/search_plan.h; filtered
- * is set by cagra_worker_search from the allowed rows it sends).  Searches
+ * is set by cagra_client_search from the allowed rows it sends).  Searches
  * of one index with equal plans are batched into one launch, unless
  * filtered (worker/batch.cpp). */
 typedef cagra::SearchPlan CagraSearchRequest;
