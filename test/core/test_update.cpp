@@ -495,3 +495,69 @@ TEST(Update, PlanInsertFromEntryIndex)
     }
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
 }
+
+/* The same stream with deletes: a tenth of the built rows deleted while the
+ * rows are inserted, the graph repaired (and reconnected) after every 20
+ * deletes, as TAP 022's VACUUMs do: no live node is left entered only from
+ * far away, and a wide search finds each one. */
+TEST(Update, DeletesAndRepairsKeepANearWayIntoEveryNode)
+{
+    const uint32_t dim = 16, built = 2000, n = 11600;
+    std::vector<float> data((size_t)n * dim);
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (float &x : data) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x = (float)((state >> 40) & 0xFFFFFF) / 16777216.0f;
+    }
+    BuildParams bp;
+    bp.graph_degree = 16;
+    bp.intermediate_degree = 32;
+    MutableIndex idx(data.data(), built, dim, Metric::L2, bp);
+    SearchParams p;
+    uint32_t deleted = 0;
+    for (uint32_t i = built; i < n; i++) {
+        ASSERT_EQ(idx.insert(&data[(size_t)i * dim], p), i);
+        if (i % 48 == 0) {
+            idx.remove((i * 7919u) % built);
+            if (++deleted % 20 == 0)
+                idx.repair(p);
+        }
+    }
+    idx.repair(p);
+
+    const Graph &g = idx.graph();
+    std::vector<std::vector<uint32_t>> in(n);
+    for (uint32_t a = 0; a < n; a++)
+        if (!idx.removed(a))
+            for (uint32_t j = 0; j < g.degree; j++)
+                if (g.row(a)[j] < n)
+                    in[g.row(a)[j]].push_back(a);
+    uint32_t far_only = 0;
+    std::vector<float> d(n);
+    for (uint32_t u = 0; u < n; u++) {
+        if (idx.removed(u))
+            continue;
+        for (uint32_t v = 0; v < n; v++)
+            d[v] = l2_squared(idx.vector(u), idx.vector(v), dim);
+        float nearest_in = std::numeric_limits<float>::infinity();
+        for (uint32_t a : in[u])
+            nearest_in = std::min(nearest_in, d[a]);
+        uint32_t closer = 0;
+        for (uint32_t v = 0; v < n; v++)
+            closer += v != u && !idx.removed(v) && d[v] < nearest_in;
+        far_only += closer >= 64;
+    }
+    EXPECT_EQ(far_only, 0u) << "live nodes whose every in-edge comes from beyond their 64 nearest";
+
+    SearchParams wide;
+    wide.itopk_size = 512;
+    uint32_t found = 0, live = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (idx.removed(i))
+            continue;
+        live++;
+        auto res = idx.search(&data[(size_t)i * dim], 1, wide);
+        found += !res.empty() && res[0].id == i;
+    }
+    EXPECT_EQ(found, live) << "live rows a search for their own vector does not find";
+}
