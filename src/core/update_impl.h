@@ -206,29 +206,33 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
      * for each removed node the rows that point at it. */
     struct Pending {
         uint32_t node;
-        std::vector<uint32_t> keep;
+        std::vector<uint32_t> keep;        /* in the row's order */
+        std::vector<uint32_t> keep_sorted; /* to look candidates up in */
         std::vector<Neighbor> cands;
     };
     std::vector<Pending> rows;
     std::vector<std::pair<uint32_t, uint32_t>> pointing; /* (removed node, index in rows) */
-    std::vector<uint32_t> scratch(degree);
+    std::vector<uint32_t> scratch(degree), keep;
     for (uint32_t a = first; a < last; a++) {
         if (removed(a))
             continue;
         const uint32_t *row = g.neighbors(a, scratch.data());
-        Pending p{a, {}, {}};
-        bool touched = false;
+        const size_t pointing_before = pointing.size();
+        keep.clear();
         for (uint32_t j = 0; j < degree; j++) {
             if (row[j] == kInvalidNode)
                 continue;
-            if (removed(row[j])) {
+            if (removed(row[j]))
                 pointing.push_back({row[j], (uint32_t)rows.size()});
-                touched = true;
-            } else
-                p.keep.push_back(row[j]);
+            else
+                keep.push_back(row[j]);
         }
-        if (touched)
+        if (pointing.size() > pointing_before) {
+            Pending p{a, keep, keep, {}};
+            std::sort(p.keep_sorted.begin(), p.keep_sorted.end());
+            p.cands.reserve(2 * degree);
             rows.push_back(std::move(p));
+        }
     }
     std::sort(pointing.begin(), pointing.end());
     pointing.erase(std::unique(pointing.begin(), pointing.end()), pointing.end());
@@ -261,7 +265,7 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
              * and dropped once below: cheaper than looking for it */
             for (size_t c = 0; c < live.size(); c++) {
                 const uint32_t v = live[c];
-                if (v == p.node || std::find(p.keep.begin(), p.keep.end(), v) != p.keep.end())
+                if (v == p.node || std::binary_search(p.keep_sorted.begin(), p.keep_sorted.end(), v))
                     continue;
                 if (!va)
                     va = g.vector(p.node, va_scratch.data());
