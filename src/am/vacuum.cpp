@@ -205,9 +205,9 @@ cagra_apply_repair(Relation index, const CagraMetaData *meta, const cagra::RowRe
 static void
 cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 {
-	/* a row's kept edges (in its order and sorted) and rewrite, and about
-	 * four removed neighbours' candidates with their distances */
-	Size		row_bytes = (Size) meta->graph_degree * (3 * sizeof(uint32) + 4 * (sizeof(uint32) + sizeof(float))) + 96;
+	/* a row's kept edges and rewrite, and about four removed neighbours'
+	 * candidates with their distances */
+	Size		row_bytes = (Size) meta->graph_degree * (2 * sizeof(uint32) + 4 * (sizeof(uint32) + sizeof(float))) + 64;
 	Size		range = Max((Size) 1024, (Size) maintenance_work_mem * 1024 / row_bytes);
 
 	for (uint32 first = 0, last; first < meta->n; first = last)

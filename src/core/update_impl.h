@@ -206,33 +206,29 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
      * for each removed node the rows that point at it. */
     struct Pending {
         uint32_t node;
-        std::vector<uint32_t> keep;        /* in the row's order */
-        std::vector<uint32_t> keep_sorted; /* to look candidates up in */
+        std::vector<uint32_t> keep;
         std::vector<Neighbor> cands;
     };
     std::vector<Pending> rows;
     std::vector<std::pair<uint32_t, uint32_t>> pointing; /* (removed node, index in rows) */
-    std::vector<uint32_t> scratch(degree), keep;
+    std::vector<uint32_t> scratch(degree);
     for (uint32_t a = first; a < last; a++) {
         if (removed(a))
             continue;
         const uint32_t *row = g.neighbors(a, scratch.data());
-        const size_t pointing_before = pointing.size();
-        keep.clear();
+        Pending p{a, {}, {}};
+        bool touched = false;
         for (uint32_t j = 0; j < degree; j++) {
             if (row[j] == kInvalidNode)
                 continue;
-            if (removed(row[j]))
+            if (removed(row[j])) {
                 pointing.push_back({row[j], (uint32_t)rows.size()});
-            else
-                keep.push_back(row[j]);
+                touched = true;
+            } else
+                p.keep.push_back(row[j]);
         }
-        if (pointing.size() > pointing_before) {
-            Pending p{a, keep, keep, {}};
-            std::sort(p.keep_sorted.begin(), p.keep_sorted.end());
-            p.cands.reserve(2 * degree);
+        if (touched)
             rows.push_back(std::move(p));
-        }
     }
     std::sort(pointing.begin(), pointing.end());
     pointing.erase(std::unique(pointing.begin(), pointing.end()), pointing.end());
@@ -261,11 +257,11 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
         for (; i < pointing.size() && pointing[i].first == r; i++) {
             Pending &p = rows[pointing[i].second];
             const float *va = nullptr;
-            /* a candidate two removed neighbours share is measured twice
-             * and dropped once below: cheaper than looking for it */
             for (size_t c = 0; c < live.size(); c++) {
                 const uint32_t v = live[c];
-                if (v == p.node || std::binary_search(p.keep_sorted.begin(), p.keep_sorted.end(), v))
+                if (v == p.node || std::find(p.keep.begin(), p.keep.end(), v) != p.keep.end() ||
+                    std::find_if(p.cands.begin(), p.cands.end(), [v](const Neighbor &x) { return x.id == v; }) !=
+                        p.cands.end())
                     continue;
                 if (!va)
                     va = g.vector(p.node, va_scratch.data());
@@ -277,10 +273,6 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
     std::vector<RowRewrite> out;
     out.reserve(rows.size());
     for (Pending &p : rows) {
-        std::sort(p.cands.begin(), p.cands.end(), [](const Neighbor &x, const Neighbor &y) { return x.id < y.id; });
-        p.cands.erase(std::unique(p.cands.begin(), p.cands.end(),
-                                  [](const Neighbor &x, const Neighbor &y) { return x.id == y.id; }),
-                      p.cands.end());
         const uint32_t need = degree - (uint32_t)p.keep.size();
         if (p.cands.size() < need) {
             /* Too few: search from the row's own vector for more live nodes. */
