@@ -399,7 +399,9 @@ cagra_walk_from_entries(CagraCheck *c, Relation index, const CagraMetaData *meta
  * a way in is returned by no search.  And, where an entry node is live,
  * along live nodes' rows alone, as VACUUM leaves the graph: a deleted
  * node's row is overwritten when an insert takes its slot, so a live node
- * that hangs only on it would be lost then.
+ * that hangs only on it would be lost then.  Not while a vacuum is
+ * unfinished (a crash or a cancel midway): no insert takes a slot then, and
+ * the next vacuum repairs and links (vacuum.cpp).
  */
 static void
 cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
@@ -411,12 +413,15 @@ cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
 	if (n == 0 || meta->entry_count == 0)
 		return;
 
-	bool	   *seen = cagra_walk_from_entries(c, index, meta, true);
-	bool	   *seen_live = cagra_walk_from_entries(c, index, meta, false);
-	bool		live_entry = false;
+	bool		live_paths = false;
 
 	for (uint32 i = 0; i < meta->entry_count; i++)
-		live_entry |= meta->entries[i] < n && c->live[meta->entries[i]];
+		live_paths |= meta->entries[i] < n && c->live[meta->entries[i]];
+	live_paths &= !meta->vacuum_unfinished;
+
+	bool	   *seen = cagra_walk_from_entries(c, index, meta, true);
+	bool	   *seen_live = live_paths ? cagra_walk_from_entries(c, index, meta, false) : NULL;
+
 	for (uint32 id = 0; id < n; id++)
 	{
 		if (!c->live[id])
@@ -426,7 +431,7 @@ cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
 			if (unreached++ < 10)
 				cagra_problem(c, "node %u: live, but no edge path leads to it from the entry nodes", id);
 		}
-		else if (live_entry && !seen_live[id] && through_deleted_only++ < 10)
+		else if (live_paths && !seen_live[id] && through_deleted_only++ < 10)
 			cagra_problem(c, "node %u: live, but every edge path to it from the entry nodes passes a deleted node",
 						  id);
 	}
@@ -435,7 +440,8 @@ cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
 	if (through_deleted_only > 10)
 		cagra_problem(c, "%u live nodes in all can be reached only through deleted nodes", through_deleted_only);
 	pfree(seen);
-	pfree(seen_live);
+	if (seen_live)
+		pfree(seen_live);
 }
 
 /* One check of the whole index against the meta page it read into *meta. */
@@ -456,8 +462,6 @@ cagra_check_pass(CagraCheck *c, Relation index, Relation heap, CagraMetaData *me
 
 	if (cagra_validate_meta(&meta, RelationGetNumberOfBlocks(index), cagra_meta_problem_line, c))
 	{
-		if (meta.vacuum_unfinished)
-			cagra_problem(c, "meta page: a VACUUM stopped before its repair around deleted nodes was done (the next VACUUM does it)");
 		c->live = (bool *) palloc_extended(Max(meta.n, 1), MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 		cagra_check_nodes(c, index, &meta, heap_blocks);
 		cagra_check_reachable(c, index, &meta);
