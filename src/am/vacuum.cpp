@@ -301,7 +301,7 @@ cagra_vacuum_index(Relation index, IndexBulkDeleteCallback callback, void *callb
 		cagra_vacuum_stop_point(index, CAGRA_VACUUM_STOP_REPAIR);
 		if (live < meta.n)
 			cagra_repair(index, &meta, removed);
-		elog(DEBUG1, "cagra vacuum of \"%s\": %u nodes deleted; seconds: marks %.2f, repair %.2f",
+		elog(DEBUG1, "cagra vacuum of \"%s\": %u nodes deleted; seconds: marks %.2f, repair and links %.2f",
 			 RelationGetRelationName(index), newly, TimestampDifferenceMilliseconds(start, marked) / 1000.0,
 			 TimestampDifferenceMilliseconds(marked, GetCurrentTimestamp()) / 1000.0);
 		/* the lowest deleted id (removed[] marks old and new ones) */
