@@ -20,6 +20,10 @@ pgvector HNSW m 16, ef_construction 64:
            rows beside it
   churn    --churn of the rows deleted, VACUUM (seconds, index size), the
            rows inserted again (rows/s, reusing the freed slots), recall@10
+  vacuum   an index built on the whole set (in a copy of it), --churn of the
+           rows deleted, VACUUM (seconds, index size before and after,
+           recall@10); for cagra with the seconds of each step of its index
+           pass (logged at DEBUG1)
 
 Prints the figures; it asserts nothing.
 
@@ -35,6 +39,7 @@ usage: write_bench.py DIR [options]      (psql and pgbench from PATH)
   --devices auto,cpu            cagra.device values for cagra's inserts
   --methods cagra,hnsw          which indexes
   --gt-queries 200              queries recall is measured over (exact answers computed here)
+  --phases build,insert         which of build, insert (with grow and churn), vacuum
   --skip-load                   reuse bench_items of an earlier run
 """
 import argparse
@@ -260,6 +265,37 @@ def churn(db, args, method, base, queries, sessions):
     db.psql("DROP TABLE bench_churned")
 
 
+def vacuum_phase(db, args, method, base, queries):
+    """The whole set in bench_vac, its index, --churn of the rows deleted
+    (every row whose id hashes below it), VACUUM."""
+    db.psql("DROP TABLE IF EXISTS bench_vac; CREATE TABLE bench_vac AS SELECT id, v FROM bench_items; "
+            "ALTER TABLE bench_vac ADD PRIMARY KEY (id)")
+    db.psql("VACUUM ANALYZE bench_vac")
+    build, _ = db.timed_build(method.create_sql("bench_vac_idx", "bench_vac", args.opclass, AMPLE_MEM))
+    before = index_size(db, "bench_vac_idx")
+    modulus = 1000
+    db.psql("DELETE FROM bench_vac WHERE abs(hashint4(id)) %% %d < %d" % (modulus, int(args.churn * modulus)))
+    present = np.zeros(len(base), dtype=bool)
+    present[np.array([int(x) for x in db.psql("SELECT id FROM bench_vac").split()], dtype=np.int64)] = True
+    deleted = len(base) - int(present.sum())
+    t = time.time()
+    # cagra logs the seconds of each step of its index pass at DEBUG1
+    run = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db.dsn, "-c",
+                          "SET client_min_messages = debug1", "-c", "VACUUM bench_vac"], capture_output=True, text=True)
+    secs = time.time() - t
+    if run.returncode != 0:
+        sys.exit("VACUUM failed:\n%s" % run.stderr)
+    log = run.stderr
+    steps = [line.split("DEBUG:", 1)[1].strip() for line in log.splitlines()
+             if "DEBUG:" in line and "cagra vacuum" in line]
+    load_truth(db, exact_ids(base, queries, present, args.op))
+    r = recall(db, "bench_vac", args.op)
+    print("%-20s built in %.1f s; %d rows deleted, VACUUM %.1f s, index %s -> %s, recall@10 %.3f%s" % (
+        method.name, build, deleted, secs, before, index_size(db, "bench_vac_idx"), r,
+        "".join("\n    " + x for x in steps)), flush=True)
+    db.psql("DROP TABLE bench_vac")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -274,6 +310,7 @@ def main():
     ap.add_argument("--devices", default="auto,cpu")
     ap.add_argument("--methods", default="cagra,hnsw")
     ap.add_argument("--gt-queries", type=int, default=200)
+    ap.add_argument("--phases", default="build,insert")
     ap.add_argument("--skip-load", action="store_true")
     args = ap.parse_args()
     args.op = {"l2": "<->", "ip": "<#>", "cosine": "<=>"}[args.opclass]
@@ -293,9 +330,14 @@ def main():
             print("pgvector not installed in this database: no HNSW figures")
             continue
         method = METHODS[name]
-        build_phase(db, args, method)
-        insert_phase(db, args, method, base, queries)
-        # the grow phase loaded the truth of its own rows
+        phases = args.phases.split(",")
+        if "build" in phases:
+            build_phase(db, args, method)
+        if "insert" in phases:
+            insert_phase(db, args, method, base, queries)
+        if "vacuum" in phases:
+            vacuum_phase(db, args, method, base, queries)
+        # the grow and vacuum phases loaded the truth of their own rows
         load_truth(db, exact_ids(base, queries, np.ones(len(base), dtype=bool), args.op))
 
 

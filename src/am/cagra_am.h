@@ -98,6 +98,11 @@ typedef struct CagraMetaData
 	/* nodes the build wrote; the others came from inserts.  0 in indexes
 	 * built before it existed */
 	uint32		built_nodes;
+	/* 1 from a VACUUM's first deletion mark, or the start of its repair,
+	 * until its last link is written (vacuum.cpp): the next VACUUM, even one
+	 * with nothing to delete, repairs and links again.  0 in indexes made
+	 * before it existed */
+	uint32		vacuum_unfinished;
 } CagraMetaData;
 
 /* Whether a worker copy lacks nodes the meta page has: appended ones, or

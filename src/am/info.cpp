@@ -348,37 +348,37 @@ cagra_read_raw_meta(Relation index, CagraMetaData *meta)
 	UnlockReleaseBuffer(buf);
 }
 
-/* One pass of the check into c; the meta page's generation when it began. */
 /*
- * Every live node must be reachable from the fixed entry nodes along the
- * graph's edges (through deleted nodes too, as searches go): a node without
- * a way in is returned by no search.  A breadth-first walk, rows read from
- * the pages as it goes.
+ * A breadth-first walk from the entry nodes along the graph's edges, rows
+ * read from the pages as it goes; with through_deleted false it neither
+ * starts at nor goes on from a deleted node.  Returns the n flags of the
+ * nodes reached (palloc'd).
  */
-static void
-cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
+static bool *
+cagra_walk_from_entries(CagraCheck *c, Relation index, const CagraMetaData *meta, bool through_deleted)
 {
 	uint32		n = meta->n;
-	uint32		reached = 0,
-				unreached_live = 0;
-
-	if (n == 0 || meta->entry_count == 0)
-		return;
-
+	uint32		reached = 0;
 	bool	   *seen = (bool *) palloc_extended(n, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 	uint32	   *queue = (uint32 *) palloc_extended((Size) n * sizeof(uint32), MCXT_ALLOC_HUGE);
 	uint32	   *row = (uint32 *) palloc(meta->graph_degree * sizeof(uint32));
 
 	for (uint32 i = 0; i < meta->entry_count; i++)
-		if (meta->entries[i] < n && !seen[meta->entries[i]])
+	{
+		uint32		e = meta->entries[i];
+
+		if (e < n && !seen[e] && (through_deleted || c->live[e]))
 		{
-			seen[meta->entries[i]] = true;
-			queue[reached++] = meta->entries[i];
+			seen[e] = true;
+			queue[reached++] = e;
 		}
+	}
 	for (uint32 head = 0; head < reached; head++)
 	{
 		if ((head & 1023) == 0)
 			CHECK_FOR_INTERRUPTS();
+		if (!through_deleted && !c->live[queue[head]])
+			continue;
 		cagra_read_record_bytes(index, meta, queue[head], CAGRA_ROW_OFFSET,
 								meta->graph_degree * sizeof(uint32), row);
 		for (uint32 j = 0; j < meta->graph_degree; j++)
@@ -388,14 +388,60 @@ cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
 				queue[reached++] = row[j];
 			}
 	}
-	for (uint32 id = 0; id < n; id++)
-		if (!seen[id] && c->live[id] && unreached_live++ < 10)
-			cagra_problem(c, "node %u: live, but no edge path leads to it from the entry nodes", id);
-	if (unreached_live > 10)
-		cagra_problem(c, "%u live nodes in all cannot be reached from the entry nodes", unreached_live);
-	pfree(seen);
 	pfree(queue);
 	pfree(row);
+	return seen;
+}
+
+/*
+ * Every live node must be reachable from the fixed entry nodes along the
+ * graph's edges, through deleted nodes too, as searches go: a node without
+ * a way in is returned by no search.  And, where an entry node is live,
+ * along live nodes' rows alone, as VACUUM leaves the graph: a deleted
+ * node's row is overwritten when an insert takes its slot, so a live node
+ * that hangs only on it would be lost then.  Not while a vacuum is
+ * unfinished (a crash or a cancel midway): no insert takes a slot then, and
+ * the next vacuum repairs and links (vacuum.cpp).
+ */
+static void
+cagra_check_reachable(CagraCheck *c, Relation index, const CagraMetaData *meta)
+{
+	uint32		n = meta->n;
+	uint32		unreached = 0,
+				through_deleted_only = 0;
+
+	if (n == 0 || meta->entry_count == 0)
+		return;
+
+	bool		live_paths = false;
+
+	for (uint32 i = 0; i < meta->entry_count; i++)
+		live_paths |= meta->entries[i] < n && c->live[meta->entries[i]];
+	live_paths &= !meta->vacuum_unfinished;
+
+	bool	   *seen = cagra_walk_from_entries(c, index, meta, true);
+	bool	   *seen_live = live_paths ? cagra_walk_from_entries(c, index, meta, false) : NULL;
+
+	for (uint32 id = 0; id < n; id++)
+	{
+		if (!c->live[id])
+			continue;
+		if (!seen[id])
+		{
+			if (unreached++ < 10)
+				cagra_problem(c, "node %u: live, but no edge path leads to it from the entry nodes", id);
+		}
+		else if (live_paths && !seen_live[id] && through_deleted_only++ < 10)
+			cagra_problem(c, "node %u: live, but every edge path to it from the entry nodes passes a deleted node",
+						  id);
+	}
+	if (unreached > 10)
+		cagra_problem(c, "%u live nodes in all cannot be reached from the entry nodes", unreached);
+	if (through_deleted_only > 10)
+		cagra_problem(c, "%u live nodes in all can be reached only through deleted nodes", through_deleted_only);
+	pfree(seen);
+	if (seen_live)
+		pfree(seen_live);
 }
 
 /* One check of the whole index against the meta page it read into *meta. */

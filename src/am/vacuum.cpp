@@ -18,6 +18,9 @@
  * that no insert takes (inserts append) until a vacuum completes; else the
  * slot's next occupant would inherit edges that meant the deleted row, and
  * nothing on the pages could tell them from good ones (docs/storage.md).
+ * The same first record sets the meta page's vacuum_unfinished, which only
+ * phase 3 clears: the next vacuum then completes the repair even when it
+ * deletes nothing (amvacuumcleanup).
  */
 #include "am/accessor.h"
 
@@ -29,11 +32,13 @@ extern "C" {
 #include "commands/vacuum.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 }
 
 /*
  * Phase 1.  Fills removed[id] for every deleted node (old and new) and
- * returns how many nodes this pass deleted; *live gets the live count.
+ * returns how many nodes this pass deleted (none without a callback); *live
+ * gets the live count.
  */
 static uint32
 cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCallback callback,
@@ -68,7 +73,7 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 
 			if (hdr->flags & CAGRA_NODE_DELETED)
 				removed[id] = true;
-			else if (callback(&hdr->heap_tid, callback_state))
+			else if (callback && callback(&hdr->heap_tid, callback_state))
 			{
 				removed[id] = true;
 				dead[ndead++] = off;
@@ -96,8 +101,10 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 				hdr->flags = (hdr->flags & ~CAGRA_NODE_LIVE) | CAGRA_NODE_DELETED;
 			}
 			m->live -= Min(m->live, (uint32) ndead);
-			/* no deleted slot is reusable until phase 3 (see the header) */
+			/* no deleted slot is reusable until phase 3, and until then the
+			 * next vacuum repairs again (see the header) */
 			m->reuse_next = m->n;
+			m->vacuum_unfinished = 1;
 			GenericXLogFinish(state);
 			UnlockReleaseBuffer(metabuf);
 			newly += ndead;
@@ -105,6 +112,17 @@ cagra_mark_deleted(Relation index, const CagraMetaData *meta, IndexBulkDeleteCal
 		UnlockReleaseBuffer(buf);
 	}
 	return newly;
+}
+
+/* An error where cagra.vacuum_stop_before says, for tests. */
+static void
+cagra_vacuum_stop_point(Relation index, CagraVacuumStop here)
+{
+	if (cagra_vacuum_stop_before == here)
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("VACUUM of cagra index \"%s\" stopped before its %s (cagra.vacuum_stop_before)",
+						RelationGetRelationName(index), here == CAGRA_VACUUM_STOP_REPAIR ? "repair" : "reconnect")));
 }
 
 /* Phase 2, the C++ part: the rewrites of the rows of nodes first ..
@@ -202,12 +220,14 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 		cagra_owner_free(owner);
 		vacuum_delay_point();
 	}
+	cagra_vacuum_stop_point(index, CAGRA_VACUUM_STOP_RECONNECT);
 
 	/*
 	 * A live node whose only ways in came from removed nodes may have none
 	 * left: the rows that led to those nodes took closer live ones.
 	 */
 	CagraStatus st;
+	TimestampTz start = GetCurrentTimestamp();
 	std::vector<cagra::RowRewrite> *links = cagra_plan_reconnect(index, meta, removed, &st);
 
 	if (!links)
@@ -217,12 +237,15 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 										cagra_delete_object<std::vector<cagra::RowRewrite>>);
 
 	cagra_apply_repair(index, meta, links->data(), links->size());
+	elog(DEBUG1, "cagra vacuum of \"%s\": reconnect %zu links, %.2f s", RelationGetRelationName(index),
+		 links->size(), TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()) / 1000.0);
 	cagra_owner_free(owner);
 }
 
-/* Phase 3: the live count, a new generation, and the reuse cursor at the
+/* Phase 3: the live count, a new generation, the reuse cursor at the
  * first deleted slot (they are repaired: inserts may take them), so that
- * inserts do not read the headers of the live nodes before it. */
+ * inserts do not read the headers of the live nodes before it, and the
+ * vacuum finished. */
 static void
 cagra_finish_vacuum(Relation index, uint32 live, uint32 first_deleted)
 {
@@ -234,19 +257,21 @@ cagra_finish_vacuum(Relation index, uint32 live, uint32 first_deleted)
 	m.live = live;
 	m.generation++;
 	m.reuse_next = first_deleted;
+	m.vacuum_unfinished = 0;
 	cagra_write_meta(index, metabuf, &m);
 	UnlockReleaseBuffer(metabuf);
 }
 
-IndexBulkDeleteResult *
-cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
-				 IndexBulkDeleteCallback callback, void *callback_state)
+/*
+ * The three phases, with the callback of a bulk delete or, to finish what an
+ * interrupted vacuum began, none: then only the nodes already deleted are
+ * repaired around.
+ */
+static void
+cagra_vacuum_index(Relation index, IndexBulkDeleteCallback callback, void *callback_state,
+				   IndexBulkDeleteResult *stats)
 {
-	Relation	index = info->index;
 	CagraMetaData meta;
-
-	if (stats == NULL)
-		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
 
 	cagra_lock_writers(index, ExclusiveLock);
 	cagra_read_meta(index, &meta);
@@ -260,11 +285,17 @@ cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 												  ALLOCSET_DEFAULT_SIZES);
 		MemoryContext old = MemoryContextSwitchTo(cxt);
 		bool	   *removed = (bool *) MemoryContextAllocExtended(cxt, meta.n, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		TimestampTz start = GetCurrentTimestamp();
 		uint32		newly = cagra_mark_deleted(index, &meta, callback, callback_state, removed, &live);
+		TimestampTz marked = GetCurrentTimestamp();
 
 		stats->tuples_removed += newly;
+		cagra_vacuum_stop_point(index, CAGRA_VACUUM_STOP_REPAIR);
 		if (live < meta.n)
 			cagra_repair(index, &meta, removed);
+		elog(DEBUG1, "cagra vacuum of \"%s\": %u nodes deleted; seconds: marks %.2f, repair and links %.2f",
+			 RelationGetRelationName(index), newly, TimestampDifferenceMilliseconds(start, marked) / 1000.0,
+			 TimestampDifferenceMilliseconds(marked, GetCurrentTimestamp()) / 1000.0);
 		/* the lowest deleted id (removed[] marks old and new ones) */
 		first_deleted = 0;
 		while (first_deleted < meta.n && !removed[first_deleted])
@@ -277,9 +308,24 @@ cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 
 	stats->num_index_tuples = live;
 	stats->num_pages = RelationGetNumberOfBlocks(index);
+}
+
+IndexBulkDeleteResult *
+cagra_bulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
+				 IndexBulkDeleteCallback callback, void *callback_state)
+{
+	if (stats == NULL)
+		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
+	cagra_vacuum_index(info->index, callback, callback_state, stats);
 	return stats;
 }
 
+/*
+ * A vacuum that deletes nothing calls only this.  If the last one that did
+ * stopped (a crash, an error, a cancel) before its repair and links were
+ * done, some live node may hang only on a deleted node's row, which an
+ * insert overwrites once a vacuum frees the slot: finish them here.
+ */
 IndexBulkDeleteResult *
 cagra_vacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 {
@@ -290,6 +336,14 @@ cagra_vacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
 	cagra_read_meta(info->index, &meta);
+	if (meta.vacuum_unfinished)
+	{
+		ereport(LOG,
+				(errmsg("cagra index \"%s\": finishing the repair an interrupted VACUUM left",
+						RelationGetRelationName(info->index))));
+		cagra_vacuum_index(info->index, NULL, NULL, stats);
+		cagra_read_meta(info->index, &meta);
+	}
 	stats->num_index_tuples = meta.live;
 	stats->num_pages = RelationGetNumberOfBlocks(info->index);
 	stats->estimated_count = false;

@@ -99,7 +99,9 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
  * slot is taken again).  Each such node is linked from its nearest reached
  * live node, into padding or in place of an edge whose target keeps another
  * way in, as connect_graph does at build; the whole rows changed are
- * returned.  Nothing when no entry node is live. */
+ * returned.  Nothing when no entry node is live.  The walk reads the rows
+ * it reaches in id order (for pages: page order), each once a pass; besides
+ * the rows changed, its memory is four bits a node. */
 template <class Accessor, class Removed>
 std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, const SearchParams &params,
                                        const std::vector<uint32_t> &entry_nodes);

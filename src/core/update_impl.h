@@ -11,6 +11,16 @@
 namespace cagra {
 namespace detail {
 
+/* One bit a node. */
+struct NodeBits {
+    std::vector<uint64_t> words;
+    explicit NodeBits(uint32_t n) : words(((size_t)n + 63) / 64, 0) {}
+    bool test(uint32_t v) const { return (words[v / 64] >> (v % 64)) & 1; }
+    void set(uint32_t v) { words[v / 64] |= uint64_t(1) << (v % 64); }
+    void reset(uint32_t v) { words[v / 64] &= ~(uint64_t(1) << (v % 64)); }
+    void clear() { std::fill(words.begin(), words.end(), 0); }
+};
+
 /*
  * Rank-based pruning of a candidate list sorted by distance: candidate j is
  * detourable through an earlier candidate i when j is in i's row.  Only the
@@ -369,39 +379,60 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
     uint32_t live = 0;
     for (uint32_t v = 0; v < n; v++)
         live += removed(v) ? 0 : 1;
-    /* from live rows, counted once a link is needed; only "at least 2"
-     * matters, so a byte that stops at 255 */
-    std::vector<uint8_t> in_degree;
+
+    /* Per node only bits, so that the memory is a few bits a node: whether
+     * it is reached, whether its row is still to be read, and whether live
+     * rows lead to it at least once and at least twice (counted once a link
+     * is needed; only "at least 2" matters). */
+    detail::NodeBits reached(n), frontier(n), in_once(n), in_twice(n);
+    auto count_in = [&](uint32_t w) {
+        if (in_once.test(w))
+            in_twice.set(w);
+        else
+            in_once.set(w);
+    };
+    auto uncount_in = [&](uint32_t w) { /* "at least twice" becomes once: a lower bound stays one */
+                                        if (in_twice.test(w))
+                                            in_twice.reset(w);
+                                        else
+                                            in_once.reset(w);
+    };
+    bool in_counted = false;
     auto count_in_degrees = [&] {
-        in_degree.assign(n, 0);
         for (uint32_t v = 0; v < n; v++) {
             if (removed(v))
                 continue;
             const uint32_t *row = row_of(v);
             for (uint32_t j = 0; j < degree; j++)
-                if (follows(row[j]) && in_degree[row[j]] < 255)
-                    in_degree[row[j]]++;
+                if (follows(row[j]))
+                    count_in(row[j]);
         }
+        in_counted = true;
     };
 
-    std::vector<uint8_t> reached;
-    std::vector<uint32_t> queue;
     uint32_t reached_count = 0;
-    auto reach_from = [&](uint32_t start) {
-        if (reached[start])
-            return;
-        reached[start] = 1;
-        reached_count++;
-        queue.assign(1, start);
-        while (!queue.empty()) {
-            const uint32_t v = queue.back();
-            queue.pop_back();
-            const uint32_t *row = row_of(v);
-            for (uint32_t j = 0; j < degree; j++)
-                if (follows(row[j]) && !reached[row[j]]) {
-                    reached[row[j]] = 1;
-                    reached_count++;
-                    queue.push_back(row[j]);
+    auto reach = [&](uint32_t v) {
+        if (!reached.test(v)) {
+            reached.set(v);
+            frontier.set(v);
+            reached_count++;
+        }
+    };
+    /* Reads the rows of the frontier in id order, which is page order, each
+     * once; a sweep goes again while it reached nodes behind itself. */
+    auto spread = [&] {
+        for (bool again = true; again;) {
+            again = false;
+            for (size_t wi = 0; wi < frontier.words.size(); wi++)
+                while (frontier.words[wi] != 0) {
+                    const uint32_t v = (uint32_t)(wi * 64 + (uint32_t)__builtin_ctzll(frontier.words[wi]));
+                    frontier.reset(v);
+                    const uint32_t *row = row_of(v);
+                    for (uint32_t j = 0; j < degree; j++)
+                        if (follows(row[j]) && !reached.test(row[j])) {
+                            reach(row[j]);
+                            again |= row[j] / 64 < wi;
+                        }
                 }
         }
     };
@@ -411,18 +442,19 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
     std::vector<Neighbor> near(std::min<uint32_t>(32, sp.itopk_size));
     /* a link may cut off the target it replaced: walk again, a few times */
     for (int pass = 0; pass < 8; pass++) {
-        reached.assign(n, 0);
+        reached.clear();
         reached_count = 0;
         for (uint32_t e : starts)
-            reach_from(e);
+            reach(e);
+        spread();
         if (reached_count == live)
             break;
-        if (in_degree.empty())
+        if (!in_counted)
             count_in_degrees();
         for (uint32_t u = 0; u < n; u++) {
-            if (removed(u) || reached[u])
+            if (removed(u) || reached.test(u))
                 continue;
-            auto accept = [&](uint32_t id) { return id < n && reached[id] && !removed(id); };
+            auto accept = [&](uint32_t id) { return id < n && reached.test(id) && !removed(id); };
             const float *vu = g.vector(u, vec_scratch.data());
             if (vu != vec_scratch.data()) /* the search reads pages: keep the query */
                 std::copy(vu, vu + g.dim(), vec_scratch.begin());
@@ -442,20 +474,21 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
                     if (!follows(row[j]))
                         slot = j;
                 for (uint32_t j = degree; j-- > 0 && slot == kInvalidNode;)
-                    if (in_degree[row[j]] >= 2)
+                    if (in_twice.test(row[j]))
                         slot = j;
                 if (slot == kInvalidNode)
                     continue;
-                if (follows(row[slot]) && in_degree[row[slot]] < 255)
-                    in_degree[row[slot]]--;
+                if (follows(row[slot]))
+                    uncount_in(row[slot]);
                 row[slot] = u;
-                if (in_degree[u] < 255)
-                    in_degree[u]++;
+                count_in(u);
                 changed[found[c].id] = std::move(row);
                 linked = true;
             }
-            if (linked)
-                reach_from(u);
+            if (linked) {
+                reach(u);
+                spread();
+            }
         }
     }
 

@@ -8,7 +8,8 @@
  * others are for tests and developers, as PostgreSQL keeps its own (hidden
  * from SHOW ALL and postgresql.conf.sample): cagra.search_width,
  * cagra.max_iterations, cagra.entry_probes, cagra.skip_unread_distances,
- * cagra.worker_backend and cagra.gpu_library.
+ * cagra.vacuum_stop_before, cagra.worker_backend and
+ * cagra.gpu_library.
  */
 #include "protocol/protocol.h"
 
@@ -27,6 +28,9 @@ int			cagra_max_iterations = 0;	/* automatic */
 int			cagra_entry_probes = -1;	/* the index's own: CagraMetaData.search_probes */
 bool		cagra_skip_unread_distances = true;
 
+/* VACUUM (for tests) */
+int			cagra_vacuum_stop_before = CAGRA_VACUUM_STOP_NOWHERE;
+
 /* the worker and the round trip to it */
 int			cagra_worker_timeout_ms = 10000;
 int			cagra_gpu_memory_limit_mb = 0;
@@ -37,6 +41,13 @@ static const struct config_enum_entry cagra_device_options[] = {
 	{"auto", CAGRA_SEARCH_AUTO, false},
 	{"gpu", CAGRA_SEARCH_GPU, false},
 	{"cpu", CAGRA_SEARCH_CPU, false},
+	{NULL, 0, false}
+};
+
+static const struct config_enum_entry cagra_vacuum_stop_options[] = {
+	{"off", CAGRA_VACUUM_STOP_NOWHERE, false},
+	{"repair", CAGRA_VACUUM_STOP_REPAIR, false},
+	{"reconnect", CAGRA_VACUUM_STOP_RECONNECT, false},
 	{NULL, 0, false}
 };
 
@@ -101,6 +112,10 @@ cagra_define_developer_settings(void)
 							 "Leaves a cagra scan's ORDER BY distance uncomputed where nothing above the scan reads it.",
 							 NULL, &cagra_skip_unread_distances, cagra_skip_unread_distances,
 							 PGC_USERSET, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
+	DefineCustomEnumVariable("cagra.vacuum_stop_before",
+							 "For tests: where VACUUM of a cagra index raises an error: before its repair, or before the links that follow it (off: nowhere).",
+							 NULL, &cagra_vacuum_stop_before, cagra_vacuum_stop_before, cagra_vacuum_stop_options,
+							 PGC_SUSET, CAGRA_DEVELOPER_SETTING, NULL, NULL, NULL);
 
 	/* Server-start settings exist only where the worker can: PostgreSQL
 	 * refuses PGC_POSTMASTER variables from a library loaded later. */

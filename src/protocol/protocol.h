@@ -284,6 +284,15 @@ cagra_add_timing(CagraWorkerShared *sh, CagraTimingStep step, uint64 us, uint64 
 	pg_atomic_fetch_add_u64(&sh->timing_events[step], events);
 }
 
+/* cagra.vacuum_stop_before: where a VACUUM of a cagra index raises an
+ * error, for tests of what an interrupted one leaves */
+typedef enum CagraVacuumStop
+{
+	CAGRA_VACUUM_STOP_NOWHERE,
+	CAGRA_VACUUM_STOP_REPAIR,	/* after the deletion marks */
+	CAGRA_VACUUM_STOP_RECONNECT,	/* after the repair, before the links */
+} CagraVacuumStop;
+
 /* Settings (guc.cpp, the one place each is defined). */
 extern int	cagra_itopk_size;
 extern int	cagra_max_scan_tuples;
@@ -293,6 +302,7 @@ extern int	cagra_search_width;
 extern int	cagra_max_iterations;
 extern int	cagra_entry_probes;
 extern bool cagra_skip_unread_distances;
+extern int	cagra_vacuum_stop_before;
 extern int	cagra_worker_timeout_ms;
 extern int	cagra_gpu_memory_limit_mb;
 extern int	cagra_worker_backend;

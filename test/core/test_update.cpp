@@ -561,3 +561,41 @@ TEST(Update, DeletesAndRepairsKeepANearWayIntoEveryNode)
     }
     EXPECT_EQ(found, live) << "live rows a search for their own vector does not find";
 }
+
+/* The reconnect walk reads each reached row once, in id order (page order
+ * for the access method) but for the few sweeps that go back for nodes
+ * reached behind themselves, rather than in the walk's own order. */
+TEST(Update, ReconnectReadsReachedRowsOnceInIdOrder)
+{
+    const uint64_t n = 4000;
+    auto data = clustered(n, kDim, 29);
+    BuildParams bp;
+    bp.threads = 2;
+    MutableIndex idx(data.data(), n, kDim, Metric::L2, bp);
+    SearchParams p;
+    for (uint32_t i = 0; i < n; i += 10)
+        idx.remove(i + 1);
+    idx.repair(p);
+    ASSERT_EQ(unreachable_live(idx), 0u);
+
+    /* the accessor of the index, recording which rows are read */
+    struct Recording : InMemoryGraph {
+        std::vector<uint32_t> *reads;
+        Recording(const InMemoryGraph &g, std::vector<uint32_t> *r) : InMemoryGraph(g), reads(r) {}
+        const uint32_t *neighbors(uint32_t id, uint32_t *scratch) const
+        {
+            reads->push_back(id);
+            return InMemoryGraph::neighbors(id, scratch);
+        }
+    };
+    std::vector<uint32_t> reads;
+    auto removed = [&](uint32_t id) { return idx.removed(id); };
+    EXPECT_TRUE(plan_reconnect(Recording(idx.accessor(), &reads), removed, p, idx.entry_nodes()).empty());
+    EXPECT_EQ(reads.size(), (size_t)idx.live_count());
+    EXPECT_EQ(std::set<uint32_t>(reads.begin(), reads.end()).size(), reads.size());
+    /* a step back to an earlier word of 64 nodes starts a sweep */
+    size_t sweeps = 1;
+    for (size_t i = 1; i < reads.size(); i++)
+        sweeps += reads[i] / 64 < reads[i - 1] / 64 ? 1 : 0;
+    EXPECT_LE(sweeps, 8u);
+}
