@@ -72,7 +72,9 @@ sub check_index
 
 	is($primary->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"),
 		'', "$label: index check clean");
-	$primary->safe_psql('postgres', 'VACUUM items');
+	# INDEX_CLEANUP ON: PostgreSQL skips the index pass when few heap pages
+	# hold dead rows, which would leave their nodes counted
+	$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) items');
 	is( $primary->safe_psql('postgres',
 			"SELECT live_nodes = (SELECT count(*) FROM items) FROM cagra_index_info('items_v')"),
 		't', "$label: the live count is the table's");
