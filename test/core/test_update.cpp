@@ -79,6 +79,85 @@ uint32_t unreachable_live(const MutableIndex &idx)
     return lost;
 }
 
+/* The TAP 022 stream in memory: 2,000 random 16-dimension rows built at
+ * degree 16, then 9,600 inserted one at a time; with `deletes`, every 48th
+ * insert deletes a built row and the graph is repaired (and reconnected)
+ * after every 20 deletes, as the stream's VACUUMs do. */
+MutableIndex grow_random_index(std::vector<float> &data, uint64_t seed, bool deletes)
+{
+    const uint32_t dim = 16, built = 2000, n = 11600;
+    data.resize((size_t)n * dim);
+    uint64_t state = seed;
+    for (float &x : data) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x = (float)((state >> 40) & 0xFFFFFF) / 16777216.0f;
+    }
+    BuildParams bp;
+    bp.graph_degree = 16;
+    bp.intermediate_degree = 32;
+    MutableIndex idx(data.data(), built, dim, Metric::L2, bp);
+    SearchParams p;
+    uint32_t deleted = 0;
+    for (uint32_t i = built; i < n; i++) {
+        idx.insert(&data[(size_t)i * dim], p);
+        if (deletes && i % 48 == 0) {
+            idx.remove((i * 7919u) % built);
+            if (++deleted % 20 == 0)
+                idx.repair(p);
+        }
+    }
+    if (deletes)
+        idx.repair(p);
+    return idx;
+}
+
+/* Live nodes whose every in-edge (from live rows) comes from beyond their
+ * `near` nearest live nodes: a search for their own vector reaches them, if
+ * at all, only from far away. */
+uint32_t entered_only_from_far(const MutableIndex &idx, uint32_t near)
+{
+    const Graph &g = idx.graph();
+    const uint32_t n = idx.size(), dim = idx.dim();
+    std::vector<std::vector<uint32_t>> in(n);
+    for (uint32_t a = 0; a < n; a++)
+        if (!idx.removed(a))
+            for (uint32_t j = 0; j < g.degree; j++)
+                if (g.row(a)[j] < n)
+                    in[g.row(a)[j]].push_back(a);
+    uint32_t far_only = 0;
+    std::vector<float> d(n);
+    for (uint32_t u = 0; u < n; u++) {
+        if (idx.removed(u))
+            continue;
+        for (uint32_t v = 0; v < n; v++)
+            d[v] = l2_squared(idx.vector(u), idx.vector(v), dim);
+        float nearest_in = std::numeric_limits<float>::infinity();
+        for (uint32_t a : in[u])
+            nearest_in = std::min(nearest_in, d[a]);
+        uint32_t closer = 0;
+        for (uint32_t v = 0; v < n; v++)
+            closer += v != u && !idx.removed(v) && d[v] < nearest_in;
+        far_only += closer >= near;
+    }
+    return far_only;
+}
+
+/* Live rows of `data` that a search at itopk 512 for their own vector does
+ * not find first. */
+uint32_t not_found_first(const MutableIndex &idx, const std::vector<float> &data)
+{
+    SearchParams wide;
+    wide.itopk_size = 512;
+    uint32_t missed = 0;
+    for (uint32_t i = 0; i < idx.size(); i++) {
+        if (idx.removed(i))
+            continue;
+        auto res = idx.search(&data[(size_t)i * idx.dim()], 1, wide);
+        missed += res.empty() || res[0].id != i;
+    }
+    return missed;
+}
+
 } // namespace
 
 TEST(Update, TenPercentInserts)
@@ -401,61 +480,6 @@ TEST(Update, PlanFromOutsideCandidates)
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
 }
 
-/* Many rows inserted one at a time into a small built graph of random
- * 16-dimension data, as TAP 022 streams them: a reverse edge that takes a
- * neighbour's slot hands the edge it replaced to the new node, and if that
- * moved the only nearby way into a node a little further from it each time,
- * the node would end up entered only from far away, found by no search for
- * its own vector.  Every node keeps a way in from one of its 64 nearest
- * nodes, and a wide search finds each one. */
-TEST(Update, InsertsKeepANearWayIntoEveryNode)
-{
-    const uint32_t dim = 16, built = 2000, n = 11600;
-    std::vector<float> data((size_t)n * dim);
-    uint64_t state = 0x2545f4914f6cdd1dull;
-    for (float &x : data) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        x = (float)((state >> 40) & 0xFFFFFF) / 16777216.0f;
-    }
-    BuildParams bp;
-    bp.graph_degree = 16;
-    bp.intermediate_degree = 32;
-    MutableIndex idx(data.data(), built, dim, Metric::L2, bp);
-    SearchParams p;
-    for (uint32_t i = built; i < n; i++)
-        ASSERT_EQ(idx.insert(&data[(size_t)i * dim], p), i);
-
-    const Graph &g = idx.graph();
-    std::vector<std::vector<uint32_t>> in(n);
-    for (uint32_t a = 0; a < n; a++)
-        for (uint32_t j = 0; j < g.degree; j++)
-            if (g.row(a)[j] < n)
-                in[g.row(a)[j]].push_back(a);
-    uint32_t far_only = 0;
-    std::vector<float> d(n);
-    for (uint32_t u = 0; u < n; u++) {
-        for (uint32_t v = 0; v < n; v++)
-            d[v] = l2_squared(idx.vector(u), idx.vector(v), dim);
-        float nearest_in = std::numeric_limits<float>::infinity();
-        for (uint32_t a : in[u])
-            nearest_in = std::min(nearest_in, d[a]);
-        uint32_t closer = 0;
-        for (uint32_t v = 0; v < n; v++)
-            closer += v != u && d[v] < nearest_in;
-        far_only += closer >= 64;
-    }
-    EXPECT_EQ(far_only, 0u) << "nodes whose every in-edge comes from beyond their 64 nearest";
-
-    SearchParams wide;
-    wide.itopk_size = 512;
-    uint32_t found = 0;
-    for (uint32_t i = built; i < n; i++) {
-        auto res = idx.search(&data[(size_t)i * dim], 1, wide);
-        found += !res.empty() && res[0].id == i;
-    }
-    EXPECT_EQ(found, n - built) << "inserted rows a search for their own vector does not find";
-}
-
 /* Inserts whose search starts from an entry index (as the extension's,
  * from the entry index its scans keep) instead of every entry node: nearly
  * every new row is led by its nearest node, and a search from the same
@@ -496,71 +520,6 @@ TEST(Update, PlanInsertFromEntryIndex)
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
 }
 
-/* The same stream with deletes: a tenth of the built rows deleted while the
- * rows are inserted, the graph repaired (and reconnected) after every 20
- * deletes, as TAP 022's VACUUMs do: no live node is left entered only from
- * far away, and a wide search finds each one. */
-TEST(Update, DeletesAndRepairsKeepANearWayIntoEveryNode)
-{
-    const uint32_t dim = 16, built = 2000, n = 11600;
-    std::vector<float> data((size_t)n * dim);
-    uint64_t state = 0x9e3779b97f4a7c15ull;
-    for (float &x : data) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        x = (float)((state >> 40) & 0xFFFFFF) / 16777216.0f;
-    }
-    BuildParams bp;
-    bp.graph_degree = 16;
-    bp.intermediate_degree = 32;
-    MutableIndex idx(data.data(), built, dim, Metric::L2, bp);
-    SearchParams p;
-    uint32_t deleted = 0;
-    for (uint32_t i = built; i < n; i++) {
-        ASSERT_EQ(idx.insert(&data[(size_t)i * dim], p), i);
-        if (i % 48 == 0) {
-            idx.remove((i * 7919u) % built);
-            if (++deleted % 20 == 0)
-                idx.repair(p);
-        }
-    }
-    idx.repair(p);
-
-    const Graph &g = idx.graph();
-    std::vector<std::vector<uint32_t>> in(n);
-    for (uint32_t a = 0; a < n; a++)
-        if (!idx.removed(a))
-            for (uint32_t j = 0; j < g.degree; j++)
-                if (g.row(a)[j] < n)
-                    in[g.row(a)[j]].push_back(a);
-    uint32_t far_only = 0;
-    std::vector<float> d(n);
-    for (uint32_t u = 0; u < n; u++) {
-        if (idx.removed(u))
-            continue;
-        for (uint32_t v = 0; v < n; v++)
-            d[v] = l2_squared(idx.vector(u), idx.vector(v), dim);
-        float nearest_in = std::numeric_limits<float>::infinity();
-        for (uint32_t a : in[u])
-            nearest_in = std::min(nearest_in, d[a]);
-        uint32_t closer = 0;
-        for (uint32_t v = 0; v < n; v++)
-            closer += v != u && !idx.removed(v) && d[v] < nearest_in;
-        far_only += closer >= 64;
-    }
-    EXPECT_EQ(far_only, 0u) << "live nodes whose every in-edge comes from beyond their 64 nearest";
-
-    SearchParams wide;
-    wide.itopk_size = 512;
-    uint32_t found = 0, live = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (idx.removed(i))
-            continue;
-        live++;
-        auto res = idx.search(&data[(size_t)i * dim], 1, wide);
-        found += !res.empty() && res[0].id == i;
-    }
-    EXPECT_EQ(found, live) << "live rows a search for their own vector does not find";
-}
 
 /* The reconnect walk reads each reached row once, in id order (page order
  * for the access method) but for the few sweeps that go back for nodes
@@ -598,4 +557,27 @@ TEST(Update, ReconnectReadsReachedRowsOnceInIdOrder)
     for (size_t i = 1; i < reads.size(); i++)
         sweeps += reads[i] / 64 < reads[i - 1] / 64 ? 1 : 0;
     EXPECT_LE(sweeps, 8u);
+}
+
+/* A reverse edge that takes a neighbour's slot hands the edge it replaced to
+ * the new node; if that moved the only nearby way into a node a little
+ * further from it each time, the node would end up entered only from far
+ * away, found by no search for its own vector.  Every node keeps a way in
+ * from one of its 64 nearest, and a wide search finds each one. */
+TEST(Update, InsertsKeepANearWayIntoEveryNode)
+{
+    std::vector<float> data;
+    MutableIndex idx = grow_random_index(data, 0x2545f4914f6cdd1dull, false);
+    EXPECT_EQ(entered_only_from_far(idx, 64), 0u) << "nodes whose every in-edge comes from beyond their 64 nearest";
+    EXPECT_EQ(not_found_first(idx, data), 0u) << "rows a search for their own vector does not find";
+}
+
+/* The same stream with deletes and repairs. */
+TEST(Update, DeletesAndRepairsKeepANearWayIntoEveryNode)
+{
+    std::vector<float> data;
+    MutableIndex idx = grow_random_index(data, 0x9e3779b97f4a7c15ull, true);
+    EXPECT_EQ(entered_only_from_far(idx, 64), 0u)
+        << "live nodes whose every in-edge comes from beyond their 64 nearest";
+    EXPECT_EQ(not_found_first(idx, data), 0u) << "live rows a search for their own vector does not find";
 }
