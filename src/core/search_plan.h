@@ -7,11 +7,11 @@
  * scan's first round when the search begins (resolve_search_site), carried
  * whole to where the search runs (the backend's Searcher, or the worker's
  * request), and executed there.  What follows from where it runs is
- * resolved there by the rules below, never changed otherwise: an automatic width on the CPU by
- * cpu_search_params (types.h); on the GPU, where it depends on the size of
- * the batch, by gpu_batch_params (the worker's engine) and the launch's
- * shape by gpu_search_shape (the GPU library).  docs/architecture.md, "The
- * search plan", gives every rule.
+ * resolved there by the rules below, never changed otherwise: an automatic
+ * width on the CPU by cpu_search_params (types.h); on the GPU, where it
+ * depends on the size of the batch, by gpu_batch_params (the worker's
+ * engine) and the launch's shape by gpu_search_shape (the GPU library).
+ * docs/architecture.md, "The search plan", gives every rule.
  */
 #pragma once
 
