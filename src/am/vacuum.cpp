@@ -125,47 +125,6 @@ cagra_vacuum_stop_point(Relation index, CagraVacuumStop here)
 						RelationGetRelationName(index), here == CAGRA_VACUUM_STOP_REPAIR ? "repair" : "reconnect")));
 }
 
-/* Phase 2, the C++ part: the rewrites of the rows of nodes first ..
- * last - 1, in a C++ object the caller owns. */
-static std::vector<cagra::RowRewrite> *
-cagra_plan_repair(Relation index, const CagraMetaData *meta, const bool *removed, uint32 first, uint32 last,
-				  CagraStatus *st) noexcept
-{
-	std::vector<cagra::RowRewrite> *out = nullptr;
-
-	cagra_guard(st, [&] {
-		CagraPageAccessor acc(index, *meta, false);
-		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
-		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
-
-		out = cagra_with_graph_accessor(acc, meta, [&](const auto &graph) {
-			return new std::vector<cagra::RowRewrite>(
-				cagra::plan_repair(graph, is_removed, cagra_search_params(meta), entries, first, last));
-		});
-	});
-	return out;
-}
-
-/* Phase 2's end, the C++ part: the links that make every live node
- * reachable again (core plan_reconnect), once the repair is on the pages. */
-static std::vector<cagra::RowRewrite> *
-cagra_plan_reconnect(Relation index, const CagraMetaData *meta, const bool *removed, CagraStatus *st) noexcept
-{
-	std::vector<cagra::RowRewrite> *out = nullptr;
-
-	cagra_guard(st, [&] {
-		CagraPageAccessor acc(index, *meta, false);
-		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
-		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
-
-		out = cagra_with_graph_accessor(acc, meta, [&](const auto &graph) {
-			return new std::vector<cagra::RowRewrite>(
-				cagra::plan_reconnect(graph, is_removed, cagra_search_params(meta), entries));
-		});
-	});
-	return out;
-}
-
 static void
 cagra_apply_repair(Relation index, const CagraMetaData *meta, const cagra::RowRewrite *rewrites, size_t count)
 {
@@ -190,6 +149,52 @@ cagra_apply_repair(Relation index, const CagraMetaData *meta, const cagra::RowRe
 }
 
 /*
+ * Phase 2, the C++ part: the row rewrites that plan(graph, is_removed,
+ * params, entries) makes over the index's pages (core plan_repair or
+ * plan_reconnect), in a C++ object the caller owns.
+ */
+template <class Plan>
+static std::vector<cagra::RowRewrite> *
+cagra_plan_rows(Relation index, const CagraMetaData *meta, const bool *removed, Plan &plan,
+				CagraStatus *st) noexcept
+{
+	std::vector<cagra::RowRewrite> *out = nullptr;
+
+	cagra_guard(st, [&] {
+		CagraPageAccessor acc(index, *meta, false);
+		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
+		auto		is_removed = [removed](uint32_t id) { return removed[id]; };
+
+		out = cagra_with_graph_accessor(acc, meta, [&](const auto &graph) {
+			return new std::vector<cagra::RowRewrite>(plan(graph, is_removed, cagra_search_params(meta), entries));
+		});
+	});
+	return out;
+}
+
+/* The rewrites plan makes (cagra_plan_rows), written to the pages; how
+ * many rows they rewrote. */
+template <class Plan>
+static size_t
+cagra_rewrite_rows(Relation index, const CagraMetaData *meta, const bool *removed, Plan &&plan)
+{
+	CagraStatus st;
+	std::vector<cagra::RowRewrite> *rewrites = cagra_plan_rows(index, meta, removed, plan, &st);
+
+	if (!rewrites)
+		cagra_report_status(&st);
+
+	CagraOwner *owner = cagra_owner_new(CurrentMemoryContext, rewrites,
+										cagra_delete_object<std::vector<cagra::RowRewrite>>);
+	size_t		count = rewrites->size();
+
+	cagra_apply_repair(index, meta, rewrites->data(), count);
+	cagra_owner_free(owner);
+	return count;
+}
+
+
+/*
  * Phase 2: the rows are planned and rewritten a range of nodes at a time,
  * so the plan's memory (each row's kept edges and candidates, and its
  * rewrite) stays within maintenance_work_mem.
@@ -204,20 +209,12 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 
 	for (uint32 first = 0, last; first < meta->n; first = last)
 	{
-		CagraStatus st;
-
 		last = (uint32) Min((Size) meta->n, first + range);
-
-		std::vector<cagra::RowRewrite> *plan = cagra_plan_repair(index, meta, removed, first, last, &st);
-
-		if (!plan)
-			cagra_report_status(&st);
-
-		CagraOwner *owner = cagra_owner_new(CurrentMemoryContext, plan,
-											cagra_delete_object<std::vector<cagra::RowRewrite>>);
-
-		cagra_apply_repair(index, meta, plan->data(), plan->size());
-		cagra_owner_free(owner);
+		cagra_rewrite_rows(index, meta, removed,
+						   [first, last](const auto &graph, const auto &is_removed, const cagra::SearchParams &params,
+										 const std::vector<uint32_t> &entries) {
+							   return cagra::plan_repair(graph, is_removed, params, entries, first, last);
+						   });
 		vacuum_delay_point();
 	}
 	cagra_vacuum_stop_point(index, CAGRA_VACUUM_STOP_RECONNECT);
@@ -226,20 +223,15 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 	 * A live node whose only ways in came from removed nodes may have none
 	 * left: the rows that led to those nodes took closer live ones.
 	 */
-	CagraStatus st;
 	TimestampTz start = GetCurrentTimestamp();
-	std::vector<cagra::RowRewrite> *links = cagra_plan_reconnect(index, meta, removed, &st);
+	size_t		links = cagra_rewrite_rows(index, meta, removed,
+										   [](const auto &graph, const auto &is_removed,
+											  const cagra::SearchParams &params, const std::vector<uint32_t> &entries) {
+											   return cagra::plan_reconnect(graph, is_removed, params, entries);
+										   });
 
-	if (!links)
-		cagra_report_status(&st);
-
-	CagraOwner *owner = cagra_owner_new(CurrentMemoryContext, links,
-										cagra_delete_object<std::vector<cagra::RowRewrite>>);
-
-	cagra_apply_repair(index, meta, links->data(), links->size());
-	elog(DEBUG1, "cagra vacuum of \"%s\": reconnect %zu links, %.2f s", RelationGetRelationName(index),
-		 links->size(), TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()) / 1000.0);
-	cagra_owner_free(owner);
+	elog(DEBUG1, "cagra vacuum of \"%s\": reconnect %zu links, %.2f s", RelationGetRelationName(index), links,
+		 TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()) / 1000.0);
 }
 
 /* Phase 3: the live count, a new generation, the reuse cursor at the
