@@ -37,7 +37,7 @@ usage: write_bench.py DIR [options]      (psql and pgbench from PATH)
   --grow 0.25,1.0               growth fractions (of the insert base) to measure recall at
   --churn 0.1                   fraction deleted and inserted again (0: skip)
   --devices auto,cpu            cagra.device values for cagra's inserts
-  --methods cagra,hnsw          which indexes
+  --methods cagra,hnsw          which indexes (none: the inserts with no vector index)
   --gt-queries 200              queries recall is measured over (exact answers computed here)
   --phases build,insert         which of build, insert (with grow and churn), vacuum
   --skip-load                   reuse bench_items of an earlier run
@@ -74,6 +74,9 @@ class Method:
 METHODS = {
     "cagra": Method("cagra", "cagra", ""),
     "hnsw": Method("pgvector HNSW m 16", "hnsw", " WITH (m = 16, ef_construction = 64)"),
+    # the same table and inserts without a vector index: what the server
+    # itself takes a row, the ceiling of any index's rows/s
+    "none": Method("no vector index", None, ""),
 }
 
 
@@ -173,8 +176,9 @@ def grow_table(db, method, args, base_rows):
     db.psql("VACUUM ANALYZE bench_grow")
     db.psql("DROP SEQUENCE IF EXISTS bench_grow_next; CREATE SEQUENCE bench_grow_next MINVALUE 0 START %d"
             % base_rows)
-    secs, _ = db.timed_build(method.create_sql("bench_grow_idx", "bench_grow", args.opclass, AMPLE_MEM))
-    print("%-20s built on %d rows in %.1f s" % (method.name, base_rows, secs), flush=True)
+    if method.using:
+        secs, _ = db.timed_build(method.create_sql("bench_grow_idx", "bench_grow", args.opclass, AMPLE_MEM))
+        print("%-20s built on %d rows in %.1f s" % (method.name, base_rows, secs), flush=True)
 
 
 def rows_present(db):
@@ -207,6 +211,9 @@ def insert_phase(db, args, method, base, queries):
             copies = "" if uploads is None else ", %d whole copy uploads" % (worker_uploads(db) - uploads)
             print("%-20s INSERT %d sessions: %8.0f rows/s (%d rows, %.1f s%s)" % (label, s, rps, rows, secs, copies),
                   flush=True)
+    if not method.using:
+        db.psql("DROP TABLE bench_grow")
+        return
     # growing: inserts (the most sessions, default device) up to each growth point
     top = max(int(x) for x in args.sessions.split(","))
     for g in [float(x) for x in args.grow.split(",") if x]:
@@ -331,6 +338,8 @@ def main():
             continue
         method = METHODS[name]
         phases = args.phases.split(",")
+        if not method.using:
+            phases = [p for p in phases if p == "insert"]
         if "build" in phases:
             build_phase(db, args, method)
         if "insert" in phases:

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# bench/device-insert-profile.sh — where the time of concurrent inserts goes,
+# on the lent GPU machine, after bench/device-write.sh left its server and
+# bench_items (a d768 set) behind: an index built on the first half, then
+# SESSIONS pgbench sessions insert single rows for each cagra.device value
+# (DEVICES) while `perf record -a -g` samples the host (perf carried as
+# .device/perf.tar.xz: Debian's build and its libraries).  Per device:
+# pgbench's rows/s, then perf's split by command and library and the top
+# symbols of the backends, in OUTDIR/profile-DEVICE.txt.
+set -uo pipefail
+out=${1:-${OUT:-device-insert-profile-out}}
+mkdir -p "$out"
+PG_UP_NOSTART=1 source .device/pg-up.sh || exit 1
+tar -xJf .device/perf.tar.xz -C /tmp || exit 1
+perf() { LD_LIBRARY_PATH=/tmp/perf/lib /tmp/perf/perf "$@"; }
+sessions=${SESSIONS:-16}
+base=$(psql -At -c "SELECT count(*) / 2 FROM bench_items")
+script=/tmp/insert-profile.sql
+echo "INSERT INTO bench_grow (id, v) SELECT id, v FROM bench_items WHERE id = (SELECT nextval('bench_grow_next'));" >$script
+for device in ${DEVICES:-auto cpu gpu}; do
+  psql -q -c "DROP TABLE IF EXISTS bench_grow; CREATE TABLE bench_grow (id int PRIMARY KEY, v vector(768));
+    INSERT INTO bench_grow SELECT id, v FROM bench_items WHERE id < $base;
+    DROP SEQUENCE IF EXISTS bench_grow_next; CREATE SEQUENCE bench_grow_next MINVALUE 0 START $base;
+    SET maintenance_work_mem = '16GB'; CREATE INDEX bench_grow_idx ON bench_grow USING cagra (v vector_l2_ops)" || exit 1
+  [ "$device" = none ] && psql -q -c "DROP INDEX bench_grow_idx"
+  PGOPTIONS="-c cagra.device=${device/none/auto}" pgbench -n -M prepared -f $script -c "$sessions" -j "$sessions" \
+    -T 12 postgres >"$out/pgbench-$device.txt" 2>&1 &
+  sleep 4
+  perf record -a -g -o /tmp/perf-$device.data -- sleep 5 >/dev/null 2>&1
+  wait
+  {
+    echo "== cagra.device = $device, $sessions sessions"
+    grep -E "^tps|latency average" "$out/pgbench-$device.txt"
+    perf report -i /tmp/perf-$device.data --no-children --sort comm,dso -g none 2>/dev/null | grep -v "^#" | grep -v "^$" | head -25
+    perf report -i /tmp/perf-$device.data --no-children --comm postgres --sort sym -g none 2>/dev/null | grep -v "^#" | grep -v "^$" | head -60
+    perf report -i /tmp/perf-$device.data --no-children --comm postgres --sort sym -g caller,0.5,callee --percent-limit 3 2>/dev/null | grep -v "^$" | head -150
+  } >"$out/profile-$device.txt"
+  head -3 "$out/profile-$device.txt"
+done
