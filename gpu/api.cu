@@ -350,6 +350,44 @@ cagra_gpu_status cagra_gpu_index_load(int device, const void *vectors, cagra_gpu
     });
 }
 
+cagra_gpu_status cagra_gpu_index_update(cagra_gpu_index *index, uint64_t n, const uint32_t *node_ids,
+                                        const void *node_vectors, const uint32_t *node_rows, uint32_t node_count,
+                                        const uint32_t *row_ids, const uint32_t *rows, uint32_t row_count,
+                                        const uint32_t *entries, uint32_t entry_count)
+{
+    return guarded([&] {
+        if (!index)
+            invalid("index must not be NULL");
+        if ((node_count && (!node_ids || !node_vectors || !node_rows)) || (row_count && (!row_ids || !rows)))
+            invalid("the nodes' and rows' arrays must not be NULL");
+        if (n < index->n || n > kMaxNodes)
+            invalid("an update brings the index from " + std::to_string(index->n) + " nodes to " + std::to_string(n));
+        if (node_count < n - index->n)
+            invalid("an update lacks appended nodes");
+        if (entry_count > kMaxEntryNodes || (entry_count && !entries))
+            invalid("entry_count must be at most " + std::to_string(kMaxEntryNodes) + " with a non-NULL entries array");
+        /* a bad id would send a kernel outside the index: check them all */
+        for (uint32_t i = 0; i < node_count; i++)
+            if (node_ids[i] >= n || (i < n - index->n && node_ids[i] != index->n + i))
+                invalid("an update's nodes must be the appended ones first, in order, then others below n");
+        for (uint32_t i = 0; i < row_count; i++)
+            if (row_ids[i] >= n)
+                invalid("an update names row " + std::to_string(row_ids[i]) + ", beyond the " + std::to_string(n) +
+                        " nodes");
+        for (const auto &[edges, count] : {std::pair{node_rows, node_count}, std::pair{rows, row_count}})
+            for (uint64_t i = 0; i < (uint64_t)count * index->degree; i++)
+                if (edges[i] >= n && edges[i] != kInvalid)
+                    invalid("an update's edge points at node " + std::to_string(edges[i]) + ", beyond the " +
+                            std::to_string(n) + " nodes");
+        for (uint32_t i = 0; i < entry_count; i++)
+            if (entries[i] >= n)
+                invalid("entry node " + std::to_string(entries[i]) + " is beyond the " + std::to_string(n) + " nodes");
+        use_device(index->device);
+        update_index(index, n, node_ids, node_vectors, node_rows, node_count, row_ids, rows, row_count, entries,
+                     entry_count);
+    });
+}
+
 cagra_gpu_status cagra_gpu_search_context_create(int device, cagra_gpu_search_context **context)
 {
     if (context)

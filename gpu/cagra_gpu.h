@@ -34,9 +34,9 @@ extern "C" {
  * metric; 6: device time of a search, searches of a node list; 7:
  * ctas_per_query; 8: resident; 10: each query's answer as it is final,
  * lone queries started and collected; 12: a build's result struct; 13: the
- * image a device runs);
+ * image a device runs; 14: updates of a loaded index);
  * compare cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 13
+#define CAGRA_GPU_API_VERSION 14
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -214,6 +214,26 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_load(int device, const void *v
                                                        uint64_t n, uint32_t dim, const uint32_t *graph, uint32_t degree,
                                                        cagra_gpu_metric metric, const uint32_t *entries,
                                                        uint32_t entry_count, cagra_gpu_index **index);
+
+/*
+ * Bring a loaded index to n nodes (n at least its count so far), as inserts
+ * changed it: node_count nodes written whole, their vectors (node_count x
+ * dim of the index's dtype, host) and rows (node_count x degree), first the
+ * appended nodes (ids from the index's count to n - 1, in order), then any
+ * others below n (slots taken again); row_count other rows replaced
+ * (row_ids, rows: row_count x degree); and the entry nodes, as
+ * cagra_gpu_index_load takes them.  Edges point below n or are
+ * CAGRA_GPU_INVALID_NODE.  No search of the index may run during the call
+ * (its resident kernel is stopped, and starts again with the next search).
+ * The device buffers grow by at least a quarter when appended nodes need
+ * room, so a stream of small updates rarely moves them.
+ */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_index_update(cagra_gpu_index *index, uint64_t n,
+                                                         const uint32_t *node_ids, const void *node_vectors,
+                                                         const uint32_t *node_rows, uint32_t node_count,
+                                                         const uint32_t *row_ids, const uint32_t *rows,
+                                                         uint32_t row_count, const uint32_t *entries,
+                                                         uint32_t entry_count);
 
 /*
  * Search nq prepared float32 queries (nq x dim, host) for their k nearest

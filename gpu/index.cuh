@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <vector>
 
 #include "common.cuh"
 #include "entry_scores.cuh"
@@ -63,10 +64,13 @@ struct cagra_gpu_index {
     cagra_gpu_dtype dtype = CAGRA_GPU_FLOAT32;
     cagra_gpu_metric metric = CAGRA_GPU_L2;
     uint64_t n = 0;
+    uint64_t capacity = 0; /* rows the vectors and the graph have room for (updates append up to it) */
     uint32_t dim = 0, stride = 0, degree = 0, entry_count = 0;
     cagra_gpu::DeviceBuffer<unsigned char> vectors;
     cagra_gpu::DeviceBuffer<uint32_t> graph;
     cagra_gpu::DeviceBuffer<uint32_t> entries;
+    std::vector<uint32_t> entry_ids;           /* the entries' host copy, to see whether an update changes them */
+    cagra_gpu::DeviceBuffer<uint32_t> staging; /* an update's ids, vectors and rows on their way into place */
     cagra_gpu::EntryRows entry_rows; /* the fixed entries' rows, for scoring them per batch */
     cagra_gpu_search_context search; /* for cagra_gpu_search */
 };
@@ -84,6 +88,12 @@ uint64_t index_bytes(uint64_t n, uint32_t dim, uint32_t degree, cagra_gpu_dtype 
 cagra_gpu_index *load_index(int device, const void *vectors, cagra_gpu_dtype dtype, uint64_t n, uint32_t dim,
                             const uint32_t *graph, uint32_t degree, cagra_gpu_metric metric, const uint32_t *entries,
                             uint32_t entry_count);
+
+/* The index brought to n nodes by an update (cagra_gpu_index_update,
+ * arguments checked; the current device the index's). */
+void update_index(cagra_gpu_index *ix, uint64_t n, const uint32_t *node_ids, const void *node_vectors,
+                  const uint32_t *node_rows, uint32_t node_count, const uint32_t *row_ids, const uint32_t *rows,
+                  uint32_t row_count, const uint32_t *entries, uint32_t entry_count);
 
 /* A new search context on the current device `device`. */
 cagra_gpu_search_context *make_search_context(int device);

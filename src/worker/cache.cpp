@@ -263,7 +263,7 @@ cagra_cache_finish_upload(const CagraIndexId &id, CagraStagedIndex &s, char *msg
 	copy->last_used = ++lru_clock;
 	copy->loaded_at = GetCurrentTimestamp();
 	copy->uploaded_n = s.key.n;
-	copy->takes_updates = cagra_engine_can_update();
+	copy->takes_updates = true;
 	copies[id] = std::move(copy);
 	pg_atomic_fetch_add_u64(&cagra_worker_shared->uploads, 1);
 	return CAGRA_REPLY_OK;
@@ -321,7 +321,7 @@ cagra_cache_update_refusal(const CagraIndexCopy &c, const CagraIndexKey &key, co
 	int64_t		dreused = (int64_t) key.reused - (int64_t) c.key.reused;
 
 	if (!c.takes_updates)
-		return "the copy takes no updates (the engine replaces copies whole, or it has grown by a quarter)";
+		return "the copy has grown by a quarter through updates (it is uploaded whole again)";
 	if (p->base.n != c.key.n || p->base.reused != c.key.reused)
 		return "the copy has changed since the update was read";
 	if (p->format != c.format || p->degree != c.degree || dn < 0 || dreused < 0 ||

@@ -169,12 +169,6 @@ cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 	});
 }
 
-bool
-cagra_engine_can_update(void)
-{
-	return engine->can_update();
-}
-
 CagraReply
 cagra_engine_update(CagraIndexCopy &copy, const CagraIndexKey &key, CagraUpdatePayload *p,
 					std::string *msg) noexcept

@@ -109,18 +109,11 @@ class CagraEngine
 							std::string *msg) = 0;
 	/* the staged vectors and rows into `copy` (its other fields set) */
 	virtual CagraReply load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy, std::string *msg) = 0;
-	/* whether update() can grow and change a loaded copy; an engine that
-	 * cannot has its copies uploaded whole again */
-	virtual bool can_update() const { return false; }
 	/* copy.vectors and rows of the engine grown to n nodes (the new ones and
 	 * the changed ones in p: cagra_engine_update); entries_changed: take
 	 * copy.entries, set already */
 	virtual CagraReply update(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p, bool entries_changed,
-							  std::string *msg)
-	{
-		*msg = "this engine does not update index copies";
-		return CAGRA_REPLY_ERROR;
-	}
+							  std::string *msg) = 0;
 	virtual void free_copy(CagraIndexCopy &copy) noexcept = 0;
 	virtual void free_lane(CagraSearchLane &lane) noexcept = 0;
 	/* the parameters a filtered search is planned at: an automatic width
@@ -165,9 +158,6 @@ bool		cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uin
 CagraReply	cagra_engine_load(CagraStagedIndex &staged, int device, CagraIndexCopy &copy,
 							  std::string *msg) noexcept;
 
-/* Whether this engine takes updates of a loaded copy (else a copy that
- * lacks too many nodes is uploaded again whole). */
-bool		cagra_engine_can_update(void);
 
 /* What inserts changed, into a loaded copy that no search uses now: nodes
  * up to key.n, p's nodes and rows written (its base is the copy's extent),

@@ -177,12 +177,6 @@ class CagraCoreEngine final : public CagraEngine
 		return CAGRA_REPLY_OK;
 	}
 
-	bool
-	can_update() const override
-	{
-		return true;
-	}
-
 	CagraReply
 	update(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p, bool entries_changed,
 		   std::string *msg) override

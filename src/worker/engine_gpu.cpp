@@ -288,9 +288,23 @@ class CagraGpuEngine final : public CagraEngine
 		return CAGRA_REPLY_OK;
 	}
 
-	/* No update(): the GPU library cannot change a loaded index (a resident
-	 * kernel may be walking it), so a copy lacking too many nodes is
-	 * uploaded whole. */
+	/* The worker serves an update with no search of the copy running
+	 * (cagra_worker_serve_queue drains them first), as the library asks. */
+	CagraReply
+	update(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p, bool entries_changed,
+		   std::string *msg) override
+	{
+		cagra_gpu_status st = gpu_api->index_update(copy.gpu, n, cagra_update_node_ids(p),
+													cagra_update_node_vectors(p), cagra_update_node_rows(p),
+													p->nodes, cagra_update_row_ids(p), cagra_update_rows(p),
+													p->rows, copy.entries.data(),
+													(uint32_t) copy.entries.size());
+
+		if (st != CAGRA_GPU_OK)
+			return cagra_gpu_reply(st, msg);
+		copy.bytes = gpu_api->index_device_bytes(copy.gpu);
+		return CAGRA_REPLY_OK;
+	}
 
 	void
 	free_copy(CagraIndexCopy &copy) noexcept override

@@ -21,6 +21,7 @@
 	X(index_memory, cagra_gpu_index_memory) \
 	X(build, cagra_gpu_build) \
 	X(index_load, cagra_gpu_index_load) \
+	X(index_update, cagra_gpu_index_update) \
 	X(search, cagra_gpu_search) \
 	X(search_context_create, cagra_gpu_search_context_create) \
 	X(search_context_free, cagra_gpu_search_context_free) \

@@ -1807,6 +1807,141 @@ TEST(GpuSearch, BadSearchArgumentsAreRefused)
     EXPECT_EQ(cagra_gpu_get_device_info(99, &info), CAGRA_GPU_INVALID_ARGUMENT);
 }
 
+/* The graph and vectors of the first `n` nodes of a larger set: edges to
+ * later nodes become padding. */
+std::vector<uint32_t> graph_prefix(const std::vector<uint32_t> &graph, uint32_t degree, uint64_t n)
+{
+    std::vector<uint32_t> out(graph.begin(), graph.begin() + n * degree);
+    for (uint32_t &e : out)
+        if (e != CAGRA_GPU_INVALID_NODE && e >= n)
+            e = CAGRA_GPU_INVALID_NODE;
+    return out;
+}
+
+/* An index grown by updates, as a stream of inserts grows the worker's
+ * copy (appended nodes, one slot taken again with a new vector, the rows
+ * that took their reverse edges, new entry nodes, past the room the first
+ * growth made), answers exactly as a fresh load of the same graph and
+ * vectors: launched and on the resident kernel, which ran before the
+ * updates.  Every metric whose entries are scored, and half vectors. */
+TEST(GpuIndex, UpdatesAnswerAsAFreshLoadOfTheSameIndex)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 64, degree = 32, k = 10, nq = 100;
+    const uint64_t n = 12000, first = 8000;
+    for (cagra::Metric m : {cagra::Metric::L2, cagra::Metric::InnerProduct}) {
+        for (bool fp16 : {false, true}) {
+            SCOPED_TRACE(std::string(cagra::metric_name(m)) + (fp16 ? " fp16" : " fp32"));
+            auto data = clustered(n, dim, 61, m);
+            auto queries = queries_near(data, dim, nq, 62, m);
+            /* the slot taken again: node 17 holds another vector in the end */
+            auto final_data = data;
+            std::copy(queries.begin(), queries.begin() + dim, final_data.begin() + 17 * dim);
+            GpuGraph g = gpu_build(final_data, dim, m, degree);
+            std::vector<uint32_t> start_entries;
+            for (uint32_t e : g.entries)
+                if (e < first)
+                    start_entries.push_back(e);
+            start_entries.resize(std::min<size_t>(start_entries.size(), 40));
+            std::vector<float> head(data.begin(), data.begin() + first * dim);
+            Loaded grown, fresh;
+            load(grown, head, dim, m, graph_prefix(g.graph, degree, first), degree, start_entries, fp16);
+            cagra_gpu_search_params sp = search_params(64, 1);
+            sp.resident = 1;
+            (void)gpu_search(grown.ix, queries, dim, k, sp); /* a resident kernel on the old index */
+
+            auto vectors_of = [&](const std::vector<uint32_t> &ids) {
+                std::vector<float> v;
+                for (uint32_t id : ids)
+                    v.insert(v.end(), final_data.begin() + (size_t)id * dim, final_data.begin() + (size_t)(id + 1) * dim);
+                std::vector<uint16_t> h;
+                for (float x : v)
+                    h.push_back(to_half(x));
+                return std::make_pair(v, h);
+            };
+            uint64_t have = first;
+            for (uint64_t to : {(uint64_t)8300, (uint64_t)9900, (uint64_t)10001, n}) {
+                std::vector<uint32_t> ids, row_ids, node_rows, rows;
+                for (uint64_t id = have; id < to; id++)
+                    ids.push_back((uint32_t)id);
+                if (to == n)
+                    ids.push_back(17);
+                auto prefix = graph_prefix(g.graph, degree, to);
+                for (uint32_t id : ids)
+                    node_rows.insert(node_rows.end(), prefix.begin() + (size_t)id * degree,
+                                     prefix.begin() + (size_t)(id + 1) * degree);
+                /* the older rows that point at a new node */
+                for (uint32_t a = 0; a < have; a++) {
+                    bool touched = false;
+                    for (uint32_t j = 0; j < degree && !touched; j++)
+                        touched = prefix[(size_t)a * degree + j] >= have &&
+                                  prefix[(size_t)a * degree + j] != CAGRA_GPU_INVALID_NODE;
+                    if (touched && std::find(ids.begin(), ids.end(), a) == ids.end()) {
+                        row_ids.push_back(a);
+                        rows.insert(rows.end(), prefix.begin() + (size_t)a * degree,
+                                    prefix.begin() + (size_t)(a + 1) * degree);
+                    }
+                }
+                std::vector<uint32_t> entries;
+                for (uint32_t e : g.entries)
+                    if (e < to)
+                        entries.push_back(e);
+                auto vecs = vectors_of(ids);
+                const void *v = fp16 ? (const void *)vecs.second.data() : (const void *)vecs.first.data();
+                ASSERT_EQ(cagra_gpu_index_update(grown.ix, to, ids.data(), v, node_rows.data(), (uint32_t)ids.size(),
+                                                 row_ids.data(), rows.data(), (uint32_t)row_ids.size(), entries.data(),
+                                                 (uint32_t)entries.size()),
+                          CAGRA_GPU_OK)
+                    << cagra_gpu_last_error();
+                have = to;
+            }
+            load(fresh, final_data, dim, m, g.graph, degree, g.entries, fp16);
+            for (uint32_t resident : {0u, 1u}) {
+                sp.resident = resident;
+                Results a = gpu_search(grown.ix, queries, dim, k, sp), b = gpu_search(fresh.ix, queries, dim, k, sp);
+                EXPECT_EQ(a.ids, b.ids) << "resident " << resident;
+                EXPECT_EQ(a.dists, b.dists) << "resident " << resident;
+            }
+            /* the first query's own vector is node 17's now */
+            if (m == cagra::Metric::L2) {
+                Results own = gpu_search(grown.ix, std::vector<float>(queries.begin(), queries.begin() + dim), dim, k, sp);
+                EXPECT_EQ(own.ids[0], 17u);
+            }
+        }
+    }
+}
+
+/* An update that would send a kernel outside the index is refused and
+ * changes nothing. */
+TEST(GpuIndex, BadUpdatesAreRefusedAndChangeNothing)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 16, degree = 32;
+    const uint64_t n = 600;
+    auto data = clustered(n, dim, 63, cagra::Metric::L2);
+    GpuGraph g = gpu_build(data, dim, cagra::Metric::L2, degree);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, g.graph, degree, g.entries);
+    std::vector<float> q(data.begin(), data.begin() + 10 * dim);
+    Results before = gpu_search(l.ix, q, dim, 10, 64);
+    std::vector<float> v(data.begin(), data.begin() + 2 * dim);
+    std::vector<uint32_t> row(g.graph.begin(), g.graph.begin() + 2 * degree);
+    auto update = [&](uint64_t to, std::vector<uint32_t> ids, const std::vector<uint32_t> &rows) {
+        return cagra_gpu_index_update(l.ix, to, ids.data(), v.data(), rows.data(), (uint32_t)ids.size(), nullptr,
+                                      nullptr, 0, g.entries.data(), (uint32_t)g.entries.size());
+    };
+    EXPECT_EQ(update(n - 1, {0}, row), CAGRA_GPU_INVALID_ARGUMENT); /* shrinking */
+    EXPECT_EQ(update(n + 2, {(uint32_t)n}, row), CAGRA_GPU_INVALID_ARGUMENT); /* an appended node missing */
+    EXPECT_EQ(update(n + 2, {(uint32_t)n + 1, (uint32_t)n}, row), CAGRA_GPU_INVALID_ARGUMENT); /* out of order */
+    std::vector<uint32_t> far = row;
+    far[3] = (uint32_t)n + 2;
+    EXPECT_EQ(update(n + 1, {(uint32_t)n}, far), CAGRA_GPU_INVALID_ARGUMENT); /* an edge beyond n */
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("beyond"), std::string::npos);
+    Results after = gpu_search(l.ix, q, dim, 10, 64);
+    EXPECT_EQ(before.ids, after.ids);
+    EXPECT_EQ(before.dists, after.dists);
+}
+
 /* The image device 0 runs is one the library could hold for it: a cubin of
  * the device's major version at or below its minor (a cubin of another major
  * never runs), or PTX of an older architecture compiled for the device

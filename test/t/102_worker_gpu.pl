@@ -3,9 +3,10 @@
 # is built on the GPU, searches are served by the GPU with the recall of
 # the CPU path (float16 and L1 indexes too), filtered ones too (a widened
 # traversal, every allowed node measured, an index scan continued in worker
-# rounds), and a worker killed with SIGKILL during a batch takes the cluster
-# through crash recovery, after which the index checks clean and the worker
-# serves again.
+# rounds), inserts send their neighbour searches to the GPU and its copy
+# takes the inserted nodes through updates, and a worker killed with
+# SIGKILL during a batch takes the cluster through crash recovery, after
+# which the index checks clean and the worker serves again.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -117,6 +118,37 @@ is($node->safe_psql('postgres', q{
 	'filtered index scan: 10 rows');
 cmp_ok(status('queries') - $q0, '>=', 2, 'its continuation served by the GPU');
 is(status('errors || \'|\' || fallbacks'), '0|0', 'no errors, no fallbacks');
+
+# inserts with cagra.device = auto (the default) while the worker runs on
+# the GPU: each insert's neighbour search goes to the worker, and the copy
+# takes the inserted nodes through updates, with no whole upload; then four
+# sessions at once; every inserted row finds itself first, through the GPU
+my $row = sub {
+	my ($from, $to) = @_;
+	return "INSERT INTO items SELECT i, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.011 * j) + (i % 89) * 0.02 "
+	  . "FROM generate_series(1, 64) j)::vector FROM generate_series($from, $to) i";
+};
+my ($iq0, $iu0) = split /\|/, status('queries || \'|\' || uploads');
+$node->safe_psql('postgres', $row->(50001, 51000));
+my ($iq1, $iu1) = split /\|/, status('queries || \'|\' || uploads');
+is($iq1 - $iq0, 1000, 'each of 1,000 inserts asked the GPU worker for its neighbours');
+is($iu1 - $iu0, 0, 'the GPU copy took the inserted nodes with no whole upload');
+my @writers = map {
+	my $from = 51001 + 500 * $_;
+	IPC::Run::start([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c',
+					  $row->($from, $from + 499) ], '>', \my $o, '2>', \my $e)
+} 0 .. 3;
+$_->finish or die 'an inserting session failed' for @writers;
+is(status('uploads || \'|\' || errors || \'|\' || fallbacks'), "$iu1|0|0",
+	'four sessions inserting through the GPU: no whole upload, no error, no fallback');
+is($node->safe_psql('postgres', q{
+	SET enable_seqscan = off;
+	SELECT count(*) FROM items i
+	 WHERE i.id > 50000
+	   AND (SELECT j.id FROM items j ORDER BY j.v <-> i.v LIMIT 1) IS DISTINCT FROM i.id}), '0',
+	'every row inserted through the GPU worker finds itself through the GPU');
+is($node->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('items_v')"), '0',
+	'the index checks clean after the inserts');
 
 # SIGKILL of the worker during a batch: crash recovery, then service again.
 # The worker is stopped first so that the batch is surely in flight (a GPU
