@@ -22,9 +22,12 @@ extern "C" {
  * contiguous in memory.  A node's vector changes only when an insert takes
  * its slot after vacuum freed it, and each such insert counts itself in the
  * meta page (`reused`, on standbys too: the meta page is WAL-logged whole)
- * as the slot turns live; REINDEX and TRUNCATE give a new relfilenode; the
- * entry list only grows (entry_count).  Those four are the key.  Flags can
- * change (vacuum): they are read from the page when the node is a result.
+ * and logs the slot (reuse_log) as the slot turns live; REINDEX and TRUNCATE
+ * give a new relfilenode; the entry list only grows (entry_count).  Those
+ * four are the key; a cache older only by reused slots that are not entries
+ * (all still in the log) stays valid, so a stream of inserts into freed
+ * slots does not rebuild it each time.  Flags can change (vacuum): they are
+ * read from the page when the node is a result.
  */
 struct CagraEntryVectors
 {
@@ -32,6 +35,7 @@ struct CagraEntryVectors
 	uint64_t	reused = 0;
 	uint32_t	count = 0;
 	uint32_t	dims = 0;
+	std::vector<uint32_t> ids;	/* the entries, sorted */
 	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id; empty: not cached */
 	std::vector<float> vectors;							/* count x dims */
 	cagra::EntryIndex entry_index;	/* pivots and groups: a search measures a few entries */
@@ -50,7 +54,24 @@ struct CagraEntryVectors
  * 2,048 dimensions), and indexes kept. */
 static const size_t kEntryCacheBytes = 8 * 1024 * 1024;
 static const size_t kEntryCacheIndexes = 4;
-static std::vector<std::shared_ptr<const CagraEntryVectors>> cagra_entry_cache;
+static std::vector<std::shared_ptr<CagraEntryVectors>> cagra_entry_cache;
+
+/* Whether cache `e` holds the vectors the meta page `meta` says its entries
+ * have: the same entries, and no entry's slot taken again since (every slot
+ * reused since still in the log, none of them an entry); then it moves on
+ * to meta's count. */
+static bool
+cagra_entry_cache_current(CagraEntryVectors &e, Relation index, const CagraMetaData &meta)
+{
+	if (!CAGRA_REL_FILE_ID_EQUALS(e.node, CAGRA_REL_FILE_ID(index)) || e.count != meta.entry_count ||
+		e.dims != meta.dims || meta.reused < e.reused || meta.reused - e.reused > CAGRA_REUSE_LOG)
+		return false;
+	for (uint64_t r = e.reused; r < meta.reused; r++)
+		if (std::binary_search(e.ids.begin(), e.ids.end(), meta.reuse_log[r % CAGRA_REUSE_LOG]))
+			return false;
+	e.reused = meta.reused;
+	return true;
+}
 
 static std::shared_ptr<const CagraEntryVectors>
 cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMetaData &meta)
@@ -58,8 +79,7 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 	if (meta.entry_count == 0)
 		return nullptr;
 	for (const auto &e : cagra_entry_cache)
-		if (CAGRA_REL_FILE_ID_EQUALS(e->node, CAGRA_REL_FILE_ID(index)) && e->reused == meta.reused &&
-			e->count == meta.entry_count && e->dims == meta.dims)
+		if (cagra_entry_cache_current(*e, index, meta))
 			return e;
 
 	auto		e = std::make_shared<CagraEntryVectors>();
@@ -68,6 +88,8 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 	e->reused = meta.reused;
 	e->count = meta.entry_count;
 	e->dims = meta.dims;
+	e->ids.assign(meta.entries, meta.entries + meta.entry_count);
+	std::sort(e->ids.begin(), e->ids.end());
 	if ((size_t) meta.entry_count * meta.dims * sizeof(float) <= kEntryCacheBytes)
 	{
 		e->vectors.resize((size_t) meta.entry_count * meta.dims);
