@@ -258,8 +258,19 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	FreeAccessStrategy(pages.strategy);
 	pfree(pages.group);
 	if (r == CAGRA_OFFLOAD_OK && copy->takes_updates &&
-		(uint64) (meta->n - copy->n) + (meta->reused - copy->reused) >= cagra_copy_update_at(copy->n))
-		cagra_update_worker_copy(index, meta, &key, copy);
+		(uint64) (meta->n - copy->n) + (meta->reused - copy->reused) >= cagra_copy_update_at(copy->n) &&
+		cagra_client_claim_update())
+	{
+		PG_TRY();
+		{
+			cagra_update_worker_copy(index, meta, &key, copy);
+		}
+		PG_FINALLY();
+		{
+			cagra_client_release_update();
+		}
+		PG_END_TRY();
+	}
 	return r;
 }
 

@@ -111,6 +111,13 @@ CagraOffload cagra_client_search(const CagraIndexKey *key, const CagraCopySource
 								 const CagraAllowedTids *allowed, uint32 *ids, float *dists, uint64 *tids,
 								 CagraCopyExtent *copy, char *why, size_t whylen);
 
+/* Whether this backend may read an update for the worker (one backend at a
+ * time: others would read the same nodes, and the worker take only the
+ * first); true until cagra_client_release_update.  A claim held longer
+ * than cagra.worker_timeout (its backend gone) is taken over. */
+bool		cagra_client_claim_update(void);
+void		cagra_client_release_update(void);
+
 /*
  * Send the worker's copy of extent `base` what inserts changed since, to
  * bring it to `key` without a whole upload (docs/worker.md): `nodes` nodes
@@ -118,7 +125,7 @@ CagraOffload cagra_client_search(const CagraIndexKey *key, const CagraCopySource
  * fill(arg, p) (everything after its header but the entry nodes; the
  * header's counts, format, degree and base are set).  True when the copy
  * took them; false when it did not (another backend's update came first,
- * the engine replaces copies whole, a whole upload is due, no worker): the
+ * the copy has grown too much, a whole upload is due, no worker): the
  * caller merges the tail as before.  Never an ERROR but fill's.
  */
 bool		cagra_client_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base,

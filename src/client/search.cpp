@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "utils/timestamp.h"
 }
 
 /* ---- fallbacks ---- */
@@ -137,6 +138,32 @@ cagra_upload_index(const CagraIndexKey *key, const CagraCopySource *src, char *w
 }
 
 /* ---- updating an index copy ---- */
+
+bool
+cagra_client_claim_update(void)
+{
+	CagraWorkerShared *sh = cagra_worker_shared;
+	uint32		holder = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!sh)
+		return false;
+	if (!pg_atomic_compare_exchange_u32(&sh->update_claim, &holder, (uint32) MyProcPid) &&
+		!(now - (TimestampTz) pg_atomic_read_u64(&sh->update_claimed_at) > (int64) cagra_worker_timeout_ms * 1000 &&
+		  pg_atomic_compare_exchange_u32(&sh->update_claim, &holder, (uint32) MyProcPid)))
+		return false;
+	pg_atomic_write_u64(&sh->update_claimed_at, (uint64) now);
+	return true;
+}
+
+void
+cagra_client_release_update(void)
+{
+	uint32		mine = (uint32) MyProcPid;
+
+	if (cagra_worker_shared)
+		(void) pg_atomic_compare_exchange_u32(&cagra_worker_shared->update_claim, &mine, 0);
+}
 
 bool
 cagra_client_update_copy(const CagraIndexKey *key, const CagraCopyExtent *base, const cagra::VectorFormat &format,

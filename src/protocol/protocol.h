@@ -231,6 +231,10 @@ typedef struct CagraWorkerShared
 	uint64		generation;		/* bumped at every worker start */
 	TimestampTz started_at;
 	pg_atomic_uint64 next_seq;	/* queue order of the slots (backends queue under a shared lock) */
+	/* the backend reading an update of a copy (CAGRA_REQ_UPDATE) and since
+	 * when: one at a time, as concurrent ones would read the same nodes */
+	pg_atomic_uint32 update_claim;	/* its pid; 0: none */
+	pg_atomic_uint64 update_claimed_at; /* TimestampTz */
 	char		message[256];	/* why the worker is not running, or library version */
 
 	int			device_count;

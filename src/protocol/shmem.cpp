@@ -74,6 +74,8 @@ cagra_shmem_startup(void)
 		pg_atomic_init_u64(&s->fallbacks, 0);
 		pg_atomic_init_u64(&s->errors, 0);
 		pg_atomic_init_u64(&s->next_seq, 0);
+		pg_atomic_init_u32(&s->update_claim, 0);
+		pg_atomic_init_u64(&s->update_claimed_at, 0);
 		for (int i = 0; i < s->nslots; i++)
 			pg_atomic_init_u32(&s->slots[i].state, CAGRA_SLOT_FREE);
 	}
