@@ -96,6 +96,8 @@ CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, 
 	/* never hold so many pins that other backends run out of buffers */
 	max_pins_ = (uint32_t) Min(1024, NBuffers / 64);
 	nblocks_ = cagra_blocks_for(&meta_, meta_.n);
+	if (record_)
+		seen_.assign(2048, Seen{cagra::kInvalidNode, {}});
 	if (keep_pins_)
 	{
 		pins_.assign(nblocks_, InvalidBuffer);
@@ -303,9 +305,8 @@ CagraPageAccessor::cached_distance(const float *query, uint32_t id, float *out) 
 	{
 		NodeInfo	info;
 
-		ItemPointerSetInvalid(&info.heap_tid);
-		info.flags = CAGRA_NODE_UNCHECKED;
-		seen_.emplace(id, info);
+		cagra_info_unchecked(&info);
+		record_node(id, info, true);
 	}
 	return true;
 }
@@ -410,7 +411,7 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 			{
 				out[i] = distance_to(query, ids[i], &info);
 				if (record_)
-					seen_[ids[i]] = info;
+					record_node(ids[i], info);
 			}
 			continue;			/* else from the entry-vector cache */
 		}
@@ -432,7 +433,7 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 		if (p.transient)
 			ReleaseBuffer(p.buf);
 		if (record_)
-			seen_[ids[i]] = info;
+			record_node(ids[i], info);
 	}
 }
 
@@ -452,7 +453,7 @@ CagraPageAccessor::distances(const float *query, const uint32_t *ids, uint32_t c
 			continue;
 		out[i] = distance_to(query, ids[i], &info);
 		if (record_)
-			seen_[ids[i]] = info;
+			record_node(ids[i], info);
 	}
 }
 
@@ -463,14 +464,54 @@ CagraPageAccessor::vector(uint32_t id, float *scratch) const
 	return scratch;
 }
 
+CagraPageAccessor::Seen *
+CagraPageAccessor::seen_slot(uint32_t id) const
+{
+	const uint32_t mask = (uint32_t) seen_.size() - 1;
+	/* Fibonacci hashing: the product's high bits, the table's size a power of two */
+	uint32_t	h = (uint32_t) (((uint64_t) (id * 0x9E3779B1u) * seen_.size()) >> 32);
+
+	while (seen_[h].id != cagra::kInvalidNode && seen_[h].id != id)
+		h = (h + 1) & mask;
+	return &seen_[h];
+}
+
+void
+CagraPageAccessor::record_node(uint32_t id, const NodeInfo &info, bool keep_recorded) const
+{
+	if (2 * (seen_count_ + 1) > seen_.size())
+	{
+		std::vector<Seen> old(2 * seen_.size(), Seen{cagra::kInvalidNode, {}});
+
+		old.swap(seen_);
+		for (const Seen &e : old)
+			if (e.id != cagra::kInvalidNode)
+				*seen_slot(e.id) = e;
+	}
+
+	Seen	   *e = seen_slot(id);
+
+	if (e->id == cagra::kInvalidNode)
+	{
+		e->id = id;
+		seen_count_++;
+	}
+	else if (keep_recorded)
+		return;
+	e->info = info;
+}
+
 bool
 CagraPageAccessor::node_info(uint32_t id, NodeInfo *out) const
 {
-	auto		it = seen_.find(id);
-
-	if (it == seen_.end())
+	if (!record_)
 		return false;
-	if (it->second.flags & CAGRA_NODE_UNCHECKED)
+
+	Seen	   *e = seen_slot(id);
+
+	if (e->id != id)
+		return false;
+	if (e->info.flags & CAGRA_NODE_UNCHECKED)
 	{
 		BlockNumber blkno;
 		uint32		poff;
@@ -479,11 +520,11 @@ CagraPageAccessor::node_info(uint32_t id, NodeInfo *out) const
 		Buffer		buf = lock_page(blkno);
 		const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((char *) BufferGetPage(buf) + poff);
 
-		it->second.heap_tid = hdr->heap_tid;
-		it->second.flags = hdr->flags;
+		e->info.heap_tid = hdr->heap_tid;
+		e->info.flags = hdr->flags;
 		unlock_page(buf);
 	}
-	*out = it->second;
+	*out = e->info;
 	return true;
 }
 

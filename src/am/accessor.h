@@ -11,7 +11,6 @@
 #pragma once
 
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "am/cagra_am.h"
@@ -86,7 +85,22 @@ private:
 	bool		record_;
 	mutable std::vector<float> vecbuf_;
 	mutable std::vector<char> storedbuf_;	/* a vector as stored, spanning pages */
-	mutable std::unordered_map<uint32_t, NodeInfo> seen_;
+
+	/* The nodes recorded (record_nodes), by id: open addressing in a table
+	 * at most half full, looked up for every node measured (a search sees a
+	 * few thousand). */
+	struct Seen
+	{
+		uint32_t	id;				/* kInvalidNode: an empty slot */
+		NodeInfo	info;
+	};
+	mutable std::vector<Seen> seen_;
+	mutable uint32_t seen_count_ = 0;
+	/* The entry of `id`, or the empty slot where it goes. */
+	Seen	   *seen_slot(uint32_t id) const;
+	/* `id` recorded with `info`, replacing what was recorded unless
+	 * keep_recorded. */
+	void		record_node(uint32_t id, const NodeInfo &info, bool keep_recorded = false) const;
 	bool		keep_pins_;
 	BlockNumber nblocks_;						/* blocks that hold nodes 0..n-1 */
 	uint32_t	max_pins_;
