@@ -97,7 +97,7 @@ CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, 
 	max_pins_ = (uint32_t) Min(1024, NBuffers / 64);
 	nblocks_ = cagra_blocks_for(&meta_, meta_.n);
 	if (record_)
-		seen_.assign(2048, Seen{cagra::kInvalidNode, {}});
+		seen_.assign(2048, Seen{cagra::kInvalidNode, false, 0, {}});
 	if (keep_pins_)
 	{
 		pins_.assign(nblocks_, InvalidBuffer);
@@ -306,7 +306,7 @@ CagraPageAccessor::cached_distance(const float *query, uint32_t id, float *out) 
 		NodeInfo	info;
 
 		cagra_info_unchecked(&info);
-		record_node(id, info, true);
+		record_node(id, info, true, query, *out);
 	}
 	return true;
 }
@@ -392,7 +392,7 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 	{
 		Pending    &p = pending_[i];
 
-		if (cached_distance(query, ids[i], &out[i]))
+		if (remembered_distance(query, ids[i], &out[i]) || cached_distance(query, ids[i], &out[i]))
 		{
 			p.buf = InvalidBuffer;
 			p.slow = false;
@@ -411,9 +411,9 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 			{
 				out[i] = distance_to(query, ids[i], &info);
 				if (record_)
-					record_node(ids[i], info);
+					record_node(ids[i], info, false, query, out[i]);
 			}
-			continue;			/* else from the entry-vector cache */
+			continue;			/* else remembered or from the entry-vector cache */
 		}
 		LockBuffer(p.buf, BUFFER_LOCK_SHARE);
 
@@ -433,7 +433,7 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 		if (p.transient)
 			ReleaseBuffer(p.buf);
 		if (record_)
-			record_node(ids[i], info);
+			record_node(ids[i], info, false, query, out[i]);
 	}
 }
 
@@ -449,11 +449,11 @@ CagraPageAccessor::distances(const float *query, const uint32_t *ids, uint32_t c
 	{
 		NodeInfo	info;
 
-		if (cached_distance(query, ids[i], &out[i]))
+		if (remembered_distance(query, ids[i], &out[i]) || cached_distance(query, ids[i], &out[i]))
 			continue;
 		out[i] = distance_to(query, ids[i], &info);
 		if (record_)
-			record_node(ids[i], info);
+			record_node(ids[i], info, false, query, out[i]);
 	}
 }
 
@@ -477,11 +477,12 @@ CagraPageAccessor::seen_slot(uint32_t id) const
 }
 
 void
-CagraPageAccessor::record_node(uint32_t id, const NodeInfo &info, bool keep_recorded) const
+CagraPageAccessor::record_node(uint32_t id, const NodeInfo &info, bool keep_recorded, const float *query,
+							   float d) const
 {
 	if (2 * (seen_count_ + 1) > seen_.size())
 	{
-		std::vector<Seen> old(2 * seen_.size(), Seen{cagra::kInvalidNode, {}});
+		std::vector<Seen> old(2 * seen_.size(), Seen{cagra::kInvalidNode, false, 0, {}});
 
 		old.swap(seen_);
 		for (const Seen &e : old)
@@ -493,12 +494,30 @@ CagraPageAccessor::record_node(uint32_t id, const NodeInfo &info, bool keep_reco
 
 	if (e->id == cagra::kInvalidNode)
 	{
-		e->id = id;
+		*e = Seen{id, false, 0, info};
 		seen_count_++;
 	}
-	else if (keep_recorded)
-		return;
-	e->info = info;
+	else if (!keep_recorded)
+		e->info = info;
+	if (query == remembered_)
+	{
+		e->measured = true;
+		e->distance = d;
+	}
+}
+
+bool
+CagraPageAccessor::remembered_distance(const float *query, uint32_t id, float *out) const
+{
+	if (query != remembered_ || !record_)
+		return false;
+
+	const Seen *e = seen_slot(id);
+
+	if (e->id != id || !e->measured)
+		return false;
+	*out = e->distance;
+	return true;
 }
 
 bool

@@ -56,6 +56,13 @@ public:
 	 * May read the node's header page (nodes measured from cached vectors). */
 	bool node_info(uint32_t id, NodeInfo *out) const;
 
+	/* Distances to `query` are kept (record_nodes only): a later
+	 * distances() with this same pointer takes them from there, as the
+	 * same computation would give them again (an insert's reverse edges
+	 * measure again many nodes its search measured).  The caller keeps
+	 * `query` unchanged while the accessor lives. */
+	void		remember_distances(const float *query) { remembered_ = query; }
+
 	/* Unpin the pages kept by keep_pins. */
 	void release_pins();
 
@@ -92,15 +99,22 @@ private:
 	struct Seen
 	{
 		uint32_t	id;				/* kInvalidNode: an empty slot */
+		bool		measured;		/* distance is to remembered_ */
+		float		distance;
 		NodeInfo	info;
 	};
 	mutable std::vector<Seen> seen_;
 	mutable uint32_t seen_count_ = 0;
+	const float *remembered_ = nullptr;
 	/* The entry of `id`, or the empty slot where it goes. */
 	Seen	   *seen_slot(uint32_t id) const;
 	/* `id` recorded with `info`, replacing what was recorded unless
-	 * keep_recorded. */
-	void		record_node(uint32_t id, const NodeInfo &info, bool keep_recorded = false) const;
+	 * keep_recorded, and with distance `d` when measured from `query` (the
+	 * remembered query's). */
+	void		record_node(uint32_t id, const NodeInfo &info, bool keep_recorded, const float *query,
+							float d) const;
+	/* The distance from the remembered `query` recorded for `id`. */
+	bool		remembered_distance(const float *query, uint32_t id, float *out) const;
 	bool		keep_pins_;
 	BlockNumber nblocks_;						/* blocks that hold nodes 0..n-1 */
 	uint32_t	max_pins_;
