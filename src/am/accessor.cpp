@@ -33,11 +33,15 @@ struct CagraEntryVectors
 	uint32_t	count = 0;
 	uint32_t	dims = 0;
 	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id; empty: not cached */
+	std::vector<uint64_t> cached;	/* a bit an id up to the largest cached: asked of every node measured */
 	std::vector<float> vectors;							/* count x dims */
 	cagra::EntryIndex entry_index;	/* pivots and groups: a search measures a few entries */
 
 	const float *find(uint32_t id) const
 	{
+		if (id / 64 >= cached.size() || !((cached[id / 64] >> (id % 64)) & 1))
+			return nullptr;
+
 		auto		it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(id, 0u));
 
 		if (it == rows.end() || it->first != id)
@@ -77,6 +81,9 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 			e->rows.push_back({meta.entries[r], r});
 		}
 		std::sort(e->rows.begin(), e->rows.end());
+		e->cached.assign(e->rows.back().first / 64 + 1, 0);
+		for (const auto &r : e->rows)
+			e->cached[r.first / 64] |= uint64_t(1) << (r.first % 64);
 	}
 	e->entry_index = cagra::derive_entry_index(acc, std::vector<uint32_t>(meta.entries, meta.entries + meta.entry_count));
 	if (cagra_entry_cache.size() >= kEntryCacheIndexes)
@@ -205,9 +212,13 @@ CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 	BlockNumber blkno;
 	uint32		poff;
 	Buffer		buf;
+	/* float32 is stored as it is read: copied straight into `out` */
+	bool		as_stored = format_.element == cagra::ElementType::Float32;
 
-	storedbuf_.resize(len);
-	char	   *dst = storedbuf_.data();
+	if (!as_stored)
+		storedbuf_.resize(len);
+
+	char	   *dst = as_stored ? (char *) out : storedbuf_.data();
 
 	if (info)
 	{
@@ -233,7 +244,8 @@ CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 		offset += chunk;
 		len -= chunk;
 	}
-	format_.load(storedbuf_.data(), out);
+	if (!as_stored)
+		format_.load(storedbuf_.data(), out);
 }
 
 float

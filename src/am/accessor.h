@@ -91,7 +91,7 @@ private:
 	bool		single_page_;		/* a group is one page: a node's header and vector share it */
 	bool		record_;
 	mutable std::vector<float> vecbuf_;
-	mutable std::vector<char> storedbuf_;	/* a vector as stored, spanning pages */
+	mutable std::vector<char> storedbuf_;	/* a float16 vector as stored, spanning pages */
 
 	/* The nodes recorded (record_nodes), by id: open addressing in a table
 	 * at most half full, looked up for every node measured (a search sees a
