@@ -371,6 +371,7 @@ CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
 		cagra_locate(&meta_, id, voff_, &blkno, &p->offset);
 		if (p->offset + vbytes_ > BLCKSZ)
 		{
+			prefetch_spanning(id);
 			p->buf = InvalidBuffer;
 			p->slow = true;
 			return;
@@ -385,6 +386,33 @@ CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
 	__builtin_prefetch(page + p->header);
 	for (uint32_t b = 0; b < span; b += 64)
 		__builtin_prefetch(page + p->offset + b);
+}
+
+/* Prefetch the start of each piece of node `id`'s vector, which spans
+ * pages, where those pages can stay pinned until it is read (distance_to,
+ * after the rest of the batch is pinned and prefetched). */
+void
+CagraPageAccessor::prefetch_spanning(uint32_t id) const
+{
+	uint32		offset = 0;
+
+	while (offset < vbytes_)
+	{
+		BlockNumber blkno;
+		uint32		poff;
+		bool		transient;
+
+		cagra_locate(&meta_, id, voff_ + offset, &blkno, &poff);
+		if (blkno >= pins_.size() || (pins_[blkno] == InvalidBuffer && pinned_.size() >= max_pins_))
+			return;
+
+		uint32		chunk = Min(vbytes_ - offset, BLCKSZ - poff);
+		const char *page = (const char *) BufferGetPage(pin_page(blkno, &transient));
+
+		for (uint32 b = 0; b < Min(chunk, (uint32) 1024); b += 64)
+			__builtin_prefetch(page + poff + b);
+		offset += chunk;
+	}
 }
 
 /*

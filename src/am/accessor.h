@@ -131,6 +131,7 @@ private:
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
 	/* Pin and prefetch one node of that batch. */
 	void prefetch_node(uint32_t id, Pending *p) const;
+	void prefetch_spanning(uint32_t id) const;
 	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* with keep_pins */
 };
 
