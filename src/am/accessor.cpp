@@ -10,6 +10,7 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
 }
 
@@ -344,14 +345,11 @@ CagraPageAccessor::pin_page(BlockNumber blkno, bool *transient) const
 	return buf;
 }
 
-/* Locate node `id`'s vector and header, pin its page and prefetch them
- * (p->slow, nothing pinned: its vector spans pages). */
+/* Where node `id`'s vector lies, and its header when on the same page. */
 void
-CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
+CagraPageAccessor::locate_node(uint32_t id, Pending *p) const
 {
-	const uint32_t span = Min(vbytes_, (uint32_t) 1024);
 	const uint32_t k = meta_.nodes_per_group;
-	BlockNumber blkno;
 
 	p->slow = false;
 	if (single_page_)
@@ -359,7 +357,7 @@ CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
 		/* one page a group: its rows are on it (no hole), then its vectors */
 		uint32_t	j = id % k;
 
-		blkno = 1 + id / k;
+		p->blkno = 1 + id / k;
 		p->header = CAGRA_PAGE_DATA_START + j * meta_.row_stride;
 		p->offset = CAGRA_PAGE_DATA_START + meta_.vector_start + j * vbytes_;
 	}
@@ -368,24 +366,48 @@ CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
 		BlockNumber hblk;
 		uint32		hoff;
 
-		cagra_locate(&meta_, id, voff_, &blkno, &p->offset);
-		if (p->offset + vbytes_ > BLCKSZ)
-		{
-			prefetch_spanning(id);
-			p->buf = InvalidBuffer;
-			p->slow = true;
-			return;
-		}
+		cagra_locate(&meta_, id, voff_, &p->blkno, &p->offset);
+		p->slow = p->offset + vbytes_ > BLCKSZ;
 		cagra_locate(&meta_, id, 0, &hblk, &hoff);
-		p->header = hblk == blkno ? hoff : 0;
+		p->header = hblk == p->blkno ? hoff : 0;
 	}
-	p->buf = pin_page(blkno, &p->transient);
+}
+
+/* Pin node `id`'s page and prefetch its vector and header (p->slow:
+ * nothing pinned for it but its pieces, prefetch_spanning). */
+void
+CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
+{
+	const uint32_t span = Min(vbytes_, (uint32_t) 1024);
+
+	if (p->slow)
+	{
+		prefetch_spanning(id);
+		p->buf = InvalidBuffer;
+		return;
+	}
+	p->buf = pin_page(p->blkno, &p->transient);
 
 	const char *page = (const char *) BufferGetPage(p->buf);
 
 	__builtin_prefetch(page + p->header);
 	for (uint32_t b = 0; b < span; b += 64)
 		__builtin_prefetch(page + p->offset + b);
+}
+
+/* Pinning a block through its recent buffer reads and writes that buffer's
+ * header in shared memory: prefetched for the whole batch before any pin,
+ * so those misses overlap too. */
+void
+CagraPageAccessor::prefetch_buffer_header(BlockNumber blkno) const
+{
+	if (blkno >= pins_.size() || pins_[blkno] != InvalidBuffer)
+		return;
+
+	Buffer	   *hint = cagra_buffer_hint(index_, blkno, nblocks_);
+
+	if (hint && *hint != InvalidBuffer && !BufferIsLocal(*hint))
+		__builtin_prefetch(GetBufferDescriptor(*hint - 1), 1);
 }
 
 /* Prefetch the start of each piece of node `id`'s vector, which spans
@@ -416,12 +438,12 @@ CagraPageAccessor::prefetch_spanning(uint32_t id) const
 }
 
 /*
- * A scan's distances in two passes: pin every page and prefetch the vectors
- * (and headers) first, then lock, compute and unlock one page at a time, so
- * the memory latency of the records overlaps instead of adding up.  With
- * one page a group (the common case: small vectors), a node's header and
- * vector are on its page; otherwise a vector within one page is computed
- * there, and one that spans pages is copied out.
+ * A scan's distances in three passes: prefetch the buffer headers, then pin
+ * every page and prefetch the vectors (and headers), then lock, compute and
+ * unlock one page at a time, so the memory latency of the records overlaps
+ * instead of adding up.  With one page a group (the common case: small
+ * vectors), a node's header and vector are on its page; otherwise a vector
+ * within one page is computed there, and one that spans pages is copied out.
  */
 void
 CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids, uint32_t count,
@@ -432,28 +454,31 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 	{
 		Pending    &p = pending_[i];
 
-		if (remembered_distance(query, ids[i], &out[i]) || cached_distance(query, ids[i], &out[i]))
-		{
-			p.buf = InvalidBuffer;
-			p.slow = false;
-		}
-		else
-			prefetch_node(ids[i], &p);
+		p.buf = InvalidBuffer;
+		p.known = remembered_distance(query, ids[i], &out[i]) || cached_distance(query, ids[i], &out[i]);
+		if (p.known)
+			continue;
+		locate_node(ids[i], &p);
+		prefetch_buffer_header(p.blkno);
+		if (p.slow)
+			prefetch_buffer_header(p.blkno + 1);
 	}
+	for (uint32_t i = 0; i < count; i++)
+		if (!pending_[i].known)
+			prefetch_node(ids[i], &pending_[i]);
 	for (uint32_t i = 0; i < count; i++)
 	{
 		const Pending &p = pending_[i];
 		NodeInfo	info;
 
-		if (p.buf == InvalidBuffer)
+		if (p.known)
+			continue;
+		if (p.slow)
 		{
-			if (p.slow)
-			{
-				out[i] = distance_to(query, ids[i], &info);
-				if (record_)
-					record_node(ids[i], info, false, query, out[i]);
-			}
-			continue;			/* else remembered or from the entry-vector cache */
+			out[i] = distance_to(query, ids[i], &info);
+			if (record_)
+				record_node(ids[i], info, false, query, out[i]);
+			continue;
 		}
 		LockBuffer(p.buf, BUFFER_LOCK_SHARE);
 

@@ -122,16 +122,20 @@ private:
 	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */
 	struct Pending
 	{
-		Buffer		buf;			/* InvalidBuffer: cached, or slow */
+		Buffer		buf;			/* InvalidBuffer: known, or slow */
+		BlockNumber blkno;			/* of the vector (its first page when slow) */
 		uint32_t	offset;			/* of the vector in the page */
 		uint32_t	header;			/* of the header in the page; 0: on another page */
 		bool		transient;
 		bool		slow;			/* the vector spans pages */
+		bool		known;			/* the distance is remembered or cached */
 	};
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
-	/* Pin and prefetch one node of that batch. */
+	/* Where one node of that batch lies; pin and prefetch it. */
+	void locate_node(uint32_t id, Pending *p) const;
 	void prefetch_node(uint32_t id, Pending *p) const;
 	void prefetch_spanning(uint32_t id) const;
+	void prefetch_buffer_header(BlockNumber blkno) const;
 	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* with keep_pins */
 };
 
