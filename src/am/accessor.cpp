@@ -10,6 +10,7 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
 }
 
@@ -37,11 +38,15 @@ struct CagraEntryVectors
 	uint32_t	dims = 0;
 	std::vector<uint32_t> ids;	/* the entries, sorted */
 	std::vector<std::pair<uint32_t, uint32_t>> rows;	/* (id, row), sorted by id; empty: not cached */
+	std::vector<uint64_t> cached;	/* a bit an id up to the largest cached: asked of every node measured */
 	std::vector<float> vectors;							/* count x dims */
 	cagra::EntryIndex entry_index;	/* pivots and groups: a search measures a few entries */
 
 	const float *find(uint32_t id) const
 	{
+		if (id / 64 >= cached.size() || !((cached[id / 64] >> (id % 64)) & 1))
+			return nullptr;
+
 		auto		it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(id, 0u));
 
 		if (it == rows.end() || it->first != id)
@@ -99,6 +104,9 @@ cagra_entry_vectors(const CagraPageAccessor &acc, Relation index, const CagraMet
 			e->rows.push_back({meta.entries[r], r});
 		}
 		std::sort(e->rows.begin(), e->rows.end());
+		e->cached.assign(e->rows.back().first / 64 + 1, 0);
+		for (const auto &r : e->rows)
+			e->cached[r.first / 64] |= uint64_t(1) << (r.first % 64);
 	}
 	e->entry_index = cagra::derive_entry_index(acc, std::vector<uint32_t>(meta.entries, meta.entries + meta.entry_count));
 	if (cagra_entry_cache.size() >= kEntryCacheIndexes)
@@ -118,6 +126,8 @@ CagraPageAccessor::CagraPageAccessor(Relation index, const CagraMetaData &meta, 
 	/* never hold so many pins that other backends run out of buffers */
 	max_pins_ = (uint32_t) Min(1024, NBuffers / 64);
 	nblocks_ = cagra_blocks_for(&meta_, meta_.n);
+	if (record_)
+		seen_.assign(2048, Seen{cagra::kInvalidNode, false, 0, {}});
 	if (keep_pins_)
 	{
 		pins_.assign(nblocks_, InvalidBuffer);
@@ -225,9 +235,13 @@ CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 	BlockNumber blkno;
 	uint32		poff;
 	Buffer		buf;
+	/* float32 is stored as it is read: copied straight into `out` */
+	bool		as_stored = format_.element == cagra::ElementType::Float32;
 
-	storedbuf_.resize(len);
-	char	   *dst = storedbuf_.data();
+	if (!as_stored)
+		storedbuf_.resize(len);
+
+	char	   *dst = as_stored ? (char *) out : storedbuf_.data();
 
 	if (info)
 	{
@@ -253,7 +267,8 @@ CagraPageAccessor::read_vector(uint32_t id, float *out, NodeInfo *info) const
 		offset += chunk;
 		len -= chunk;
 	}
-	format_.load(storedbuf_.data(), out);
+	if (!as_stored)
+		format_.load(storedbuf_.data(), out);
 }
 
 float
@@ -325,9 +340,8 @@ CagraPageAccessor::cached_distance(const float *query, uint32_t id, float *out) 
 	{
 		NodeInfo	info;
 
-		ItemPointerSetInvalid(&info.heap_tid);
-		info.flags = CAGRA_NODE_UNCHECKED;
-		seen_.emplace(id, info);
+		cagra_info_unchecked(&info);
+		record_node(id, info, true, query, *out);
 	}
 	return true;
 }
@@ -353,14 +367,11 @@ CagraPageAccessor::pin_page(BlockNumber blkno, bool *transient) const
 	return buf;
 }
 
-/* Locate node `id`'s vector and header, pin its page and prefetch them
- * (p->slow, nothing pinned: its vector spans pages). */
+/* Where node `id`'s vector lies, and its header when on the same page. */
 void
-CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
+CagraPageAccessor::locate_node(uint32_t id, Pending *p) const
 {
-	const uint32_t span = Min(vbytes_, (uint32_t) 1024);
 	const uint32_t k = meta_.nodes_per_group;
-	BlockNumber blkno;
 
 	p->slow = false;
 	if (single_page_)
@@ -368,7 +379,7 @@ CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
 		/* one page a group: its rows are on it (no hole), then its vectors */
 		uint32_t	j = id % k;
 
-		blkno = 1 + id / k;
+		p->blkno = 1 + id / k;
 		p->header = CAGRA_PAGE_DATA_START + j * meta_.row_stride;
 		p->offset = CAGRA_PAGE_DATA_START + meta_.vector_start + j * vbytes_;
 	}
@@ -377,17 +388,27 @@ CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
 		BlockNumber hblk;
 		uint32		hoff;
 
-		cagra_locate(&meta_, id, voff_, &blkno, &p->offset);
-		if (p->offset + vbytes_ > BLCKSZ)
-		{
-			p->buf = InvalidBuffer;
-			p->slow = true;
-			return;
-		}
+		cagra_locate(&meta_, id, voff_, &p->blkno, &p->offset);
+		p->slow = p->offset + vbytes_ > BLCKSZ;
 		cagra_locate(&meta_, id, 0, &hblk, &hoff);
-		p->header = hblk == blkno ? hoff : 0;
+		p->header = hblk == p->blkno ? hoff : 0;
 	}
-	p->buf = pin_page(blkno, &p->transient);
+}
+
+/* Pin node `id`'s page and prefetch its vector and header (p->slow:
+ * nothing pinned for it but its pieces, prefetch_spanning). */
+void
+CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
+{
+	const uint32_t span = Min(vbytes_, (uint32_t) 1024);
+
+	if (p->slow)
+	{
+		prefetch_spanning(id);
+		p->buf = InvalidBuffer;
+		return;
+	}
+	p->buf = pin_page(p->blkno, &p->transient);
 
 	const char *page = (const char *) BufferGetPage(p->buf);
 
@@ -396,13 +417,55 @@ CagraPageAccessor::prefetch_node(uint32_t id, Pending *p) const
 		__builtin_prefetch(page + p->offset + b);
 }
 
+/* Pinning a block through its recent buffer reads and writes that buffer's
+ * header in shared memory: prefetched for the whole batch before any pin,
+ * so those misses overlap too. */
+void
+CagraPageAccessor::prefetch_buffer_header(BlockNumber blkno) const
+{
+	if (blkno >= pins_.size() || pins_[blkno] != InvalidBuffer)
+		return;
+
+	Buffer	   *hint = cagra_buffer_hint(index_, blkno, nblocks_);
+
+	if (hint && *hint != InvalidBuffer && !BufferIsLocal(*hint))
+		__builtin_prefetch(GetBufferDescriptor(*hint - 1), 1);
+}
+
+/* Prefetch the start of each piece of node `id`'s vector, which spans
+ * pages, where those pages can stay pinned until it is read (distance_to,
+ * after the rest of the batch is pinned and prefetched). */
+void
+CagraPageAccessor::prefetch_spanning(uint32_t id) const
+{
+	uint32		offset = 0;
+
+	while (offset < vbytes_)
+	{
+		BlockNumber blkno;
+		uint32		poff;
+		bool		transient;
+
+		cagra_locate(&meta_, id, voff_ + offset, &blkno, &poff);
+		if (blkno >= pins_.size() || (pins_[blkno] == InvalidBuffer && pinned_.size() >= max_pins_))
+			return;
+
+		uint32		chunk = Min(vbytes_ - offset, BLCKSZ - poff);
+		const char *page = (const char *) BufferGetPage(pin_page(blkno, &transient));
+
+		for (uint32 b = 0; b < Min(chunk, (uint32) 1024); b += 64)
+			__builtin_prefetch(page + poff + b);
+		offset += chunk;
+	}
+}
+
 /*
- * A scan's distances in two passes: pin every page and prefetch the vectors
- * (and headers) first, then lock, compute and unlock one page at a time, so
- * the memory latency of the records overlaps instead of adding up.  With
- * one page a group (the common case: small vectors), a node's header and
- * vector are on its page; otherwise a vector within one page is computed
- * there, and one that spans pages is copied out.
+ * A scan's distances in three passes: prefetch the buffer headers, then pin
+ * every page and prefetch the vectors (and headers), then lock, compute and
+ * unlock one page at a time, so the memory latency of the records overlaps
+ * instead of adding up.  With one page a group (the common case: small
+ * vectors), a node's header and vector are on its page; otherwise a vector
+ * within one page is computed there, and one that spans pages is copied out.
  */
 void
 CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids, uint32_t count,
@@ -413,28 +476,31 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 	{
 		Pending    &p = pending_[i];
 
-		if (cached_distance(query, ids[i], &out[i]))
-		{
-			p.buf = InvalidBuffer;
-			p.slow = false;
-		}
-		else
-			prefetch_node(ids[i], &p);
+		p.buf = InvalidBuffer;
+		p.known = remembered_distance(query, ids[i], &out[i]) || cached_distance(query, ids[i], &out[i]);
+		if (p.known)
+			continue;
+		locate_node(ids[i], &p);
+		prefetch_buffer_header(p.blkno);
+		if (p.slow)
+			prefetch_buffer_header(p.blkno + 1);
 	}
+	for (uint32_t i = 0; i < count; i++)
+		if (!pending_[i].known)
+			prefetch_node(ids[i], &pending_[i]);
 	for (uint32_t i = 0; i < count; i++)
 	{
 		const Pending &p = pending_[i];
 		NodeInfo	info;
 
-		if (p.buf == InvalidBuffer)
+		if (p.known)
+			continue;
+		if (p.slow)
 		{
-			if (p.slow)
-			{
-				out[i] = distance_to(query, ids[i], &info);
-				if (record_)
-					seen_[ids[i]] = info;
-			}
-			continue;			/* else from the entry-vector cache */
+			out[i] = distance_to(query, ids[i], &info);
+			if (record_)
+				record_node(ids[i], info, false, query, out[i]);
+			continue;
 		}
 		LockBuffer(p.buf, BUFFER_LOCK_SHARE);
 
@@ -454,7 +520,7 @@ CagraPageAccessor::prefetched_distances(const float *query, const uint32_t *ids,
 		if (p.transient)
 			ReleaseBuffer(p.buf);
 		if (record_)
-			seen_[ids[i]] = info;
+			record_node(ids[i], info, false, query, out[i]);
 	}
 }
 
@@ -470,11 +536,11 @@ CagraPageAccessor::distances(const float *query, const uint32_t *ids, uint32_t c
 	{
 		NodeInfo	info;
 
-		if (cached_distance(query, ids[i], &out[i]))
+		if (remembered_distance(query, ids[i], &out[i]) || cached_distance(query, ids[i], &out[i]))
 			continue;
 		out[i] = distance_to(query, ids[i], &info);
 		if (record_)
-			seen_[ids[i]] = info;
+			record_node(ids[i], info, false, query, out[i]);
 	}
 }
 
@@ -485,14 +551,73 @@ CagraPageAccessor::vector(uint32_t id, float *scratch) const
 	return scratch;
 }
 
+CagraPageAccessor::Seen *
+CagraPageAccessor::seen_slot(uint32_t id) const
+{
+	const uint32_t mask = (uint32_t) seen_.size() - 1;
+	/* Fibonacci hashing: the product's high bits, the table's size a power of two */
+	uint32_t	h = (uint32_t) (((uint64_t) (id * 0x9E3779B1u) * seen_.size()) >> 32);
+
+	while (seen_[h].id != cagra::kInvalidNode && seen_[h].id != id)
+		h = (h + 1) & mask;
+	return &seen_[h];
+}
+
+void
+CagraPageAccessor::record_node(uint32_t id, const NodeInfo &info, bool keep_recorded, const float *query,
+							   float d) const
+{
+	if (2 * (seen_count_ + 1) > seen_.size())
+	{
+		std::vector<Seen> old(2 * seen_.size(), Seen{cagra::kInvalidNode, false, 0, {}});
+
+		old.swap(seen_);
+		for (const Seen &e : old)
+			if (e.id != cagra::kInvalidNode)
+				*seen_slot(e.id) = e;
+	}
+
+	Seen	   *e = seen_slot(id);
+
+	if (e->id == cagra::kInvalidNode)
+	{
+		*e = Seen{id, false, 0, info};
+		seen_count_++;
+	}
+	else if (!keep_recorded)
+		e->info = info;
+	if (query == remembered_)
+	{
+		e->measured = true;
+		e->distance = d;
+	}
+}
+
+bool
+CagraPageAccessor::remembered_distance(const float *query, uint32_t id, float *out) const
+{
+	if (query != remembered_ || !record_)
+		return false;
+
+	const Seen *e = seen_slot(id);
+
+	if (e->id != id || !e->measured)
+		return false;
+	*out = e->distance;
+	return true;
+}
+
 bool
 CagraPageAccessor::node_info(uint32_t id, NodeInfo *out) const
 {
-	auto		it = seen_.find(id);
-
-	if (it == seen_.end())
+	if (!record_)
 		return false;
-	if (it->second.flags & CAGRA_NODE_UNCHECKED)
+
+	Seen	   *e = seen_slot(id);
+
+	if (e->id != id)
+		return false;
+	if (e->info.flags & CAGRA_NODE_UNCHECKED)
 	{
 		BlockNumber blkno;
 		uint32		poff;
@@ -501,11 +626,11 @@ CagraPageAccessor::node_info(uint32_t id, NodeInfo *out) const
 		Buffer		buf = lock_page(blkno);
 		const CagraNodeHeader *hdr = (const CagraNodeHeader *) ((char *) BufferGetPage(buf) + poff);
 
-		it->second.heap_tid = hdr->heap_tid;
-		it->second.flags = hdr->flags;
+		e->info.heap_tid = hdr->heap_tid;
+		e->info.flags = hdr->flags;
 		unlock_page(buf);
 	}
-	*out = it->second;
+	*out = e->info;
 	return true;
 }
 

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "am/cagra_am.h"
@@ -57,6 +56,13 @@ public:
 	 * May read the node's header page (nodes measured from cached vectors). */
 	bool node_info(uint32_t id, NodeInfo *out) const;
 
+	/* Distances to `query` are kept (record_nodes only): a later
+	 * distances() with this same pointer takes them from there, as the
+	 * same computation would give them again (an insert's reverse edges
+	 * measure again many nodes its search measured).  The caller keeps
+	 * `query` unchanged while the accessor lives. */
+	void		remember_distances(const float *query) { remembered_ = query; }
+
 	/* Unpin the pages kept by keep_pins. */
 	void release_pins();
 
@@ -85,8 +91,30 @@ private:
 	bool		single_page_;		/* a group is one page: a node's header and vector share it */
 	bool		record_;
 	mutable std::vector<float> vecbuf_;
-	mutable std::vector<char> storedbuf_;	/* a vector as stored, spanning pages */
-	mutable std::unordered_map<uint32_t, NodeInfo> seen_;
+	mutable std::vector<char> storedbuf_;	/* a float16 vector as stored, spanning pages */
+
+	/* The nodes recorded (record_nodes), by id: open addressing in a table
+	 * at most half full, looked up for every node measured (a search sees a
+	 * few thousand). */
+	struct Seen
+	{
+		uint32_t	id;				/* kInvalidNode: an empty slot */
+		bool		measured;		/* distance is to remembered_ */
+		float		distance;
+		NodeInfo	info;
+	};
+	mutable std::vector<Seen> seen_;
+	mutable uint32_t seen_count_ = 0;
+	const float *remembered_ = nullptr;
+	/* The entry of `id`, or the empty slot where it goes. */
+	Seen	   *seen_slot(uint32_t id) const;
+	/* `id` recorded with `info`, replacing what was recorded unless
+	 * keep_recorded, and with distance `d` when measured from `query` (the
+	 * remembered query's). */
+	void		record_node(uint32_t id, const NodeInfo &info, bool keep_recorded, const float *query,
+							float d) const;
+	/* The distance from the remembered `query` recorded for `id`. */
+	bool		remembered_distance(const float *query, uint32_t id, float *out) const;
 	bool		keep_pins_;
 	BlockNumber nblocks_;						/* blocks that hold nodes 0..n-1 */
 	uint32_t	max_pins_;
@@ -94,15 +122,20 @@ private:
 	mutable std::vector<BlockNumber> pinned_;	/* blocks with a pin, to release */
 	struct Pending
 	{
-		Buffer		buf;			/* InvalidBuffer: cached, or slow */
+		Buffer		buf;			/* InvalidBuffer: known, or slow */
+		BlockNumber blkno;			/* of the vector (its first page when slow) */
 		uint32_t	offset;			/* of the vector in the page */
 		uint32_t	header;			/* of the header in the page; 0: on another page */
 		bool		transient;
 		bool		slow;			/* the vector spans pages */
+		bool		known;			/* the distance is remembered or cached */
 	};
 	mutable std::vector<Pending> pending_;		/* prefetched_distances' batch */
-	/* Pin and prefetch one node of that batch. */
+	/* Where one node of that batch lies; pin and prefetch it. */
+	void locate_node(uint32_t id, Pending *p) const;
 	void prefetch_node(uint32_t id, Pending *p) const;
+	void prefetch_spanning(uint32_t id) const;
+	void prefetch_buffer_header(BlockNumber blkno) const;
 	std::shared_ptr<const CagraEntryVectors> entry_vectors_;	/* with keep_pins */
 };
 

@@ -111,6 +111,10 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 			 * vectors, where the entry index (grouped by the index's own
 			 * metric) does not apply: it starts from every entry */
 			p = cagra_with_graph_accessor(acc, meta, vec, [&](const auto &graph, const float *query) {
+				/* the reverse edges measure again from the new node many of
+				 * the nodes the search measured (this is the pointer the
+				 * graph passes the page accessor) */
+				acc.remember_distances(query);
 				if (!cagra::graph_is_augmented((cagra::Metric) meta->metric) && acc.entry_index())
 					return plan_in(graph, query, *acc.entry_index());
 				return plan_in(graph, query, entries);
