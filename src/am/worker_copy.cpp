@@ -286,85 +286,117 @@ cagra_search_begin_through_worker(Relation index, const CagraMetaData *meta, con
 /* ---- nodes the copy lacks ---- */
 
 /*
- * The appended nodes this backend read for its last merge, kept for the
- * next: a backend that inserts or searches again reads only the nodes
- * appended since.  A counted node's header and vector change only when a
- * vacuum deletes it (and an insert takes its slot after that), and a
- * vacuum adds one to the meta page's generation without counting a node,
- * while each insert adds one and counts one: generation - n - reused (the
- * epoch) stays the same exactly while only inserts came between.
+ * The nodes this backend read for its last merge, kept for the next: a
+ * backend that inserts or searches again reads only the nodes inserted
+ * since.  A counted node's header and vector change only when a vacuum
+ * deletes it (and an insert takes its slot after that), and a vacuum adds
+ * one to the meta page's generation without counting a node, while each
+ * insert adds one and counts one: generation - n - reused (the epoch)
+ * stays the same exactly while only inserts came between.  Within an
+ * epoch the i-th appended node and the slot the i-th insert into a freed
+ * slot took (reuse_log) hold what they held when they were counted.
  */
+typedef struct CagraTailRun
+{
+	uint64		first;			/* positions first .. first + count - 1 */
+	uint32		count;
+	uint32		capacity;
+	uint32	   *ids;
+	uint64	   *tids;			/* packed heap TIDs; 0: not live */
+	char	   *vecs;
+} CagraTailRun;
+
 typedef struct CagraTailCache
 {
 	Oid			index;
 	Oid			relfilenode;
 	uint64		epoch;
 	uint32		vector_bytes;
-	uint32		first;			/* nodes first .. first + count - 1 */
-	uint32		count;
-	uint32		capacity;
-	uint64	   *tids;			/* packed heap TIDs; 0: not live */
-	char	   *vecs;
+	CagraTailRun appended;		/* position: the node id */
+	CagraTailRun reused;		/* position: inserts into freed slots so far */
 } CagraTailCache;
 
 static CagraTailCache tail_cache;
 
-/* Make tail_cache hold nodes [from, meta->n) of `index`. */
+/* Make `run` hold positions [from, to), node id_of(position) each. */
+template <class IdOf>
 static void
-cagra_tail_cache_cover(Relation index, const CagraMetaData *meta, uint32 from)
+cagra_tail_run_cover(Relation index, const CagraMetaData *meta, CagraTailRun *run, uint64 from, uint64 to,
+					 IdOf id_of)
+{
+	uint32		vbytes = tail_cache.vector_bytes;
+	uint32		voff = cagra_vector_offset(meta->graph_degree);
+
+	if (from < run->first || from > run->first + run->count)
+	{
+		run->first = from;
+		run->count = 0;
+	}
+	else if (from > run->first)
+	{
+		/* a newer copy holds the first ones */
+		uint32		drop = (uint32) (from - run->first);
+
+		run->count -= drop;
+		memmove(run->ids, run->ids + drop, (Size) run->count * sizeof(uint32));
+		memmove(run->tids, run->tids + drop, (Size) run->count * sizeof(uint64));
+		memmove(run->vecs, run->vecs + (Size) drop * vbytes, (Size) run->count * vbytes);
+		run->first = from;
+	}
+	if (to - run->first > run->capacity)
+	{
+		uint32		capacity = (uint32) Max(to - run->first, 2 * (uint64) run->capacity);
+
+		if (run->tids == NULL)
+		{
+			run->ids = (uint32 *) MemoryContextAllocHuge(TopMemoryContext, (Size) capacity * sizeof(uint32));
+			run->tids = (uint64 *) MemoryContextAllocHuge(TopMemoryContext, (Size) capacity * sizeof(uint64));
+			run->vecs = (char *) MemoryContextAllocHuge(TopMemoryContext, (Size) capacity * vbytes);
+		}
+		else
+		{
+			run->ids = (uint32 *) repalloc_huge(run->ids, (Size) capacity * sizeof(uint32));
+			run->tids = (uint64 *) repalloc_huge(run->tids, (Size) capacity * sizeof(uint64));
+			run->vecs = (char *) repalloc_huge(run->vecs, (Size) capacity * vbytes);
+		}
+		run->capacity = capacity;
+	}
+	while (run->first + run->count < to)
+	{
+		uint32		id = id_of(run->first + run->count);
+		CagraNodeHeader hdr;
+
+		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+		run->ids[run->count] = id;
+		run->tids[run->count] = cagra_node_is_live(hdr.flags) ? cagra_pack_tid(&hdr.heap_tid) : 0;
+		if (run->tids[run->count] != 0)
+			cagra_read_record_bytes(index, meta, id, voff, vbytes, run->vecs + (Size) run->count * vbytes);
+		run->count++;
+	}
+}
+
+/* Make tail_cache hold the nodes appended from `from` on and the slots of
+ * the inserts into freed slots from the `reused_from`-th on. */
+static void
+cagra_tail_cache_cover(Relation index, const CagraMetaData *meta, uint32 from, uint64 reused_from)
 {
 	CagraTailCache *c = &tail_cache;
 	uint32		vbytes = cagra_format_of(meta).vector_bytes();
 	uint64		epoch = meta->generation - meta->n - meta->reused;
-	uint32		voff = cagra_vector_offset(meta->graph_degree);
 
 	if (c->index != RelationGetRelid(index) || c->relfilenode != CAGRA_REL_FILE_NUMBER(index) ||
-		c->epoch != epoch || c->vector_bytes != vbytes || from < c->first || from > c->first + c->count)
+		c->epoch != epoch || c->vector_bytes != vbytes)
 	{
 		c->index = RelationGetRelid(index);
 		c->relfilenode = CAGRA_REL_FILE_NUMBER(index);
 		c->epoch = epoch;
 		c->vector_bytes = vbytes;
-		c->first = from;
-		c->count = 0;
+		c->appended.count = 0;
+		c->reused.count = 0;
 	}
-	else if (from > c->first)
-	{
-		/* a newer copy holds the first ones */
-		uint32		drop = from - c->first;
-
-		c->count -= drop;
-		memmove(c->tids, c->tids + drop, (Size) c->count * sizeof(uint64));
-		memmove(c->vecs, c->vecs + (Size) drop * vbytes, (Size) c->count * vbytes);
-		c->first = from;
-	}
-	if (meta->n - c->first > c->capacity)
-	{
-		uint32		capacity = Max(meta->n - c->first, 2 * c->capacity);
-
-		if (c->tids == NULL)
-		{
-			c->tids = (uint64 *) MemoryContextAllocHuge(TopMemoryContext, (Size) capacity * sizeof(uint64));
-			c->vecs = (char *) MemoryContextAllocHuge(TopMemoryContext, (Size) capacity * vbytes);
-		}
-		else
-		{
-			c->tids = (uint64 *) repalloc_huge(c->tids, (Size) capacity * sizeof(uint64));
-			c->vecs = (char *) repalloc_huge(c->vecs, (Size) capacity * vbytes);
-		}
-		c->capacity = capacity;
-	}
-	while (c->first + c->count < meta->n)
-	{
-		uint32		id = c->first + c->count;
-		CagraNodeHeader hdr;
-
-		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
-		c->tids[c->count] = cagra_node_is_live(hdr.flags) ? cagra_pack_tid(&hdr.heap_tid) : 0;
-		if (c->tids[c->count] != 0)
-			cagra_read_record_bytes(index, meta, id, voff, vbytes, c->vecs + (Size) c->count * vbytes);
-		c->count++;
-	}
+	cagra_tail_run_cover(index, meta, &c->appended, from, meta->n, [](uint64 pos) { return (uint32) pos; });
+	cagra_tail_run_cover(index, meta, &c->reused, reused_from, meta->reused,
+						 [meta](uint64 pos) { return meta->reuse_log[pos % CAGRA_REUSE_LOG]; });
 }
 
 /* Nodes `ids` at distances `d` merged into a query's `kk` results (`row`,
@@ -411,39 +443,25 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 	uint32		vbytes = format.vector_bytes();
 	uint32	   *tail_ids = (uint32 *) palloc(sizeof(uint32) * Max(span, (uint32) 1));
 	const char **tail_vecs = (const char **) palloc(sizeof(char *) * Max(span, (uint32) 1));
-	char	   *reused_vecs = (char *) palloc((Size) Max(nreused, (uint32) 1) * vbytes);
 	float	   *d = (float *) palloc(sizeof(float) * Max(span, (uint32) 1));
-	uint32		voff = cagra_vector_offset(meta->graph_degree);
 	uint32		ntail = 0;
 	CagraStatus st;
 
 	/* the appended nodes, then the reused slots (all below `from`) */
-	cagra_tail_cache_cover(index, meta, from);
-	for (uint32 i = 0; i < meta->n - from; i++)
-	{
-		uint64		tid = tail_cache.tids[i];
+	cagra_tail_cache_cover(index, meta, from, meta->reused - nreused);
+	for (const CagraTailRun *run : {&tail_cache.appended, &tail_cache.reused})
+		for (uint32 i = 0; i < run->count; i++)
+		{
+			uint64		tid = run->tids[i];
+			bool		reused = run == &tail_cache.reused;
 
-		if (tid == 0 || (allowed && !cagra_allowed_tid(allowed, tid)))
-			continue;
-		tail_vecs[ntail] = tail_cache.vecs + (Size) i * vbytes;
-		tail_ids[ntail++] = from + i;
-	}
-	for (uint32 r = 0; r < nreused; r++)
-	{
-		uint32		id = meta->reuse_log[(reused_from + r) % CAGRA_REUSE_LOG];
-		CagraNodeHeader hdr;
-		char	   *vec = reused_vecs + (Size) r * vbytes;
-
-		if (id >= from)
-			continue;
-
-		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
-		if (!cagra_node_is_live(hdr.flags) || (allowed && !cagra_allowed_tid(allowed, cagra_pack_tid(&hdr.heap_tid))))
-			continue;
-		cagra_read_record_bytes(index, meta, id, voff, vbytes, vec);
-		tail_vecs[ntail] = vec;
-		tail_ids[ntail++] = id;
-	}
+			/* (a run may hold nodes counted after this meta page was read) */
+			if (tid == 0 || run->first + i >= (reused ? meta->reused : meta->n) || (reused && run->ids[i] >= from) ||
+				(allowed && !cagra_allowed_tid(allowed, tid)))
+				continue;
+			tail_vecs[ntail] = run->vecs + (Size) i * vbytes;
+			tail_ids[ntail++] = run->ids[i];
+		}
 	for (int q = 0; q < nq && ntail > 0; q++)
 	{
 		uint32	   *row = ids + (Size) q * kk;
@@ -462,6 +480,5 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 	}
 	pfree(tail_ids);
 	pfree(tail_vecs);
-	pfree(reused_vecs);
 	pfree(d);
 }

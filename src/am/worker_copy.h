@@ -31,7 +31,7 @@ float	   *cagra_search_begin_through_worker(Relation index, const CagraMetaData 
  * What the worker's copy lacks (cagra_copy_is_partial): nodes [copy->n,
  * meta->n), appended after it was made, and the slots of inserts
  * copy->reused + 1 .. meta->reused (reuse_log).  Read their vectors once
- * (the appended ones kept by the backend for its next merge), then merge
+ * (kept by the backend for its next merge), then merge
  * the exact nearest of the live ones (of the rows `allowed` names, unless
  * it is NULL) into every present query's sorted row of kk (present NULL:
  * all), never twice the same id.
