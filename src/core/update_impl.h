@@ -179,7 +179,10 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
      * farthest edge instead let a chain of inserts carry a node's only
      * nearby way in off, one hand-off at a time).  The closest neighbour
      * always takes the new node, so it is reachable: where it has no such
-     * edge, in place of one the new row also holds, else of its farthest. */
+     * edge, in place of the one whose target the new node is closest to
+     * relative to b, w handed off as well.  Taking an edge only because the
+     * new row also held its target moved w's one nearby way in to a new
+     * node far from w, where no search for w's vector looks. */
     const MetricKernel dist = metric_kernel(g.metric());
     const uint32_t dim = g.dim();
     std::vector<uint32_t> row_scratch(degree);
@@ -229,12 +232,11 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
                     (slot == kInvalidNode || from_b[s] > from_b[slot]))
                     slot = s;
             if (slot == kInvalidNode && j == 0) {
-                for (uint32_t s = 0; s < degree; s++)
-                    if (std::find(plan.row.begin(), plan.row.end(), row[s]) != plan.row.end() &&
-                        (slot == kInvalidNode || from_b[s] > from_b[slot]))
+                /* the smallest d(new, w) / d(b, w) */
+                slot = 0;
+                for (uint32_t s = 1; s < degree; s++)
+                    if (from_new[s] * from_b[slot] < from_new[slot] * from_b[s])
                         slot = s;
-                if (slot == kInvalidNode)
-                    slot = (uint32_t)(std::max_element(from_b.begin(), from_b.end()) - from_b.begin());
             }
         }
         /* the first hand-off always finds a place: nothing is kept yet */
