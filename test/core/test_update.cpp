@@ -380,6 +380,40 @@ TEST(Update, ReconnectLinksNodeWhoseOnlyWayInWasRemoved)
     EXPECT_TRUE(plan_reconnect(InMemoryGraph(g, data, Metric::L2), removed, p, entries).empty());
 }
 
+/* A removed node that was the only nearby way into a live target: the
+ * repair gives the row that pointed at it its own closest candidate, the
+ * target stays reachable only from a far node, which the reconnect accepts;
+ * the nearby ways in give it an edge from a node of its own row.
+ *
+ *   0 (entry) -> 1, 5      1 -> 0, 2      2 (removed) -> 3, 4
+ *   3 -> 4, 1              4 -> 1, 0      5 (far) -> 3, 0
+ */
+TEST(Update, NearWaysInGiveARemovedNodesTargetOneBack)
+{
+    const std::vector<float> vecs{0, 0, 1, 0, 2, 0, 3, 0, 1.5f, 0.5f, 10, 0};
+    Graph g;
+    g.degree = 2;
+    g.edges = {1, 5, 0, 2, 3, 4, 4, 1, 1, 0, 3, 0};
+    const DatasetView data{vecs.data(), 6, 2};
+    const std::vector<uint32_t> entries{0};
+    auto removed = [](uint32_t id) { return id == 2; };
+    SearchParams p;
+
+    auto rewrites = plan_repair(InMemoryGraph(g, data, Metric::L2), removed, p, entries);
+    ASSERT_EQ(rewrites.size(), 1u);
+    EXPECT_EQ(rewrites[0].row, (std::vector<uint32_t>{0, 4})); /* 4 is closer to 1 than 3 is */
+    apply_repair(g, rewrites);
+    EXPECT_TRUE(plan_reconnect(InMemoryGraph(g, data, Metric::L2), removed, p, entries).empty())
+        << "node 3 is reachable, through the far node 5";
+
+    auto links = plan_near_ways_in(InMemoryGraph(g, data, Metric::L2), removed);
+    ASSERT_EQ(links.size(), 1u);
+    EXPECT_EQ(links[0].node, 4u); /* the first live node of 3's row */
+    EXPECT_EQ(links[0].row, (std::vector<uint32_t>{1, 3})); /* in place of 0, which keeps other ways in */
+    apply_repair(g, links);
+    EXPECT_TRUE(plan_near_ways_in(InMemoryGraph(g, data, Metric::L2), removed).empty());
+}
+
 TEST(Update, PlanInsertRejectsBadParameters)
 {
     auto data = clustered(100, kDim, 28);
@@ -578,16 +612,21 @@ TEST(Update, InsertsKeepANearWayIntoEveryNode)
     EXPECT_EQ(not_found_first(idx, data), 0u) << "rows a search for their own vector does not find";
 }
 
-/* The same stream with deletes and repairs.  Where the closest neighbour
- * of a new node has no edge the new node detours, its reverse edge still
- * replaces one; replacing an edge only because the new row also held its
- * target moved a node's one nearby way in (there, after its other ways in
- * went with deleted rows) to a new node far from it. */
+/* The same stream with deletes and repairs, two data sets, in each of which
+ * a node ended up entered only from far away in one of two ways: the
+ * closest neighbour of a new node, which has no edge the new node detours,
+ * gave it the edge into a node far from the new one only because the new
+ * row also held that node (seed 7); a deleted node was the only nearby way
+ * into one of its targets, and the rows that pointed at the deleted node
+ * took other candidates (seed 40). */
 TEST(Update, DeletesAndRepairsKeepANearWayIntoEveryNode)
 {
-    std::vector<float> data;
-    MutableIndex idx = grow_random_index(data, 7, true);
-    EXPECT_EQ(entered_only_from_far(idx, 64), 0u)
-        << "live nodes whose every in-edge comes from beyond their 64 nearest";
-    EXPECT_EQ(not_found_first(idx, data), 0u) << "live rows a search for their own vector does not find";
+    for (uint64_t seed : {7u, 40u}) {
+        std::vector<float> data;
+        MutableIndex idx = grow_random_index(data, seed, true);
+        EXPECT_EQ(entered_only_from_far(idx, 64), 0u)
+            << "seed " << seed << ": live nodes whose every in-edge comes from beyond their 64 nearest";
+        EXPECT_EQ(not_found_first(idx, data), 0u)
+            << "seed " << seed << ": live rows a search for their own vector does not find";
+    }
 }
