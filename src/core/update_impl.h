@@ -106,8 +106,7 @@ class RowLinks {
 public:
     RowLinks(const Accessor &g, const Removed &removed)
         : g_(g), removed_(removed), n_(g.size()), degree_(g.degree()), scratch_(degree_), once_(n_), twice_(n_)
-    {
-    }
+    {}
 
     bool follows(uint32_t w) const { return w != kInvalidNode && w < n_ && !removed_(w); }
 

@@ -408,7 +408,7 @@ TEST(Update, NearWaysInGiveARemovedNodesTargetOneBack)
 
     auto links = plan_near_ways_in(InMemoryGraph(g, data, Metric::L2), removed);
     ASSERT_EQ(links.size(), 1u);
-    EXPECT_EQ(links[0].node, 4u); /* the first live node of 3's row */
+    EXPECT_EQ(links[0].node, 4u);                           /* the first live node of 3's row */
     EXPECT_EQ(links[0].row, (std::vector<uint32_t>{1, 3})); /* in place of 0, which keeps other ways in */
     apply_repair(g, links);
     EXPECT_TRUE(plan_near_ways_in(InMemoryGraph(g, data, Metric::L2), removed).empty());
@@ -559,7 +559,6 @@ TEST(Update, PlanInsertFromEntryIndex)
     }
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
 }
-
 
 /* The reconnect walk reads each reached row once, in id order (page order
  * for the access method) but for the few sweeps that go back for nodes
