@@ -6,7 +6,9 @@
  * live node whose heap TID the callback reports dead as deleted, each
  * page's marks and the meta page's live count in one WAL record; (2) if the
  * index has deleted nodes, rewrite the rows that point at them (core
- * plan_repair, a range of rows at a time within maintenance_work_mem); (3) bump
+ * plan_repair, a range of rows at a time within maintenance_work_mem), and
+ * link the live nodes that lost their nearby or only ways in (core
+ * plan_near_ways_in, plan_reconnect); (3) bump
  * the generation in the meta page, before returning, so that no cached copy
  * can hand out a TID the heap is about to release, and point inserts back
  * at the first deleted slot for inserts to reuse (insert.cpp).
@@ -150,8 +152,8 @@ cagra_apply_repair(Relation index, const CagraMetaData *meta, const cagra::RowRe
 
 /*
  * Phase 2, the C++ part: the row rewrites that plan(graph, is_removed,
- * params, entries) makes over the index's pages (core plan_repair or
- * plan_reconnect), in a C++ object the caller owns.
+ * params, entries) makes over the index's pages (core plan_repair,
+ * plan_near_ways_in or plan_reconnect), in a C++ object the caller owns.
  */
 template <class Plan>
 static std::vector<cagra::RowRewrite> *
@@ -220,17 +222,26 @@ cagra_repair(Relation index, const CagraMetaData *meta, const bool *removed)
 	cagra_vacuum_stop_point(index, CAGRA_VACUUM_STOP_RECONNECT);
 
 	/*
-	 * A live node whose only ways in came from removed nodes may have none
-	 * left: the rows that led to those nodes took closer live ones.
+	 * A live node whose only nearby way in was a removed node's row is left
+	 * entered from far away (or not at all): the rows that led to the
+	 * removed node took their own closest live nodes.  First a nearby way in
+	 * back to each live target of a removed node that lacks one, then links
+	 * to the nodes still unreachable.
 	 */
 	TimestampTz start = GetCurrentTimestamp();
+	size_t		near = cagra_rewrite_rows(index, meta, removed,
+										  [](const auto &graph, const auto &is_removed, const cagra::SearchParams &,
+											 const std::vector<uint32_t> &) {
+											  return cagra::plan_near_ways_in(graph, is_removed);
+										  });
 	size_t		links = cagra_rewrite_rows(index, meta, removed,
 										   [](const auto &graph, const auto &is_removed,
 											  const cagra::SearchParams &params, const std::vector<uint32_t> &entries) {
 											   return cagra::plan_reconnect(graph, is_removed, params, entries);
 										   });
 
-	elog(DEBUG1, "cagra vacuum of \"%s\": reconnect %zu links, %.2f s", RelationGetRelationName(index), links,
+	elog(DEBUG1, "cagra vacuum of \"%s\": %zu nearby ways in, reconnect %zu links, %.2f s",
+		 RelationGetRelationName(index), near, links,
 		 TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()) / 1000.0);
 }
 

@@ -91,6 +91,21 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
                                     const std::vector<uint32_t> &entry_nodes = {}, uint32_t first = 0,
                                     uint32_t last = kInvalidNode);
 
+/* Plan the links that give the live targets of removed nodes a nearby way
+ * in again, once plan_repair's rewrites are on the graph: a removed node
+ * may have been the only node near a target that led to it, and the repair
+ * gives the rows that pointed at the removed node their own closest
+ * candidates, not its targets, so such a target keeps only ways in from
+ * far away, which no search for its own vector takes.  Each live target of
+ * a removed node that none of the live nodes of its own row leads back to
+ * gets an edge from the first of them with room (padding, or an edge whose
+ * target keeps another way in), the whole rows changed returned.  It reads
+ * the rows of the removed nodes, of their targets and of the targets'
+ * neighbours, and every live row once when it links (the count of ways
+ * in, two bits a node). */
+template <class Accessor, class Removed>
+std::vector<RowRewrite> plan_near_ways_in(const Accessor &g, Removed &&removed);
+
 /* Plan the links that make every live node reachable again from the live
  * entry nodes along live rows, once plan_repair's rewrites are on the
  * graph: a repaired row takes only the closest of a removed node's live

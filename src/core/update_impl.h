@@ -1,10 +1,11 @@
 /*
- * update_impl.h — the template code of plan_insert and plan_repair
- * (included by update.h).
+ * update_impl.h — the template code of plan_insert, plan_repair,
+ * plan_near_ways_in and plan_reconnect (included by update.h).
  */
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -94,6 +95,98 @@ std::vector<Neighbor> exhaustive_candidates(const Accessor &g, const float *vec,
     return out;
 }
 
+/*
+ * The edges a plan links into live rows: the rows it changed, read in place
+ * of the graph's, and per node whether live rows lead to it at least once
+ * and at least twice (bits, counted over every live row when the first link
+ * needs them; only "at least twice" is asked).
+ */
+template <class Accessor, class Removed>
+class RowLinks {
+public:
+    RowLinks(const Accessor &g, const Removed &removed)
+        : g_(g), removed_(removed), n_(g.size()), degree_(g.degree()), scratch_(degree_), once_(n_), twice_(n_)
+    {}
+
+    bool follows(uint32_t w) const { return w != kInvalidNode && w < n_ && !removed_(w); }
+
+    const uint32_t *row(uint32_t v)
+    {
+        auto it = changed_.find(v);
+        return it != changed_.end() ? it->second.data() : g_.neighbors(v, scratch_.data());
+    }
+
+    /* An edge from -> u into padding, else in place of the last edge whose
+     * target keeps another way in; false: from's row has no such place. */
+    bool link(uint32_t from, uint32_t u)
+    {
+        if (!counted_)
+            count_ways_in();
+        const uint32_t *current = row(from);
+        std::vector<uint32_t> r(current, current + degree_);
+        uint32_t slot = kInvalidNode;
+        for (uint32_t j = 0; j < degree_ && slot == kInvalidNode; j++)
+            if (!follows(r[j]))
+                slot = j;
+        for (uint32_t j = degree_; j-- > 0 && slot == kInvalidNode;)
+            if (twice_.test(r[j]))
+                slot = j;
+        if (slot == kInvalidNode)
+            return false;
+        if (follows(r[slot])) { /* "at least twice" becomes once: a lower bound stays one */
+            if (twice_.test(r[slot]))
+                twice_.reset(r[slot]);
+            else
+                once_.reset(r[slot]);
+        }
+        r[slot] = u;
+        count(u);
+        changed_[from] = std::move(r);
+        return true;
+    }
+
+    /* The whole rows changed, in node order. */
+    std::vector<RowRewrite> rewrites()
+    {
+        std::vector<RowRewrite> out;
+        out.reserve(changed_.size());
+        for (auto &kv : changed_)
+            out.push_back({kv.first, std::move(kv.second)});
+        std::sort(out.begin(), out.end(), [](const RowRewrite &a, const RowRewrite &b) { return a.node < b.node; });
+        return out;
+    }
+
+private:
+    void count(uint32_t w)
+    {
+        if (once_.test(w))
+            twice_.set(w);
+        else
+            once_.set(w);
+    }
+
+    void count_ways_in()
+    {
+        for (uint32_t v = 0; v < n_; v++) {
+            if (removed_(v))
+                continue;
+            const uint32_t *r = row(v);
+            for (uint32_t j = 0; j < degree_; j++)
+                if (follows(r[j]))
+                    count(r[j]);
+        }
+        counted_ = true;
+    }
+
+    const Accessor &g_;
+    const Removed &removed_;
+    const uint32_t n_, degree_;
+    std::unordered_map<uint32_t, std::vector<uint32_t>> changed_;
+    std::vector<uint32_t> scratch_;
+    NodeBits once_, twice_;
+    bool counted_ = false;
+};
+
 } // namespace detail
 
 inline SearchParams candidate_search_params(const SearchParams &params, uint32_t want)
@@ -179,7 +272,10 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
      * farthest edge instead let a chain of inserts carry a node's only
      * nearby way in off, one hand-off at a time).  The closest neighbour
      * always takes the new node, so it is reachable: where it has no such
-     * edge, in place of one the new row also holds, else of its farthest. */
+     * edge, in place of the one whose target the new node is closest to
+     * relative to b, w handed off as well.  Taking an edge only because the
+     * new row also held its target moved w's one nearby way in to a new
+     * node far from w, where no search for w's vector looks. */
     const MetricKernel dist = metric_kernel(g.metric());
     const uint32_t dim = g.dim();
     std::vector<uint32_t> row_scratch(degree);
@@ -229,12 +325,11 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
                     (slot == kInvalidNode || from_b[s] > from_b[slot]))
                     slot = s;
             if (slot == kInvalidNode && j == 0) {
-                for (uint32_t s = 0; s < degree; s++)
-                    if (std::find(plan.row.begin(), plan.row.end(), row[s]) != plan.row.end() &&
-                        (slot == kInvalidNode || from_b[s] > from_b[slot]))
+                /* the smallest d(new, w) / d(b, w) */
+                slot = 0;
+                for (uint32_t s = 1; s < degree; s++)
+                    if (from_new[s] * from_b[slot] < from_new[slot] * from_b[s])
                         slot = s;
-                if (slot == kInvalidNode)
-                    slot = (uint32_t)(std::max_element(from_b.begin(), from_b.end()) - from_b.begin());
             }
         }
         /* the first hand-off always finds a place: nothing is kept yet */
@@ -354,6 +449,39 @@ std::vector<RowRewrite> plan_repair(const Accessor &g, Removed &&removed, const 
 }
 
 template <class Accessor, class Removed>
+std::vector<RowRewrite> plan_near_ways_in(const Accessor &g, Removed &&removed)
+{
+    const uint32_t n = g.size();
+    const uint32_t degree = g.degree();
+    detail::RowLinks<Accessor, std::remove_reference_t<Removed>> links(g, removed);
+    std::vector<uint32_t> removed_row(degree), target_row(degree);
+    for (uint32_t r = 0; r < n; r++) {
+        if (!removed(r))
+            continue;
+        const uint32_t *rr = links.row(r);
+        removed_row.assign(rr, rr + degree);
+        for (uint32_t x : removed_row) {
+            if (!links.follows(x))
+                continue;
+            const uint32_t *xr = links.row(x);
+            target_row.assign(xr, xr + degree);
+            /* x's own row holds the nodes near it: one that leads back to x
+             * is a nearby way in */
+            bool entered_near = false;
+            for (uint32_t y : target_row)
+                if (!entered_near && links.follows(y)) {
+                    const uint32_t *yr = links.row(y);
+                    entered_near = std::find(yr, yr + degree, x) != yr + degree;
+                }
+            for (uint32_t y : target_row)
+                if (!entered_near && links.follows(y))
+                    entered_near = links.link(y, x);
+        }
+    }
+    return links.rewrites();
+}
+
+template <class Accessor, class Removed>
 std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, const SearchParams &params,
                                        const std::vector<uint32_t> &entry_nodes)
 {
@@ -367,49 +495,18 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
     if (starts.empty())
         return {};
 
-    /* the rows this plan changed, read in place of the graph's */
-    std::unordered_map<uint32_t, std::vector<uint32_t>> changed;
-    std::vector<uint32_t> scratch(degree);
-    auto row_of = [&](uint32_t v) -> const uint32_t * {
-        auto it = changed.find(v);
-        return it != changed.end() ? it->second.data() : g.neighbors(v, scratch.data());
-    };
-    auto follows = [&](uint32_t w) { return w != kInvalidNode && w < n && !removed(w); };
+    detail::RowLinks<Accessor, std::remove_reference_t<Removed>> links(g, removed);
+    auto follows = [&](uint32_t w) { return links.follows(w); };
+    auto row_of = [&](uint32_t v) { return links.row(v); };
 
     uint32_t live = 0;
     for (uint32_t v = 0; v < n; v++)
         live += removed(v) ? 0 : 1;
 
     /* Per node only bits, so that the memory is a few bits a node: whether
-     * it is reached, whether its row is still to be read, and whether live
-     * rows lead to it at least once and at least twice (counted once a link
-     * is needed; only "at least 2" matters). */
-    detail::NodeBits reached(n), frontier(n), in_once(n), in_twice(n);
-    auto count_in = [&](uint32_t w) {
-        if (in_once.test(w))
-            in_twice.set(w);
-        else
-            in_once.set(w);
-    };
-    auto uncount_in = [&](uint32_t w) { /* "at least twice" becomes once: a lower bound stays one */
-                                        if (in_twice.test(w))
-                                            in_twice.reset(w);
-                                        else
-                                            in_once.reset(w);
-    };
-    bool in_counted = false;
-    auto count_in_degrees = [&] {
-        for (uint32_t v = 0; v < n; v++) {
-            if (removed(v))
-                continue;
-            const uint32_t *row = row_of(v);
-            for (uint32_t j = 0; j < degree; j++)
-                if (follows(row[j]))
-                    count_in(row[j]);
-        }
-        in_counted = true;
-    };
-
+     * it is reached, whether its row is still to be read, and the ways in
+     * of RowLinks. */
+    detail::NodeBits reached(n), frontier(n);
     uint32_t reached_count = 0;
     auto reach = [&](uint32_t v) {
         if (!reached.test(v)) {
@@ -449,8 +546,6 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
         spread();
         if (reached_count == live)
             break;
-        if (!in_counted)
-            count_in_degrees();
         for (uint32_t u = 0; u < n; u++) {
             if (removed(u) || reached.test(u))
                 continue;
@@ -465,26 +560,8 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
             if (found.empty())
                 found = detail::exhaustive_candidates(g, vu, accept, (uint32_t)near.size());
             bool linked = false;
-            for (size_t c = 0; c < found.size() && !linked; c++) {
-                const uint32_t *current = row_of(found[c].id);
-                std::vector<uint32_t> row(current, current + degree);
-                /* padding first, else the last edge whose target keeps another way in */
-                uint32_t slot = kInvalidNode;
-                for (uint32_t j = 0; j < degree && slot == kInvalidNode; j++)
-                    if (!follows(row[j]))
-                        slot = j;
-                for (uint32_t j = degree; j-- > 0 && slot == kInvalidNode;)
-                    if (in_twice.test(row[j]))
-                        slot = j;
-                if (slot == kInvalidNode)
-                    continue;
-                if (follows(row[slot]))
-                    uncount_in(row[slot]);
-                row[slot] = u;
-                count_in(u);
-                changed[found[c].id] = std::move(row);
-                linked = true;
-            }
+            for (size_t c = 0; c < found.size() && !linked; c++)
+                linked = links.link(found[c].id, u);
             if (linked) {
                 reach(u);
                 spread();
@@ -492,12 +569,7 @@ std::vector<RowRewrite> plan_reconnect(const Accessor &g, Removed &&removed, con
         }
     }
 
-    std::vector<RowRewrite> out;
-    out.reserve(changed.size());
-    for (auto &kv : changed)
-        out.push_back({kv.first, std::move(kv.second)});
-    std::sort(out.begin(), out.end(), [](const RowRewrite &a, const RowRewrite &b) { return a.node < b.node; });
-    return out;
+    return links.rewrites();
 }
 
 } // namespace cagra

@@ -60,9 +60,11 @@ size_t MutableIndex::repair(const SearchParams &params)
     auto rewrites = plan_repair(accessor(), is_removed, params, entries_);
     apply_repair(graph_, rewrites);
     /* as vacuum does: the links that the rewrites made necessary */
+    auto near = plan_near_ways_in(accessor(), is_removed);
+    apply_repair(graph_, near);
     auto links = plan_reconnect(accessor(), is_removed, params, entries_);
     apply_repair(graph_, links);
-    return rewrites.size() + links.size();
+    return rewrites.size() + near.size() + links.size();
 }
 
 std::vector<Neighbor> MutableIndex::search(const float *raw_query, uint32_t k, const SearchParams &params) const

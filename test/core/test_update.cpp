@@ -80,9 +80,10 @@ uint32_t unreachable_live(const MutableIndex &idx)
 }
 
 /* The TAP 022 stream in memory: 2,000 random 16-dimension rows built at
- * degree 16, then 9,600 inserted one at a time; with `deletes`, every 48th
- * insert deletes a built row and the graph is repaired (and reconnected)
- * after every 20 deletes, as the stream's VACUUMs do. */
+ * degree 16, then 9,600 inserted one at a time; with `deletes`, every 24th
+ * insert deletes a random built row (about as many as the stream deletes)
+ * and the graph is repaired (and reconnected) after every 20 deletes, as
+ * the stream's VACUUMs do. */
 MutableIndex grow_random_index(std::vector<float> &data, uint64_t seed, bool deletes)
 {
     const uint32_t dim = 16, built = 2000, n = 11600;
@@ -98,10 +99,15 @@ MutableIndex grow_random_index(std::vector<float> &data, uint64_t seed, bool del
     MutableIndex idx(data.data(), built, dim, Metric::L2, bp);
     SearchParams p;
     uint32_t deleted = 0;
+    uint64_t delete_state = seed ^ 0x1234567;
     for (uint32_t i = built; i < n; i++) {
         idx.insert(&data[(size_t)i * dim], p);
-        if (deletes && i % 48 == 0) {
-            idx.remove((i * 7919u) % built);
+        if (deletes && i % 24 == 0) {
+            delete_state = delete_state * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t victim = (uint32_t)((delete_state >> 33) % built);
+            if (idx.removed(victim))
+                continue;
+            idx.remove(victim);
             if (++deleted % 20 == 0)
                 idx.repair(p);
         }
@@ -374,6 +380,40 @@ TEST(Update, ReconnectLinksNodeWhoseOnlyWayInWasRemoved)
     EXPECT_TRUE(plan_reconnect(InMemoryGraph(g, data, Metric::L2), removed, p, entries).empty());
 }
 
+/* A removed node that was the only nearby way into a live target: the
+ * repair gives the row that pointed at it its own closest candidate, the
+ * target stays reachable only from a far node, which the reconnect accepts;
+ * the nearby ways in give it an edge from a node of its own row.
+ *
+ *   0 (entry) -> 1, 5      1 -> 0, 2      2 (removed) -> 3, 4
+ *   3 -> 4, 1              4 -> 1, 0      5 (far) -> 3, 0
+ */
+TEST(Update, NearWaysInGiveARemovedNodesTargetOneBack)
+{
+    const std::vector<float> vecs{0, 0, 1, 0, 2, 0, 3, 0, 1.5f, 0.5f, 10, 0};
+    Graph g;
+    g.degree = 2;
+    g.edges = {1, 5, 0, 2, 3, 4, 4, 1, 1, 0, 3, 0};
+    const DatasetView data{vecs.data(), 6, 2};
+    const std::vector<uint32_t> entries{0};
+    auto removed = [](uint32_t id) { return id == 2; };
+    SearchParams p;
+
+    auto rewrites = plan_repair(InMemoryGraph(g, data, Metric::L2), removed, p, entries);
+    ASSERT_EQ(rewrites.size(), 1u);
+    EXPECT_EQ(rewrites[0].row, (std::vector<uint32_t>{0, 4})); /* 4 is closer to 1 than 3 is */
+    apply_repair(g, rewrites);
+    EXPECT_TRUE(plan_reconnect(InMemoryGraph(g, data, Metric::L2), removed, p, entries).empty())
+        << "node 3 is reachable, through the far node 5";
+
+    auto links = plan_near_ways_in(InMemoryGraph(g, data, Metric::L2), removed);
+    ASSERT_EQ(links.size(), 1u);
+    EXPECT_EQ(links[0].node, 4u);                           /* the first live node of 3's row */
+    EXPECT_EQ(links[0].row, (std::vector<uint32_t>{1, 3})); /* in place of 0, which keeps other ways in */
+    apply_repair(g, links);
+    EXPECT_TRUE(plan_near_ways_in(InMemoryGraph(g, data, Metric::L2), removed).empty());
+}
+
 TEST(Update, PlanInsertRejectsBadParameters)
 {
     auto data = clustered(100, kDim, 28);
@@ -520,7 +560,6 @@ TEST(Update, PlanInsertFromEntryIndex)
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
 }
 
-
 /* The reconnect walk reads each reached row once, in id order (page order
  * for the access method) but for the few sweeps that go back for nodes
  * reached behind themselves, rather than in the walk's own order. */
@@ -572,12 +611,21 @@ TEST(Update, InsertsKeepANearWayIntoEveryNode)
     EXPECT_EQ(not_found_first(idx, data), 0u) << "rows a search for their own vector does not find";
 }
 
-/* The same stream with deletes and repairs. */
+/* The same stream with deletes and repairs, two data sets, in each of which
+ * a node ended up entered only from far away in one of two ways: the
+ * closest neighbour of a new node, which has no edge the new node detours,
+ * gave it the edge into a node far from the new one only because the new
+ * row also held that node (seed 7); a deleted node was the only nearby way
+ * into one of its targets, and the rows that pointed at the deleted node
+ * took other candidates (seed 40). */
 TEST(Update, DeletesAndRepairsKeepANearWayIntoEveryNode)
 {
-    std::vector<float> data;
-    MutableIndex idx = grow_random_index(data, 0x9e3779b97f4a7c15ull, true);
-    EXPECT_EQ(entered_only_from_far(idx, 64), 0u)
-        << "live nodes whose every in-edge comes from beyond their 64 nearest";
-    EXPECT_EQ(not_found_first(idx, data), 0u) << "live rows a search for their own vector does not find";
+    for (uint64_t seed : {7u, 40u}) {
+        std::vector<float> data;
+        MutableIndex idx = grow_random_index(data, seed, true);
+        EXPECT_EQ(entered_only_from_far(idx, 64), 0u)
+            << "seed " << seed << ": live nodes whose every in-edge comes from beyond their 64 nearest";
+        EXPECT_EQ(not_found_first(idx, data), 0u)
+            << "seed " << seed << ": live rows a search for their own vector does not find";
+    }
 }
