@@ -24,9 +24,9 @@ for device in ${DEVICES:-auto cpu gpu}; do
     SET maintenance_work_mem = '16GB'; CREATE INDEX bench_grow_idx ON bench_grow USING cagra (v vector_l2_ops)" || exit 1
   [ "$device" = none ] && psql -q -c "DROP INDEX bench_grow_idx"
   PGOPTIONS="-c cagra.device=${device/none/auto}" pgbench -n -M prepared -f $script -c "$sessions" -j "$sessions" \
-    -T 12 postgres >"$out/pgbench-$device.txt" 2>&1 &
-  sleep 4
-  perf record -a -g -o /tmp/perf-$device.data -- sleep 5 >/dev/null 2>&1
+    -t 2500 postgres >"$out/pgbench-$device.txt" 2>&1 &
+  sleep 2
+  perf record -a -g -o /tmp/perf-$device.data -- sleep 4 >/dev/null 2>&1
   wait
   {
     echo "== cagra.device = $device, $sessions sessions"

@@ -128,21 +128,6 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 	return plan;
 }
 
-/* Whether an insert's neighbour search goes to the worker: with
- * cagra.device = gpu (an error when no worker runs), and with auto when the
- * worker searches on a GPU, whose batches of concurrent inserts' searches
- * leave the backends' cores to the rest of the insert. */
-static bool
-cagra_insert_searches_on_worker(void)
-{
-	int			backend;
-
-	if (cagra_device == CAGRA_SEARCH_GPU)
-		return cagra_client_wants_worker("insert");
-	return cagra_device == CAGRA_SEARCH_AUTO && cagra_client_worker_running(&backend) &&
-		backend == CAGRA_BACKEND_GPU;
-}
-
 /*
  * The candidates of a new node (`vec`, prepared) from the GPU worker,
  * closest first, into *ids and *dists (palloc'd): the worker searches its
@@ -169,8 +154,10 @@ cagra_insert_candidates_from_worker(Relation index, const CagraMetaData *meta, c
 	req.params = cagra::candidate_search_params(params, want);
 	req.k = want;
 	req.filtered = false;
-	if (want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
-		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_insert_searches_on_worker())
+	/* with auto the backend searches: it measured faster than the worker,
+	 * GPU engine included (docs/benchmarks.md, "Write path") */
+	if (cagra_device != CAGRA_SEARCH_GPU || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
+		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_client_wants_worker("insert"))
 		return 0;
 	*ids = (uint32 *) palloc(sizeof(uint32) * want);
 	*dists = (float *) palloc(sizeof(float) * want);

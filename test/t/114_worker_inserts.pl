@@ -1,7 +1,6 @@
 # test/t/114_worker_inserts.pl — with cagra.device = gpu the neighbour
 # searches of inserts go to the worker (its CPU engine, cagra.worker_backend
-# = cpu; with auto they stay in the backend unless the worker runs on a
-# GPU, test/t/102_worker_gpu.pl): each
+# = cpu; with auto they stay in the backend): each
 # insert is one worker query, the worker's copy takes the inserted nodes
 # through updates with no whole upload, every inserted row finds itself
 # through the index (a session keeps the appended nodes its merges read,
@@ -107,10 +106,9 @@ is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_che
 	'index check clean');
 
 # cagra.device = auto (the default) keeps the insert's search in the backend
-# while the worker runs its CPU engine
 $q0 = status('queries');
 $node->safe_psql('postgres', 'INSERT INTO items VALUES (2201, ' . $vector->(2201) . ')');
-is(status('queries'), $q0, 'cagra.device = auto beside a CPU worker: the insert did not ask the worker');
+is(status('queries'), $q0, 'cagra.device = auto: the insert did not ask the worker');
 
 # --- batching across generations --------------------------------------------------
 # a vacuum makes the next search load a fresh copy, which then serves every
