@@ -255,6 +255,36 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
                             detail::search_insert_candidates(g, vec, new_id, params, entries, accept, accepted));
 }
 
+namespace detail {
+
+/* The slot of the longest edge b -> w of b's full `row` that b reaches
+ * again through another of its edges (b -> u -> w), or kInvalidNode. */
+template <class Accessor>
+uint32_t edge_reached_again(const Accessor &g, const uint32_t *row, uint32_t degree, const float *from_b)
+{
+    std::vector<std::pair<uint32_t, uint32_t>> slot_of(degree); /* (id, slot), sorted */
+    for (uint32_t s = 0; s < degree; s++)
+        slot_of[s] = {row[s], s};
+    std::sort(slot_of.begin(), slot_of.end());
+    std::vector<uint32_t> inner(degree);
+    std::vector<uint8_t> again(degree, 0);
+    for (uint32_t u = 0; u < degree; u++) {
+        const uint32_t *urow = g.neighbors(row[u], inner.data());
+        for (uint32_t t = 0; t < degree; t++) {
+            auto at = std::lower_bound(slot_of.begin(), slot_of.end(), std::make_pair(urow[t], 0u));
+            if (at != slot_of.end() && at->first == urow[t] && at->second != u)
+                again[at->second] = 1;
+        }
+    }
+    uint32_t slot = kInvalidNode;
+    for (uint32_t s = 0; s < degree; s++)
+        if (again[s] && (slot == kInvalidNode || from_b[s] > from_b[slot]))
+            slot = s;
+    return slot;
+}
+
+} // namespace detail
+
 template <class Accessor>
 InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id, const std::vector<Neighbor> &cands)
 {
@@ -275,7 +305,13 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
      * edge, in place of the one whose target the new node is closest to
      * relative to b, w handed off as well.  Taking an edge only because the
      * new row also held its target moved w's one nearby way in to a new
-     * node far from w, where no search for w's vector looks. */
+     * node far from w, where no search for w's vector looks.  A neighbour
+     * in the first half with no such edge takes the new node in place of
+     * its longest edge that it reaches again through another (b -> u -> w,
+     * as rank-based pruning drops edges): rows of a region the new node
+     * lies outside of have no edge it detours, and without this a row
+     * inserted beyond them, closest to another inserted row, got ways in
+     * only from inserted rows, where no search from the built ones looks. */
     const MetricKernel dist = metric_kernel(g.metric());
     const uint32_t dim = g.dim();
     std::vector<uint32_t> row_scratch(degree);
@@ -331,6 +367,8 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
                     if (from_new[s] * from_b[slot] < from_new[slot] * from_b[s])
                         slot = s;
             }
+            if (slot == kInvalidNode)
+                slot = detail::edge_reached_again(g, row, degree, from_b.data());
         }
         /* the first hand-off always finds a place: nothing is kept yet */
         if (slot != kInvalidNode && hand_off(row[slot]))

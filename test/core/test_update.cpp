@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -518,6 +519,53 @@ TEST(Update, PlanFromOutsideCandidates)
         found += s.next(1, AnyNode(), &best) == 1 && best.id == i;
     }
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
+}
+
+/* Rows inserted beyond the region the built rows cover, one after the
+ * other along a curve (each nearest to the one before it: TAP 102's rows),
+ * planned from their exact nearest candidates, as the GPU worker's search
+ * with its exact tail gives them: a search from the built rows' entries
+ * finds each first.  Each had ways in only from other inserted rows, none
+ * from the built rows nearest it, when the built rows gave the new node an
+ * edge only in place of one it detours. */
+TEST(Update, RowsInsertedBeyondTheBuiltOnesGetWaysInFromThem)
+{
+    const uint32_t n = 20000, extra = 600, dim = 64;
+    auto row_of = [](uint32_t i, uint32_t period, float step) {
+        std::vector<float> v(dim);
+        for (uint32_t j = 1; j <= dim; j++)
+            v[j - 1] = (float)(std::sin(i * 0.37 + j * 1.3) + std::cos(i * 0.011 * j) + (i % period) * step);
+        return v;
+    };
+    std::vector<float> vecs;
+    for (uint32_t i = 1; i <= n; i++) {
+        auto v = row_of(i, 97, 0.01f);
+        vecs.insert(vecs.end(), v.begin(), v.end());
+    }
+    MutableIndex idx(vecs.data(), n, dim, Metric::L2, BuildParams{});
+    Graph g = idx.graph();
+    SearchParams p;
+    for (uint32_t i = n; i < n + extra; i++) {
+        auto v = row_of(i + 1, 89, 0.02f);
+        InMemoryGraph acc(g, DatasetView{vecs.data(), i, dim}, Metric::L2);
+        std::vector<Neighbor> cands(i);
+        for (uint32_t u = 0; u < i; u++)
+            cands[u] = {u, l2_squared(v.data(), &vecs[(size_t)u * dim], dim)};
+        const uint32_t want = insert_candidate_count(g.degree, p, i);
+        std::partial_sort(cands.begin(), cands.begin() + want, cands.end(),
+                          [](const Neighbor &a, const Neighbor &b) { return a.distance < b.distance; });
+        cands.resize(want);
+        apply_insert(g, plan_insert_from(acc, v.data(), i, cands));
+        vecs.insert(vecs.end(), v.begin(), v.end());
+    }
+    InMemoryGraph acc(g, DatasetView{vecs.data(), n + extra, dim}, Metric::L2);
+    uint32_t missed = 0;
+    for (uint32_t i = n; i < n + extra; i++) {
+        Searcher<InMemoryGraph> s(acc, &vecs[(size_t)i * dim], p, idx.entry_nodes());
+        Neighbor best;
+        missed += !(s.next(1, AnyNode(), &best) == 1 && best.id == i);
+    }
+    EXPECT_LE(missed, extra / 100) << "inserted rows a search for their own vector does not find first";
 }
 
 /* Inserts whose search starts from an entry index (as the extension's,
