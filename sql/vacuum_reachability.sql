@@ -2,7 +2,7 @@
 -- a live node whose only ways in came from deleted nodes must get another
 -- one, since the rows that led to those deleted nodes are rewritten. Rows
 -- inserted one at a time on a graph of degree 4 in 2 dimensions, a third of
--- them deleted; with these numbers node 176 had its only ways in from
+-- them deleted; with these numbers node 166 had its only ways in from
 -- deleted nodes, and the rows rewritten around them all took closer live
 -- nodes.
 SET client_min_messages = warning;

@@ -5,7 +5,7 @@
 -- after its repair, before its links, live nodes with no way in at all,
 -- which cagra_index_check reports.  The next VACUUM, even one that deletes
 -- nothing from the index, repairs and links them (docs/storage.md, Vacuum).
--- The graph of vacuum_reachability.sql: node 176's only ways in come from
+-- The graph of vacuum_reachability.sql: node 166's only ways in come from
 -- deleted nodes.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS cagra;

@@ -257,8 +257,8 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
 
 namespace detail {
 
-/* The slot of the longest edge b -> w of b's full `row` that b reaches
- * again through another of its edges (b -> u -> w), or kInvalidNode. */
+/* The slot of the longest edge b -> w of b's `row` that b reaches again
+ * through another of its edges (b -> u -> w), or kInvalidNode. */
 template <class Accessor>
 uint32_t edge_reached_again(const Accessor &g, const uint32_t *row, uint32_t degree, const float *from_b)
 {
@@ -269,10 +269,12 @@ uint32_t edge_reached_again(const Accessor &g, const uint32_t *row, uint32_t deg
     std::vector<uint32_t> inner(degree);
     std::vector<uint8_t> again(degree, 0);
     for (uint32_t u = 0; u < degree; u++) {
+        if (row[u] == kInvalidNode)
+            continue;
         const uint32_t *urow = g.neighbors(row[u], inner.data());
         for (uint32_t t = 0; t < degree; t++) {
             auto at = std::lower_bound(slot_of.begin(), slot_of.end(), std::make_pair(urow[t], 0u));
-            if (at != slot_of.end() && at->first == urow[t] && at->second != u)
+            if (urow[t] != kInvalidNode && at != slot_of.end() && at->first == urow[t] && at->second != u)
                 again[at->second] = 1;
         }
     }
@@ -305,13 +307,14 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
      * edge, in place of the one whose target the new node is closest to
      * relative to b, w handed off as well.  Taking an edge only because the
      * new row also held its target moved w's one nearby way in to a new
-     * node far from w, where no search for w's vector looks.  A neighbour
-     * in the first half with no such edge takes the new node in place of
-     * its longest edge that it reaches again through another (b -> u -> w,
-     * as rank-based pruning drops edges): rows of a region the new node
-     * lies outside of have no edge it detours, and without this a row
-     * inserted beyond them, closest to another inserted row, got ways in
-     * only from inserted rows, where no search from the built ones looks. */
+     * node far from w, where no search for w's vector looks.  Until the
+     * new node has a quarter of a row's reverse edges, first-half
+     * neighbours with no such edge take it in place of their longest edge
+     * they reach again through another (b -> u -> w, as rank-based pruning
+     * drops edges): rows of a region the new node lies outside of have no
+     * edge it detours, and without this a row inserted beyond them, closest
+     * to another inserted row, got ways in only from inserted rows, where
+     * no search from the built ones looks. */
     const MetricKernel dist = metric_kernel(g.metric());
     const uint32_t dim = g.dim();
     std::vector<uint32_t> row_scratch(degree);
@@ -341,6 +344,7 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
         kept[at - plan.row.begin()] = 1;
         return true;
     };
+    std::vector<uint32_t> unlinked; /* first-half neighbours with no edge the new node detours */
     for (uint32_t j = 0; j < degree && neighbours[j] != kInvalidNode; j++) {
         const uint32_t b = neighbours[j];
         const uint32_t *row = g.neighbors(b, row_scratch.data());
@@ -368,11 +372,27 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
                         slot = s;
             }
             if (slot == kInvalidNode)
-                slot = detail::edge_reached_again(g, row, degree, from_b.data());
+                unlinked.push_back(j);
         }
         /* the first hand-off always finds a place: nothing is kept yet */
         if (slot != kInvalidNode && hand_off(row[slot]))
             plan.updates.push_back({b, slot, new_id, row[slot]});
+    }
+    for (uint32_t j : unlinked) {
+        if (plan.updates.size() >= half / 2)
+            break;
+        const uint32_t b = neighbours[j];
+        const uint32_t *row = g.neighbors(b, row_scratch.data());
+        const std::vector<uint32_t> ids(row, row + degree);
+        if (std::find(ids.begin(), ids.end(), new_id) != ids.end())
+            continue;
+        uint32_t slot = (uint32_t)(std::find(ids.begin(), ids.end(), kInvalidNode) - ids.begin());
+        if (slot == degree) {
+            g.distances(g.vector(b, vec_scratch.data()), ids.data(), degree, from_b.data());
+            slot = detail::edge_reached_again(g, ids.data(), degree, from_b.data());
+        }
+        if (slot != kInvalidNode && hand_off(ids[slot]))
+            plan.updates.push_back({b, slot, new_id, ids[slot]});
     }
     return plan;
 }
