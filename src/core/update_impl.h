@@ -257,8 +257,10 @@ InsertPlan plan_insert(const Accessor &g, const float *vec, uint32_t new_id, con
 
 namespace detail {
 
-/* The slot of the longest edge b -> w of b's `row` that b reaches again
- * through another of its edges (b -> u -> w), or kInvalidNode. */
+/* The slot of the longest edge b -> w of b's full `row` that b reaches
+ * again through another of its edges (b -> u -> w), or kInvalidNode.  The
+ * rows of b's targets may read as padding where they point past the nodes
+ * the caller sees. */
 template <class Accessor>
 uint32_t edge_reached_again(const Accessor &g, const uint32_t *row, uint32_t degree, const float *from_b)
 {
@@ -269,8 +271,6 @@ uint32_t edge_reached_again(const Accessor &g, const uint32_t *row, uint32_t deg
     std::vector<uint32_t> inner(degree);
     std::vector<uint8_t> again(degree, 0);
     for (uint32_t u = 0; u < degree; u++) {
-        if (row[u] == kInvalidNode)
-            continue;
         const uint32_t *urow = g.neighbors(row[u], inner.data());
         for (uint32_t t = 0; t < degree; t++) {
             auto at = std::lower_bound(slot_of.begin(), slot_of.end(), std::make_pair(urow[t], 0u));
@@ -344,7 +344,14 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
         kept[at - plan.row.begin()] = 1;
         return true;
     };
-    std::vector<uint32_t> unlinked; /* first-half neighbours with no edge the new node detours */
+    /* first-half neighbours with no edge the new node detours: their rows
+     * and distances to their edges' targets, as the first pass read them */
+    struct Unlinked {
+        uint32_t node;
+        std::vector<uint32_t> row;
+        std::vector<float> from_b;
+    };
+    std::vector<Unlinked> unlinked;
     for (uint32_t j = 0; j < degree && neighbours[j] != kInvalidNode; j++) {
         const uint32_t b = neighbours[j];
         const uint32_t *row = g.neighbors(b, row_scratch.data());
@@ -372,27 +379,18 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
                         slot = s;
             }
             if (slot == kInvalidNode)
-                unlinked.push_back(j);
+                unlinked.push_back({b, ids, from_b});
         }
         /* the first hand-off always finds a place: nothing is kept yet */
         if (slot != kInvalidNode && hand_off(row[slot]))
             plan.updates.push_back({b, slot, new_id, row[slot]});
     }
-    for (uint32_t j : unlinked) {
+    for (const Unlinked &u : unlinked) {
         if (plan.updates.size() >= half / 2)
             break;
-        const uint32_t b = neighbours[j];
-        const uint32_t *row = g.neighbors(b, row_scratch.data());
-        const std::vector<uint32_t> ids(row, row + degree);
-        if (std::find(ids.begin(), ids.end(), new_id) != ids.end())
-            continue;
-        uint32_t slot = (uint32_t)(std::find(ids.begin(), ids.end(), kInvalidNode) - ids.begin());
-        if (slot == degree) {
-            g.distances(g.vector(b, vec_scratch.data()), ids.data(), degree, from_b.data());
-            slot = detail::edge_reached_again(g, ids.data(), degree, from_b.data());
-        }
-        if (slot != kInvalidNode && hand_off(ids[slot]))
-            plan.updates.push_back({b, slot, new_id, ids[slot]});
+        const uint32_t slot = detail::edge_reached_again(g, u.row.data(), degree, u.from_b.data());
+        if (slot != kInvalidNode && hand_off(u.row[slot]))
+            plan.updates.push_back({u.node, slot, new_id, u.row[slot]});
     }
     return plan;
 }
