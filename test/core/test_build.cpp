@@ -278,7 +278,8 @@ TEST(Build, KnnProgressCountsSettledRows)
 }
 
 /* Cancel before the start, in the middle of NN-descent and during pruning:
- * each time the build throws Error(Cancelled) within 100 ms. */
+ * each time the build throws Error(Cancelled) within 500 ms (the whole
+ * build takes seconds; CI runs the tests side by side on two cores). */
 TEST(Build, CancelStopsPromptly)
 {
     const uint32_t dim = 64;
@@ -321,7 +322,7 @@ TEST(Build, CancelStopsPromptly)
             EXPECT_STREQ(e.what(), "graph build cancelled");
             EXPECT_EQ(progress.phase.load(), (uint32_t)when.phase);
             auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(stopped - cancelled_at).count();
-            EXPECT_LT(ms, 100) << "phase " << (uint32_t)when.phase;
+            EXPECT_LT(ms, 500) << "phase " << (uint32_t)when.phase;
         }
     }
 }
