@@ -14,7 +14,9 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 }
 
 /* ---- fallbacks ---- */
@@ -240,6 +242,17 @@ cagra_drop_uncounted(const CagraIndexKey *key, uint32 nq, uint32 k, uint32 *ids,
 	}
 }
 
+/* Sleep before asking again for a copy another session is loading: 1 ms,
+ * doubling to 64 ms (an upload takes milliseconds to seconds). */
+static void
+cagra_wait_for_load(int waits)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1L << Min(waits, 6),
+					 PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
 /* One SEARCH request for up to a chunk of queries. */
 static CagraOffload
 cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const CagraSearchRequest *req,
@@ -249,7 +262,7 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 	uint32		dim = src->format.dim;
 	Size		filter_tids = allowed ? allowed->count : 0;
 
-	for (int attempt = 0; attempt < 2; attempt++)
+	for (int uploads = 0, waits = 0;;)
 	{
 		CagraCall	call;
 
@@ -297,12 +310,20 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 			strlcpy(why, cagra_call_outcome_text(o), whylen);
 			return CAGRA_OFFLOAD_FAILED;
 		}
-		if (call.reply == CAGRA_REPLY_LOADING)
+		if (call.reply == CAGRA_REPLY_LOADING && cagra_device != CAGRA_SEARCH_GPU)
 		{
 			strlcpy(why, "another session is loading the index copy", whylen);
 			return CAGRA_OFFLOAD_SKIPPED;
 		}
-		if (call.reply != CAGRA_REPLY_NEED_INDEX || attempt > 0)
+		if (call.reply == CAGRA_REPLY_LOADING)
+		{
+			/* the GPU was demanded: wait for the other session's upload.  The
+			 * worker answers LOADING only while that session is alive and
+			 * sending, so this ends (or this session takes the upload over) */
+			cagra_wait_for_load(waits++);
+			continue;
+		}
+		if (call.reply != CAGRA_REPLY_NEED_INDEX || uploads++ > 0)
 		{
 			strlcpy(why, call.message[0] ? call.message : "the worker refused the search", whylen);
 			return CAGRA_OFFLOAD_FAILED;
@@ -310,7 +331,6 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 		if (!cagra_upload_index(key, src, why, whylen))
 			return CAGRA_OFFLOAD_FAILED;
 	}
-	return CAGRA_OFFLOAD_FAILED;	/* not reached */
 }
 
 float *

@@ -10,7 +10,9 @@
 # slots that never come back.  Then sessions cancelled while they upload
 # the copy: the next session must not be told the dead one is loading (it
 # was, for twice cagra.worker_timeout, before the worker checked that the
-# uploading backend still exists; rounds 2-5 and 7 of 12 failed so).
+# uploading backend still exists; rounds 2-5 and 7 of 12 failed so).  Last,
+# sessions with cagra.device = gpu that meet a copy another one is loading
+# must wait for it, not fail.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -117,6 +119,32 @@ for my $ms (1 .. 12)
 	push @missed, $ms if $node->safe_psql('postgres', 'SELECT queries FROM cagra_status') != $q + 1;
 }
 is(join(',', @missed), '', 'after every cancelled upload the next search went to the worker');
+
+# --- sessions that demand the GPU while another loads the copy ------------
+# With cagra.device = gpu a search that meets a copy another session is
+# uploading waits for it (with auto it searches on the CPU meanwhile); it
+# failed with an ERROR before.  Each round makes a new copy key, then eight
+# sessions search at once: one uploads, the others must wait and succeed.
+my $demanding = "$dir/demanding.sql";
+PostgreSQL::Test::Utils::append_to_file($demanding, q{
+	\set q random(1, 20000)
+	SET cagra.device = gpu;
+	SET enable_seqscan = off;
+	SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :q) LIMIT 10;
+});
+my @failed_rounds;
+for my $round (1 .. 10)
+{
+	$node->safe_psql('postgres', 'REINDEX INDEX items_v');
+	my $uploads = $node->safe_psql('postgres', 'SELECT uploads FROM cagra_status');
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ 'pgbench', '-n', '-f', $demanding, '-c', 8, '-j', 8, '-t', 3,
+							 '-d', $node->connstr('postgres') ], '>', \$out, '2>', \$err);
+	push @failed_rounds, "$round: " . join('', grep { /ERROR|error/ } split /^/, $err)
+	  unless $ok && $out =~ /number of failed transactions: 0 /
+	  && $node->safe_psql('postgres', 'SELECT uploads FROM cagra_status') == $uploads + 1;
+}
+is(join("\n", @failed_rounds), '', 'sessions demanding the GPU waited for the copy one of them loaded');
 
 $node->stop;
 done_testing();
