@@ -4,9 +4,12 @@
 # bench_items (a d768 set) behind: an index built on the first half, then
 # SESSIONS pgbench sessions insert single rows for each cagra.device value
 # (DEVICES) while `perf record -a -g` samples the host (perf carried as
-# .device/perf.tar.xz: Debian's build and its libraries).  Per device:
-# pgbench's rows/s, then perf's split by command and library and the top
-# symbols of the backends, in OUTDIR/profile-DEVICE.txt.
+# .device/perf.tar.xz: Debian's build and its libraries) and a sampler
+# reads the inserting sessions' wait events from pg_stat_activity every
+# 10 ms.  Per device: pgbench's rows/s, the wait events (CPU: none), the
+# worker's queue and engine time per query (cagra_status), then perf's
+# split by command and library and the top symbols of the backends, in
+# OUTDIR/profile-DEVICE.txt.
 set -uo pipefail
 out=${1:-${OUT:-device-insert-profile-out}}
 mkdir -p "$out"
@@ -25,12 +28,26 @@ for device in ${DEVICES:-auto cpu gpu}; do
   [ "$device" = none ] && psql -q -c "DROP INDEX bench_grow_idx"
   PGOPTIONS="-c cagra.device=${device/none/auto}" pgbench -n -M prepared -f $script -c "$sessions" -j "$sessions" \
     -t 2500 postgres >"$out/pgbench-$device.txt" 2>&1 &
+  pgbench_pid=$!
+  psql -At -c "SELECT queries, queue_time_ms, search_time_ms, batches FROM cagra_status" >/tmp/status-before 2>/dev/null
   sleep 2
+  for i in $(seq 1 300); do
+    echo "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
+            WHERE application_name = 'pgbench' AND state = 'active'; SELECT pg_sleep(0.01);"
+  done | psql -At 2>/dev/null | grep -v '^$' | sort | uniq -c | sort -rn >/tmp/waits-$device &
   perf record -a -g -o /tmp/perf-$device.data -- sleep 4 >/dev/null 2>&1
+  wait $pgbench_pid
+  psql -At -c "SELECT queries, queue_time_ms, search_time_ms, batches FROM cagra_status" >/tmp/status-after 2>/dev/null
   wait
   {
     echo "== cagra.device = $device, $sessions sessions"
     grep -E "^tps|latency average" "$out/pgbench-$device.txt"
+    echo "wait events of the inserting sessions (samples):"
+    cat /tmp/waits-$device
+    paste -d'|' /tmp/status-before /tmp/status-after | awk -F'|' '$5 > $1 {
+      printf "worker: %d queries in %d batches (%.1f a batch), queue %.3f ms a query, engine %.3f ms a batch\n",
+             $5 - $1, $8 - $4, ($5 - $1) / ($8 - $4), ($6 - $2) / ($5 - $1), ($7 - $3) / ($8 - $4) }'
+
     perf report -i /tmp/perf-$device.data --no-children --sort comm,dso -g none 2>/dev/null | grep -v "^#" | grep -v "^$" | head -25
     perf report -i /tmp/perf-$device.data --no-children --comm postgres --sort sym -g none 2>/dev/null | grep -v "^#" | grep -v "^$" | head -60
     perf report -i /tmp/perf-$device.data --no-children --comm postgres --sort sym -g caller,0.5,callee --percent-limit 3 2>/dev/null | grep -v "^$" | head -150
