@@ -134,8 +134,20 @@ cagra_engine_index_blocks(CagraIndexCopy &copy)
 	}
 }
 
-/* What the copy derives from its nodes' TIDs and live bits: the TID order
- * a filter's rows are found in, and whether every node is live. */
+/* Whether every node of the copy is live (searches need no filter). */
+static void
+cagra_engine_check_live(CagraIndexCopy &copy)
+{
+	uint64_t	full = copy.key.n / 64;
+
+	copy.all_live = true;
+	for (uint64_t w = 0; w < full && copy.all_live; w++)
+		copy.all_live = copy.live[w] == ~UINT64_C(0);
+	for (uint64_t i = full * 64; i < copy.key.n && copy.all_live; i++)
+		copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
+}
+
+/* The nodes in the order of their TIDs, a filter's rows are found in. */
 static void
 cagra_engine_index_nodes(CagraIndexCopy &copy)
 {
@@ -147,9 +159,85 @@ cagra_engine_index_nodes(CagraIndexCopy &copy)
 	for (size_t i = 0; i < copy.by_tid.size(); i++)
 		copy.tid_order[i] = copy.tids[copy.by_tid[i]];
 	cagra_engine_index_blocks(copy);
-	copy.all_live = true;
-	for (uint64_t i = 0; i < copy.key.n && copy.all_live; i++)
-		copy.all_live = (copy.live[i >> 6] >> (i & 63)) & 1;
+	cagra_engine_check_live(copy);
+}
+
+/*
+ * The same after nodes `ids` took new TIDs (copy.tids holds them; old_n:
+ * the copy's nodes before, whose old TIDs are in old_tids, one per id):
+ * the old entries of those nodes removed and the new ones inserted, by
+ * runs copied between them (nothing moves when the rows were appended to
+ * the heap's end).  Sorting every node again at each update held the
+ * worker's searches up for milliseconds, tens of them on a million nodes.
+ */
+static void
+cagra_engine_reindex_nodes(CagraIndexCopy &copy, const uint32_t *ids, const uint64_t *old_tids, uint32_t count,
+						   uint32_t old_n)
+{
+	const std::vector<uint64_t> &order = copy.tid_order;
+	const size_t old_size = order.size();
+	std::vector<size_t> removed;
+	std::vector<std::pair<uint64_t, uint32_t>> added;	/* (TID, node) */
+
+	for (uint32_t i = 0; i < count; i++)
+	{
+		const uint32_t node = ids[i];
+
+		added.push_back({copy.tids[node], node});
+		if (node >= old_n)
+			continue;
+		/* its old entry: among those of its old TID (a TID can name several
+		 * nodes) */
+		size_t		at = (size_t) (std::lower_bound(order.begin(), order.end(), old_tids[i]) - order.begin());
+
+		while (at < old_size && order[at] == old_tids[i] && copy.by_tid[at] != node)
+			at++;
+		if (at < old_size && order[at] == old_tids[i])
+			removed.push_back(at);
+	}
+	std::sort(removed.begin(), removed.end());
+	removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+	std::sort(added.begin(), added.end());
+	added.erase(std::unique(added.begin(), added.end()), added.end());
+
+	std::vector<size_t> insert_at(added.size());
+
+	for (size_t a = 0; a < added.size(); a++)
+		insert_at[a] = (size_t) (std::upper_bound(order.begin(), order.end(), added[a].first) - order.begin());
+
+	std::vector<uint32_t> by_tid(old_size - removed.size() + added.size());
+	std::vector<uint64_t> tid_order(by_tid.size());
+	size_t		src = 0,
+				dst = 0,
+				r = 0,
+				a = 0;
+
+	for (;;)
+	{
+		size_t		next = std::min(r < removed.size() ? removed[r] : old_size,
+									a < added.size() ? insert_at[a] : old_size);
+
+		std::copy(copy.by_tid.begin() + src, copy.by_tid.begin() + next, by_tid.begin() + dst);
+		std::copy(order.begin() + src, order.begin() + next, tid_order.begin() + dst);
+		dst += next - src;
+		src = next;
+		if (a < added.size() && insert_at[a] == src)
+		{
+			tid_order[dst] = added[a].first;
+			by_tid[dst++] = added[a++].second;
+		}
+		else if (r < removed.size() && removed[r] == src)
+		{
+			src++;
+			r++;
+		}
+		else
+			break;
+	}
+	copy.by_tid.swap(by_tid);
+	copy.tid_order.swap(tid_order);
+	cagra_engine_index_blocks(copy);
+	cagra_engine_check_live(copy);
 }
 
 CagraReply
@@ -200,6 +288,9 @@ cagra_engine_update(CagraIndexCopy &copy, const CagraIndexKey &key, CagraUpdateP
 		for (uint32_t e : entries)
 			if (e >= key.n)
 				throw std::runtime_error("an update names an entry node beyond the index's nodes");
+		const uint32_t old_n = copy.key.n;
+		std::vector<uint64_t> old_tids(p->nodes);
+
 		copy.entries.swap(entries);
 		copy.key = key;
 		copy.live.resize(cagra_node_bitset_words(key.n), 0);
@@ -209,9 +300,10 @@ cagra_engine_update(CagraIndexCopy &copy, const CagraIndexKey &key, CagraUpdateP
 			uint64_t	bit = UINT64_C(1) << (ids[i] & 63);
 
 			copy.live[ids[i] >> 6] = live[i] ? copy.live[ids[i] >> 6] | bit : copy.live[ids[i] >> 6] & ~bit;
+			old_tids[i] = copy.tids[ids[i]];
 			copy.tids[ids[i]] = tids[i];
 		}
-		cagra_engine_index_nodes(copy);
+		cagra_engine_reindex_nodes(copy, ids, old_tids.data(), p->nodes, old_n);
 		return engine->update(copy, key.n, p, entries_changed, msg);
 	});
 }

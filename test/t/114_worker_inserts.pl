@@ -190,5 +190,39 @@ $node->safe_psql('postgres', 'SET cagra.device = gpu; INSERT INTO items VALUES (
 ok(status('queries') > $q0, 'the new worker serves inserts');
 is(lost_rows(20000, 'auto'), '0', 'and the row finds itself');
 
+# --- rows inserted into freed slots, found by their TIDs ------------------------
+# A filtered search finds the copy's nodes by their heap TIDs.  Rows
+# inserted into slots a vacuum freed give those nodes new TIDs through the
+# copy's updates; the wider new rows mostly land on other heap pages, so
+# most freed TIDs are left unused.  Allowed the freed TIDs, the search must
+# return the rows at them now, each once, and no node by a TID it had.
+$node->safe_psql('postgres', q{
+	CREATE TABLE reused (id int PRIMARY KEY, v vector(16), pad text) WITH (autovacuum_enabled = off);
+	INSERT INTO reused SELECT i, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.11 * j)
+	                                  FROM generate_series(1, 16) j)::vector FROM generate_series(1, 2000) i;
+	CREATE INDEX reused_v ON reused USING cagra (v) WITH (graph_degree = 16);
+	CREATE TABLE freed AS SELECT ctid AS t FROM reused WHERE id <= 40;
+	DELETE FROM reused WHERE id <= 40;
+	VACUUM reused;
+});
+$u0 = status('uploads');
+$node->safe_psql('postgres', q{
+	SET cagra.device = gpu;
+	SELECT count(*) FROM cagra_search('reused_v', ARRAY[(SELECT v FROM reused WHERE id = 100)], 1);
+	INSERT INTO reused SELECT i, array(SELECT sin(i * 0.37 + j * 1.3) + cos(i * 0.11 * j)
+	                                   FROM generate_series(1, 16) j)::vector, repeat('x', 500)
+	  FROM generate_series(7001, 7040) i;
+});
+is(status('uploads') - $u0, 1, 'the 40 inserts into freed slots went to the copy through updates');
+my $at_freed = $node->safe_psql('postgres', 'SELECT count(*) FROM reused WHERE ctid IN (SELECT t FROM freed)');
+cmp_ok($at_freed, '<', 40, "the new rows took other TIDs ($at_freed of 40 at freed ones)");
+is( $node->safe_psql(
+		'postgres', q{
+	SET cagra.device = gpu;
+	SELECT count(*), count(DISTINCT r.ctid), count(*) FILTER (WHERE r.ctid IN (SELECT t FROM freed))
+	  FROM cagra_search('reused_v', ARRAY[(SELECT v FROM reused WHERE id = 7020)], 40,
+						ARRAY(SELECT t FROM freed)) r}),
+	"$at_freed|$at_freed|$at_freed", 'allowed the freed TIDs, the search returns the rows at them now, once each');
+
 $node->stop;
 done_testing();
