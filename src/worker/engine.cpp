@@ -204,6 +204,18 @@ cagra_engine_reindex_nodes(CagraIndexCopy &copy, const uint32_t *ids, const uint
 
 	for (size_t a = 0; a < added.size(); a++)
 		insert_at[a] = (size_t) (std::upper_bound(order.begin(), order.end(), added[a].first) - order.begin());
+	if (removed.empty() && (added.empty() || insert_at[0] == old_size))
+	{
+		/* rows appended to the heap's end: their entries go last */
+		for (const auto &[tid, node] : added)
+		{
+			copy.tid_order.push_back(tid);
+			copy.by_tid.push_back(node);
+		}
+		cagra_engine_index_blocks(copy);
+		cagra_engine_check_live(copy);
+		return;
+	}
 
 	std::vector<uint32_t> by_tid(old_size - removed.size() + added.size());
 	std::vector<uint64_t> tid_order(by_tid.size());
