@@ -122,9 +122,9 @@ is(join(',', @missed), '', 'after every cancelled upload the next search went to
 
 # --- sessions that demand the GPU while another loads the copy ------------
 # With cagra.device = gpu a search that meets a copy another session is
-# uploading waits for it (with auto it searches on the CPU meanwhile); it
-# failed with an ERROR before.  Each round makes a new copy key, then eight
-# sessions search at once: one uploads, the others must wait and succeed.
+# uploading waits for it (with auto it searches on the CPU meanwhile).
+# Each round makes a new copy key, then eight sessions search at once: one
+# uploads, the others must wait and succeed.
 my $demanding = "$dir/demanding.sql";
 PostgreSQL::Test::Utils::append_to_file($demanding, q{
 	\set q random(1, 20000)

@@ -213,7 +213,7 @@ $node->safe_psql('postgres', q{
 	                                   FROM generate_series(1, 16) j)::vector, repeat('x', 500)
 	  FROM generate_series(7001, 7040) i;
 });
-is(status('uploads') - $u0, 1, 'the 40 inserts into freed slots went to the copy through updates');
+is(status('uploads') - $u0, 1, 'one whole upload, the first search\'s: the inserts went to the copy as updates');
 my $at_freed = $node->safe_psql('postgres', 'SELECT count(*) FROM reused WHERE ctid IN (SELECT t FROM freed)');
 cmp_ok($at_freed, '<', 40, "the new rows took other TIDs ($at_freed of 40 at freed ones)");
 is( $node->safe_psql(
