@@ -110,23 +110,26 @@ cagra_engine_copy_bytes(uint64_t n, const cagra::VectorFormat &format, uint32_t 
 /*
  * The copy's block index of tid_order (packed TIDs hold the block number
  * above 16 bits): where each heap block's rows start, when there are not
- * far more blocks than nodes (else none, and lookups gallop).
+ * far more blocks than nodes (else none, and lookups gallop).  Entries of
+ * blocks below `from` are as the index already holds them (entries were
+ * only added past them): it is made again from there on.
  */
 static void
-cagra_engine_index_blocks(CagraIndexCopy &copy)
+cagra_engine_index_blocks(CagraIndexCopy &copy, uint64_t from = 0)
 {
-	copy.block_first.clear();
-	if (copy.tid_order.empty())
-		return;
+	uint64_t	blocks = copy.tid_order.empty() ? 0 : (copy.tid_order.back() >> 16) + 1;
 
-	uint64_t	blocks = (copy.tid_order.back() >> 16) + 1;
-
-	if (blocks > 4 * (uint64_t) copy.tid_order.size() + 1024)
+	if (blocks == 0 || blocks > 4 * (uint64_t) copy.tid_order.size() + 1024)
+	{
+		copy.block_first.clear();
 		return;
+	}
+	if (from >= copy.block_first.size())
+		from = 0;
 	copy.block_first.resize(blocks + 1);
-	size_t		j = 0;
+	size_t		j = copy.block_first[from];
 
-	for (uint64_t b = 0; b <= blocks; b++)
+	for (uint64_t b = from; b <= blocks; b++)
 	{
 		while (j < copy.tid_order.size() && (copy.tid_order[j] >> 16) < b)
 			j++;
@@ -207,12 +210,14 @@ cagra_engine_reindex_nodes(CagraIndexCopy &copy, const uint32_t *ids, const uint
 	if (removed.empty() && (added.empty() || insert_at[0] == old_size))
 	{
 		/* rows appended to the heap's end: their entries go last */
+		uint64_t	last_block = old_size > 0 ? order.back() >> 16 : 0;
+
 		for (const auto &[tid, node] : added)
 		{
 			copy.tid_order.push_back(tid);
 			copy.by_tid.push_back(node);
 		}
-		cagra_engine_index_blocks(copy);
+		cagra_engine_index_blocks(copy, last_block);
 		cagra_engine_check_live(copy);
 		return;
 	}

@@ -71,6 +71,19 @@ is( $node->safe_psql(
 						ARRAY(SELECT ctid FROM items WHERE id BETWEEN 2001 AND 2150)) r
 	  JOIN items i ON i.ctid = r.ctid}),
 	'5|t|2100', 'a filtered search through the updated copy finds the inserted rows it allows');
+# allowed rows many enough for the worker to search among (the few above
+# are measured in the backend): each of the last inserted rows, on heap
+# blocks the copy had no rows of before, finds itself
+my $qf = status('queries');
+is( $node->safe_psql(
+		'postgres', q{
+	SET cagra.device = gpu;
+	SELECT count(*) FROM cagra_search('items_v', ARRAY(SELECT v FROM items WHERE id > 2150 ORDER BY id), 1,
+									  ARRAY(SELECT ctid FROM items WHERE id % 3 = 0 OR id > 2150)) r
+	  JOIN items i ON i.ctid = r.ctid
+	 WHERE i.id > 2150}),
+	'50', 'a filtered search through the worker finds each appended row it allows');
+cmp_ok(status('queries') - $qf, '>=', 50, 'the worker searched them');
 is(lost_rows(2000, 'cpu'), '0', 'and through a scan on the CPU');
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
 	'index check clean');
