@@ -152,8 +152,8 @@ void update_index(cagra_gpu_index *ix, uint64_t n, const uint32_t *node_ids, con
                   uint32_t row_count, const uint32_t *entries, uint32_t entry_count)
 {
     /* a resident kernel holds the index's pointers and n: it starts again
-     * with the next search */
-    forget_resident(ix);
+     * with the next search, as they are then */
+    stop_resident_for_update(ix);
     cudaStream_t s = ix->search.stream.s;
     reserve_rows(ix, n, s);
 

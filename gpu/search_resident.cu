@@ -357,8 +357,10 @@ Resident *kernel_with_room(std::unique_lock<std::mutex> &lock, const ResidentKey
     }
     if (x->broken || x->free.size() < nq || r.pauses)
         return nullptr;
-    if (!x->running)
+    if (!x->running) {
+        x->a = planned; /* the index may have grown or moved since it ran */
         start(*x);
+    }
     return x;
 }
 
@@ -412,6 +414,25 @@ void forget_resident(const void *index)
     r.pauses++;
     quiesce(lock);
     drop(r, target); /* (gone already if another thread dropped it meanwhile) */
+    r.pauses--;
+}
+
+void stop_resident_for_update(const void *index)
+{
+    Registry &r = registry();
+    std::unique_lock<std::mutex> lock(r.m);
+    bool has = false;
+    for (auto &x : r.residents)
+        has = has || x->key.index == index;
+    if (!has)
+        return;
+    r.pauses++;
+    quiesce(lock);
+    for (auto &x : r.residents)
+        if (x->key.index == index && x->broken) {
+            drop(r, x.get());
+            break;
+        }
     r.pauses--;
 }
 

@@ -73,4 +73,10 @@ uint32_t resident_collect(int device, uint32_t max, cagra_gpu_resident_done *don
 /* Stops and forgets the resident kernel of `index` (before it is freed). */
 void forget_resident(const void *index);
 
+/* Stops the resident kernel of `index` once its jobs are done, before the
+ * index changes under it; its host memory and stream are kept, and the
+ * next search starts it again with the index's arguments as they are
+ * then. */
+void stop_resident_for_update(const void *index);
+
 } // namespace cagra_gpu
