@@ -78,6 +78,31 @@ std::vector<Neighbor> insert_candidates(const Accessor &g, const float *vec, uin
 template <class Accessor>
 InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id, const std::vector<Neighbor> &cands);
 
+/* plan_insert_from with its distances measured elsewhere (the worker's
+ * device), in three steps that read only rows through `g`:
+ *   insert_row: the new node's row pruned from the candidates, padded;
+ *   neighbours_to_measure: the neighbours in that row whose reverse edge
+ *     needs distances (the first half of the row, each row full and
+ *     without an edge to new_id);
+ *   plan_insert_measured: the plan, measured[i] holding the distances of
+ *     neighbours_to_measure's i-th node b: d(b, new), and for each edge
+ *     b -> w of b's row in row order d(b, w) and d(new, w).
+ * The same rows read give the same plan as plan_insert_from. */
+struct NeighbourDistances {
+    float to_new = 0.0f;
+    std::vector<float> from_b, from_new;
+};
+
+template <class Accessor>
+std::vector<uint32_t> insert_row(const Accessor &g, const std::vector<Neighbor> &cands);
+
+template <class Accessor>
+std::vector<uint32_t> neighbours_to_measure(const Accessor &g, uint32_t new_id, const std::vector<uint32_t> &row);
+
+template <class Accessor>
+InsertPlan plan_insert_measured(const Accessor &g, uint32_t new_id, std::vector<uint32_t> row,
+                                const std::vector<NeighbourDistances> &measured);
+
 /* Plan the repair of every live row among nodes first .. last - 1 that holds
  * an edge to a node with removed(id): its live edges stay, the removed ones
  * are replaced by the closest live nodes among the removed nodes' neighbours

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -288,37 +289,56 @@ uint32_t edge_reached_again(const Accessor &g, const uint32_t *row, uint32_t deg
 } // namespace detail
 
 template <class Accessor>
-InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id, const std::vector<Neighbor> &cands)
+std::vector<uint32_t> insert_row(const Accessor &g, const std::vector<Neighbor> &cands)
+{
+    std::vector<uint32_t> row = detail::prune_candidates(g, cands, g.degree());
+    row.resize(g.degree(), kInvalidNode);
+    return row;
+}
+
+namespace detail {
+
+/* Whether neighbour j of the new row, whose row is b_row, has its reverse
+ * edge decided by distances: in the first half, its row full and without
+ * an edge to new_id (one from before the slot was taken again). */
+inline bool reverse_edge_is_measured(uint32_t j, uint32_t degree, const uint32_t *b_row, uint32_t new_id)
+{
+    const uint32_t *end = b_row + degree;
+    return j < std::max(1u, degree / 2) && std::find(b_row, end, new_id) == end &&
+           std::find(b_row, end, kInvalidNode) == end;
+}
+
+/*
+ * The reverse edges of the new node's `row`, the distances of each
+ * measured neighbour from measure(b, b_row) (a NeighbourDistances).
+ *
+ * Each neighbour b takes the new node in place of padding, or (in the
+ * first half of the row, the edges pruning ranks best) of an edge b -> w
+ * that the new node detours: it is closer to b than w is, and closer to w
+ * than b is; the longest such.  w is handed to the new node
+ * (b -> new -> w), so no insert takes a node's way in, and that way in
+ * moves closer to w, never away from it (taking b's farthest edge instead
+ * let a chain of inserts carry a node's only nearby way in off, one
+ * hand-off at a time).  The closest neighbour always takes the new node,
+ * so it is reachable: where it has no such edge, in place of the one whose
+ * target the new node is closest to relative to b, w handed off as well.
+ * Taking an edge only because the new row also held its target moved w's
+ * one nearby way in to a new node far from w, where no search for w's
+ * vector looks.  Until the new node has a quarter of a row's reverse
+ * edges, first-half neighbours with no such edge take it in place of their
+ * longest edge they reach again through another (b -> u -> w, as
+ * rank-based pruning drops edges): rows of a region the new node lies
+ * outside of have no edge it detours, and without this a row inserted
+ * beyond them, closest to another inserted row, got ways in only from
+ * inserted rows, where no search from the built ones looks.
+ */
+template <class Accessor, class Measure>
+InsertPlan plan_reverse_edges(const Accessor &g, uint32_t new_id, std::vector<uint32_t> row, Measure &&measure)
 {
     const uint32_t degree = g.degree();
     InsertPlan plan;
-    plan.row = detail::prune_candidates(g, cands, degree);
-    plan.row.resize(degree, kInvalidNode);
-
-    /* Reverse edges: each neighbour b takes the new node in place of
-     * padding, or (in the first half of the row, the edges pruning ranks
-     * best) of an edge b -> w that the new node detours: it is closer to b
-     * than w is, and closer to w than b is; the longest such.  w is handed
-     * to the new node (b -> new -> w), so no insert takes a node's way in,
-     * and that way in moves closer to w, never away from it (taking b's
-     * farthest edge instead let a chain of inserts carry a node's only
-     * nearby way in off, one hand-off at a time).  The closest neighbour
-     * always takes the new node, so it is reachable: where it has no such
-     * edge, in place of the one whose target the new node is closest to
-     * relative to b, w handed off as well.  Taking an edge only because the
-     * new row also held its target moved w's one nearby way in to a new
-     * node far from w, where no search for w's vector looks.  Until the
-     * new node has a quarter of a row's reverse edges, first-half
-     * neighbours with no such edge take it in place of their longest edge
-     * they reach again through another (b -> u -> w, as rank-based pruning
-     * drops edges): rows of a region the new node lies outside of have no
-     * edge it detours, and without this a row inserted beyond them, closest
-     * to another inserted row, got ways in only from inserted rows, where
-     * no search from the built ones looks. */
-    const MetricKernel dist = metric_kernel(g.metric());
-    const uint32_t dim = g.dim();
-    std::vector<uint32_t> row_scratch(degree);
-    std::vector<float> vec_scratch(dim), from_b(degree), from_new(degree);
+    plan.row = std::move(row);
+    std::vector<uint32_t> row_scratch(degree), ids;
     const std::vector<uint32_t> neighbours = plan.row;
     /* A handed-off w goes into padding, or in place of one of the last,
      * lowest-ranked entries of the new row (its second half), never of
@@ -354,21 +374,20 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
     std::vector<Unlinked> unlinked;
     for (uint32_t j = 0; j < degree && neighbours[j] != kInvalidNode; j++) {
         const uint32_t b = neighbours[j];
-        const uint32_t *row = g.neighbors(b, row_scratch.data());
-        if (std::find(row, row + degree, new_id) != row + degree)
+        const uint32_t *b_row = g.neighbors(b, row_scratch.data());
+        if (std::find(b_row, b_row + degree, new_id) != b_row + degree)
             continue; /* an edge from before the slot was taken again */
         uint32_t slot = kInvalidNode;
         for (uint32_t s = 0; s < degree && slot == kInvalidNode; s++)
-            if (row[s] == kInvalidNode)
+            if (b_row[s] == kInvalidNode)
                 slot = s;
-        if (slot == kInvalidNode && j < half) {
-            std::vector<uint32_t> ids(row, row + degree);
-            const float *vb = g.vector(b, vec_scratch.data());
-            const float to_new = dist(vb, vec, dim);
-            g.distances(vb, ids.data(), degree, from_b.data());
-            g.distances(vec, ids.data(), degree, from_new.data());
+        if (reverse_edge_is_measured(j, degree, b_row, new_id)) {
+            ids.assign(b_row, b_row + degree);
+            b_row = ids.data(); /* measuring may read other rows */
+            const NeighbourDistances &d = measure(b, ids);
+            const std::vector<float> &from_b = d.from_b, &from_new = d.from_new;
             for (uint32_t s = 0; s < degree; s++)
-                if (to_new < from_b[s] && from_new[s] < from_b[s] &&
+                if (d.to_new < from_b[s] && from_new[s] < from_b[s] &&
                     (slot == kInvalidNode || from_b[s] > from_b[slot]))
                     slot = s;
             if (slot == kInvalidNode && j == 0) {
@@ -382,17 +401,62 @@ InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id
                 unlinked.push_back({b, ids, from_b});
         }
         /* the first hand-off always finds a place: nothing is kept yet */
-        if (slot != kInvalidNode && hand_off(row[slot]))
-            plan.updates.push_back({b, slot, new_id, row[slot]});
+        if (slot != kInvalidNode && hand_off(b_row[slot]))
+            plan.updates.push_back({b, slot, new_id, b_row[slot]});
     }
     for (const Unlinked &u : unlinked) {
         if (plan.updates.size() >= half / 2)
             break;
-        const uint32_t slot = detail::edge_reached_again(g, u.row.data(), degree, u.from_b.data());
+        const uint32_t slot = edge_reached_again(g, u.row.data(), degree, u.from_b.data());
         if (slot != kInvalidNode && hand_off(u.row[slot]))
             plan.updates.push_back({u.node, slot, new_id, u.row[slot]});
     }
     return plan;
+}
+
+} // namespace detail
+
+template <class Accessor>
+std::vector<uint32_t> neighbours_to_measure(const Accessor &g, uint32_t new_id, const std::vector<uint32_t> &row)
+{
+    const uint32_t degree = g.degree();
+    std::vector<uint32_t> scratch(degree), out;
+    for (uint32_t j = 0; j < degree && row[j] != kInvalidNode; j++)
+        if (detail::reverse_edge_is_measured(j, degree, g.neighbors(row[j], scratch.data()), new_id))
+            out.push_back(row[j]);
+    return out;
+}
+
+template <class Accessor>
+InsertPlan plan_insert_measured(const Accessor &g, uint32_t new_id, std::vector<uint32_t> row,
+                                const std::vector<NeighbourDistances> &measured)
+{
+    size_t next = 0;
+    return detail::plan_reverse_edges(g, new_id, std::move(row),
+                                      [&](uint32_t, const std::vector<uint32_t> &) -> const NeighbourDistances & {
+                                          if (next >= measured.size())
+                                              throw std::invalid_argument("fewer neighbour distances than neighbours to measure");
+                                          return measured[next++];
+                                      });
+}
+
+template <class Accessor>
+InsertPlan plan_insert_from(const Accessor &g, const float *vec, uint32_t new_id, const std::vector<Neighbor> &cands)
+{
+    const MetricKernel dist = metric_kernel(g.metric());
+    const uint32_t dim = g.dim(), degree = g.degree();
+    std::vector<float> vec_scratch(dim);
+    NeighbourDistances d;
+    d.from_b.resize(degree);
+    d.from_new.resize(degree);
+    return detail::plan_reverse_edges(g, new_id, insert_row(g, cands),
+                                      [&](uint32_t b, const std::vector<uint32_t> &ids) -> const NeighbourDistances & {
+                                          const float *vb = g.vector(b, vec_scratch.data());
+                                          d.to_new = dist(vb, vec, dim);
+                                          g.distances(vb, ids.data(), degree, d.from_b.data());
+                                          g.distances(vec, ids.data(), degree, d.from_new.data());
+                                          return d;
+                                      });
 }
 
 template <class Accessor, class Removed>

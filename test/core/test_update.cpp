@@ -521,6 +521,60 @@ TEST(Update, PlanFromOutsideCandidates)
     EXPECT_EQ(found, extra) << "inserted rows a search for their own vector does not find";
 }
 
+/* The three steps of an insert planned with its distances measured
+ * elsewhere (the worker's device) give plan_insert_from's plan: the same
+ * row, the same reverse edges, on a graph grown by them; too few distances
+ * are refused. */
+TEST(Update, PlanMeasuredElsewhereIsPlanInsertFrom)
+{
+    const uint32_t n = 1500, extra = 400;
+    auto data = clustered(n + extra, kDim, 31);
+    MutableIndex idx(data.data(), n, kDim, Metric::L2, BuildParams{});
+    Graph g = idx.graph();
+    std::vector<float> vecs(idx.vector(0), idx.vector(0) + (size_t)n * kDim);
+    SearchParams p;
+    size_t measured_total = 0, updates_total = 0;
+    for (uint32_t i = n; i < n + extra; i++) {
+        const float *v = &data[(size_t)i * kDim];
+        InMemoryGraph acc(g, DatasetView{vecs.data(), i, kDim}, Metric::L2);
+        std::vector<Neighbor> cands = insert_candidates(acc, v, i, p, idx.entry_nodes());
+        InsertPlan expected = plan_insert_from(acc, v, i, cands);
+
+        std::vector<uint32_t> row = insert_row(acc, cands);
+        std::vector<uint32_t> to_measure = neighbours_to_measure(acc, i, row);
+        std::vector<NeighbourDistances> measured;
+        for (uint32_t b : to_measure) {
+            NeighbourDistances d;
+            const uint32_t *b_row = &g.edges[(size_t)b * g.degree];
+            const float *vb = &vecs[(size_t)b * kDim];
+            d.to_new = l2_squared(vb, v, kDim);
+            for (uint32_t s = 0; s < g.degree; s++) {
+                d.from_b.push_back(l2_squared(vb, &vecs[(size_t)b_row[s] * kDim], kDim));
+                d.from_new.push_back(l2_squared(v, &vecs[(size_t)b_row[s] * kDim], kDim));
+            }
+            measured.push_back(d);
+        }
+        InsertPlan got = plan_insert_measured(acc, i, row, measured);
+        ASSERT_EQ(got.row, expected.row) << "insert " << i;
+        ASSERT_EQ(got.updates.size(), expected.updates.size()) << "insert " << i;
+        for (size_t u = 0; u < got.updates.size(); u++) {
+            EXPECT_EQ(got.updates[u].node, expected.updates[u].node);
+            EXPECT_EQ(got.updates[u].slot, expected.updates[u].slot);
+            EXPECT_EQ(got.updates[u].previous, expected.updates[u].previous);
+        }
+        if (!measured.empty()) {
+            measured.pop_back();
+            EXPECT_THROW(plan_insert_measured(acc, i, row, measured), std::invalid_argument);
+        }
+        measured_total += to_measure.size();
+        updates_total += got.updates.size();
+        apply_insert(g, got);
+        vecs.insert(vecs.end(), v, v + kDim);
+    }
+    EXPECT_GT(measured_total, (size_t)extra) << "the inserts measured almost no neighbours: the test shows nothing";
+    EXPECT_GT(updates_total, (size_t)extra * 2);
+}
+
 /* Rows inserted beyond the region the built rows cover, one after the
  * other along a curve (each nearest to the one before it: TAP 102's rows),
  * planned from their exact nearest candidates, as the GPU worker's search
