@@ -478,6 +478,34 @@ cagra_gpu_status cagra_gpu_search_nodes_in(cagra_gpu_search_context *ctx, cagra_
     });
 }
 
+cagra_gpu_status cagra_gpu_measure_pairs_in(cagra_gpu_search_context *ctx, cagra_gpu_index *ix, const float *queries,
+                                            uint32_t nq, const uint32_t *from, const uint32_t *to, uint64_t count,
+                                            float *distances_out)
+{
+    return guarded([&] {
+        check_context(ctx, ix);
+        if (nq > 0 && !queries)
+            invalid("queries must not be NULL when nq is " + std::to_string(nq));
+        if (count == 0)
+            return;
+        if (!from || !to || !distances_out)
+            invalid("from, to and distances_out must not be NULL");
+        for (uint64_t i = 0; i < count; i++) {
+            const uint32_t q = from[i] & ~CAGRA_GPU_PAIR_QUERY;
+            if ((from[i] & CAGRA_GPU_PAIR_QUERY) && q >= nq)
+                invalid("pair " + std::to_string(i) + " is from query " + std::to_string(q) + ", beyond the " +
+                        std::to_string(nq) + " queries");
+            if (!(from[i] & CAGRA_GPU_PAIR_QUERY) && from[i] >= ix->n)
+                invalid("pair " + std::to_string(i) + " is from node " + std::to_string(from[i]) +
+                        ", not in the index (" + std::to_string(ix->n) + " nodes)");
+            if (to[i] >= ix->n)
+                invalid("pair " + std::to_string(i) + " is to node " + std::to_string(to[i]) + ", not in the index (" +
+                        std::to_string(ix->n) + " nodes)");
+        }
+        run_pairs(ctx, ix, queries, nq, from, to, count, distances_out);
+    });
+}
+
 float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *ctx)
 {
     float ms = -1.0f;

@@ -34,9 +34,9 @@ extern "C" {
  * metric; 6: device time of a search, searches of a node list; 7:
  * ctas_per_query; 8: resident; 10: each query's answer as it is final,
  * lone queries started and collected; 12: a build's result struct; 13: the
- * image a device runs; 14: updates of a loaded index);
- * compare cagra_gpu_api_version() with this after dlopen(). */
-#define CAGRA_GPU_API_VERSION 14
+ * image a device runs; 14: updates of a loaded index; 15: distances of
+ * given pairs); compare cagra_gpu_api_version() with this after dlopen(). */
+#define CAGRA_GPU_API_VERSION 15
 
 #define CAGRA_GPU_INVALID_NODE 0xFFFFFFFFu
 #define CAGRA_GPU_MAX_K 512
@@ -317,10 +317,11 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_resident_collect(int device, uint32_
                                                              cagra_gpu_resident_done *done, uint32_t *ids_out,
                                                              float *distances_out, uint32_t *count);
 
-/* Milliseconds the device spent on the last search through a created
- * `context` (query copy, kernel, result copy, timed by CUDA events; served
- * by the resident kernel: from its first job's start to its last one's end
- * by the device's clock), or a negative value when there was none. */
+/* Milliseconds the device spent on the last search (or measure of pairs)
+ * through a created `context` (query copy, kernel, result copy, timed by
+ * CUDA events; served by the resident kernel: from its first job's start
+ * to its last one's end by the device's clock), or a negative value when
+ * there was none. */
 CAGRA_GPU_EXPORT float cagra_gpu_search_context_device_ms(cagra_gpu_search_context *context);
 
 /* What the searches through `context` did since it was made, for
@@ -356,6 +357,27 @@ CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_search_nodes_in(cagra_gpu_search_con
                                                             const float *queries, uint32_t nq, uint32_t k,
                                                             const uint32_t *nodes, uint32_t count, uint32_t *ids_out,
                                                             float *distances_out);
+
+/* The first end of a pair that is one of the call's queries rather than a
+ * node: this bit set, the query's index in the low bits. */
+#define CAGRA_GPU_PAIR_QUERY 0x80000000u
+
+/*
+ * The distances of `count` pairs of vectors, as the core's kernel of the
+ * index's metric gives them (cagra::metric_kernel: squared L2, negative
+ * inner product, 1 - dot, sum of absolute differences; the values the
+ * searches return): pair i runs from from[i], a node id below the index's
+ * n or CAGRA_GPU_PAIR_QUERY | q for the q-th of the nq prepared float32
+ * queries (nq x dim, may be NULL when nq is 0), to the node to[i] (below
+ * n); its distance into distances_out[i].  Every array in host memory;
+ * every id checked before anything is copied.  For the worker's planning
+ * of inserts (a new vector against nodes and nodes against each other).
+ * Runs on the context's stream and waits for it; the context's buffers
+ * are kept, so small calls allocate nothing after the first.
+ */
+CAGRA_GPU_EXPORT cagra_gpu_status cagra_gpu_measure_pairs_in(cagra_gpu_search_context *context, cagra_gpu_index *index,
+                                                             const float *queries, uint32_t nq, const uint32_t *from,
+                                                             const uint32_t *to, uint64_t count, float *distances_out);
 
 /* Device bytes the index holds, and its shape. */
 CAGRA_GPU_EXPORT uint64_t cagra_gpu_index_device_bytes(const cagra_gpu_index *index);

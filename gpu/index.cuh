@@ -32,6 +32,10 @@ struct cagra_gpu_search_context {
     cagra_gpu::DeviceBuffer<uint64_t> filter;
     cagra_gpu::DeviceBuffer<uint32_t> nodes; /* cagra_gpu_search_nodes */
     cagra_gpu::MeasureScratch measure;       /* its pairs and their sort */
+    /* cagra_gpu_measure_pairs_in: the pairs' first ids, then their second
+     * ids; their distances */
+    cagra_gpu::DeviceBuffer<uint32_t> pair_ids;
+    cagra_gpu::DeviceBuffer<float> pair_dists;
     /* multi-CTA searches: visited tables (all free between launches),
      * hand-ins, arrival counts (all 0 between launches) and bounds (all
      * kInvalid between launches) */
@@ -42,11 +46,11 @@ struct cagra_gpu_search_context {
     cagra_gpu::DeviceBuffer<float> entry_scores;                 /* nq x the fixed entries (entry_scores.cuh) */
     cagra_gpu::DeviceBuffer<cagra_gpu::SearchStats> batch_stats; /* the last launched batch's, zeroed before it */
     cagra_gpu_search_stats stats{};                              /* every batch's so far */
-    /* page-locked copies of a batch's answers and counts, and of a small
-     * batch's queries: a copy to pageable memory holds the calling thread
-     * inside the driver until the stream drains, and small copies from
-     * several threads' contexts take turns there (docs/benchmarks.md,
-     * "Constants") */
+    /* page-locked copies of a batch's answers and counts, of a small
+     * batch's queries and of a small measure of pairs: a copy to pageable
+     * memory holds the calling thread inside the driver until the stream
+     * drains, and small copies from several threads' contexts take turns
+     * there (docs/benchmarks.md, "Constants") */
     std::unique_ptr<cagra_gpu::PinnedBuffer<unsigned char>> staging;
     uint64_t staging_bytes = 0;
 

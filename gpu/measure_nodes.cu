@@ -4,7 +4,8 @@
  * device (one warp a pair), then each query's distances sorted with CUB's
  * radix sort (segmented for several queries) and its first k kept.  A filtered search that
  * allows few rows comes here rather than to the search kernel, which walks
- * the list in one thread block per query.
+ * the list in one thread block per query.  Also the distances of given
+ * pairs (cagra_gpu_measure_pairs_in), one warp a pair, by the same sums.
  */
 #include <algorithm>
 
@@ -30,17 +31,38 @@ __device__ inline float to_float<__half>(__half x)
     return __half2float(x);
 }
 
-/* Sum of the metric's terms of one row against a query, by one warp. */
-template <class T, MetricSum S>
-__device__ float warp_sum(const T *row, const float *q, uint32_t dim, uint32_t lane)
+/* Sum of the metric's terms of one row against another vector (a query or
+ * a second row), by one warp. */
+template <class T, class U, MetricSum S>
+__device__ float warp_sum(const T *row, const U *other, uint32_t dim, uint32_t lane)
 {
     float acc = 0.0f;
     for (uint32_t d = lane; d < dim; d += 32)
-        acc = add_term<S>(to_float(row[d]), q[d], acc);
+        acc = add_term<S>(to_float(row[d]), to_float(other[d]), acc);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
     return acc;
+}
+
+/* The metric's distance of a row and another vector, by one warp (every
+ * lane gets it). */
+template <class T, class U>
+__device__ float warp_distance(cagra_gpu_metric metric, const T *row, const U *other, uint32_t dim, uint32_t lane)
+{
+    float s;
+    switch (metric_sum(metric)) {
+    case MetricSum::SquaredDifferences:
+        s = warp_sum<T, U, MetricSum::SquaredDifferences>(row, other, dim, lane);
+        break;
+    case MetricSum::AbsoluteDifferences:
+        s = warp_sum<T, U, MetricSum::AbsoluteDifferences>(row, other, dim, lane);
+        break;
+    default:
+        s = warp_sum<T, U, MetricSum::Products>(row, other, dim, lane);
+        break;
+    }
+    return distance_from_sum(metric, s);
 }
 
 template <class T>
@@ -50,27 +72,34 @@ __global__ void pair_distances_kernel(MeasureArgs a, const float *queries, const
     const uint32_t lane = threadIdx.x & 31;
     const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / 32);
     const uint64_t pairs = (uint64_t)a.nq * a.count;
-    const MetricSum sum = metric_sum(a.metric);
     for (uint64_t p = (uint64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; p < pairs; p += warps) {
         const uint32_t q = (uint32_t)(p / a.count), node = nodes[p % a.count];
         const T *row = static_cast<const T *>(a.vectors) + (uint64_t)node * a.stride;
-        const float *qv = queries + (uint64_t)q * a.stride;
-        float s;
-        switch (sum) {
-        case MetricSum::SquaredDifferences:
-            s = warp_sum<T, MetricSum::SquaredDifferences>(row, qv, a.dim, lane);
-            break;
-        case MetricSum::AbsoluteDifferences:
-            s = warp_sum<T, MetricSum::AbsoluteDifferences>(row, qv, a.dim, lane);
-            break;
-        default:
-            s = warp_sum<T, MetricSum::Products>(row, qv, a.dim, lane);
-            break;
-        }
+        const float d = warp_distance(a.metric, row, queries + (uint64_t)q * a.stride, a.dim, lane);
         if (lane == 0) {
-            dists[p] = distance_from_sum(a.metric, s);
+            dists[p] = d;
             ids[p] = node;
         }
+    }
+}
+
+/* Pair i from a node or a query (CAGRA_GPU_PAIR_QUERY | q) to a node. */
+template <class T>
+__global__ void given_pairs_kernel(MeasureArgs a, const float *queries, const uint32_t *from, const uint32_t *to,
+                                   uint64_t count, float *dists)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint64_t warps = (uint64_t)gridDim.x * (blockDim.x / 32);
+    const T *vectors = static_cast<const T *>(a.vectors);
+    for (uint64_t p = (uint64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; p < count; p += warps) {
+        const uint32_t f = from[p];
+        const T *row = vectors + (uint64_t)to[p] * a.stride;
+        const float d =
+            (f & CAGRA_GPU_PAIR_QUERY)
+                ? warp_distance(a.metric, row, queries + (uint64_t)(f & ~CAGRA_GPU_PAIR_QUERY) * a.stride, a.dim, lane)
+                : warp_distance(a.metric, row, vectors + (uint64_t)f * a.stride, a.dim, lane);
+        if (lane == 0)
+            dists[p] = d;
     }
 }
 
@@ -142,6 +171,20 @@ void measure_nodes(const MeasureArgs &a, MeasureScratch &s, const float *queries
     take_first_kernel<<<(uint32_t)std::min<uint64_t>(div_up(out, 256), 65535), 256, 0, stream>>>(
         a.nq, a.count, a.k, s.sorted_dists.get(), s.sorted_ids.get(), dist_out, ids_out);
     check_launch("take_first_kernel");
+}
+
+void measure_pairs(const MeasureArgs &a, const float *queries, const uint32_t *from, const uint32_t *to, uint64_t count,
+                   float *dists, cudaStream_t stream)
+{
+    if (count == 0)
+        return;
+    const uint32_t threads = 256;
+    const uint32_t blocks = (uint32_t)std::min<uint64_t>(div_up(count, threads / 32), 65535);
+    if (a.half)
+        given_pairs_kernel<__half><<<blocks, threads, 0, stream>>>(a, queries, from, to, count, dists);
+    else
+        given_pairs_kernel<float><<<blocks, threads, 0, stream>>>(a, queries, from, to, count, dists);
+    check_launch("given_pairs_kernel");
 }
 
 } // namespace cagra_gpu

@@ -1,5 +1,6 @@
 /*
- * measure_nodes.cuh — the exact search of a node list (measure_nodes.cu).
+ * measure_nodes.cuh — the exact search of a node list, and the distances
+ * of given pairs (measure_nodes.cu).
  */
 #pragma once
 
@@ -18,7 +19,7 @@ struct MeasureArgs {
     bool half;           /* float16 rows (else float32) */
     uint32_t dim, stride;
     cagra_gpu_metric metric;
-    uint32_t nq, count, k;
+    uint32_t nq, count, k; /* measure_nodes only */
 };
 
 /* Kept in a search context between calls. */
@@ -37,5 +38,11 @@ bool measure_fits(uint32_t nq, uint32_t count);
  * and +inf past count) into dist_out and ids_out, nq x k, on the device. */
 void measure_nodes(const MeasureArgs &a, MeasureScratch &s, const float *queries, const uint32_t *nodes,
                    float *dist_out, uint32_t *ids_out, cudaStream_t stream);
+
+/* The distance of each of `count` pairs of device ids, from[i] (a node, or
+ * CAGRA_GPU_PAIR_QUERY | q: the q-th of the device queries, `stride`
+ * floats each) to the node to[i], into dists on the device. */
+void measure_pairs(const MeasureArgs &a, const float *queries, const uint32_t *from, const uint32_t *to, uint64_t count,
+                   float *dists, cudaStream_t stream);
 
 } // namespace cagra_gpu

@@ -1,7 +1,8 @@
 /*
  * search_batch.cuh — a planned batch run on the device through a search
  * context (search_batch.cu): its queries, filter or nodes copied over, the
- * kernel, the answers copied back; or served by the resident kernel.
+ * kernel, the answers copied back; or served by the resident kernel; and
+ * the distances of given pairs.
  */
 #pragma once
 
@@ -16,6 +17,12 @@ namespace cagra_gpu {
 void run_batch(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, SearchArgs &a, uint32_t width, uint32_t itopk,
                const float *queries, uint32_t nq, const uint64_t *filter, const uint32_t *nodes, uint32_t count,
                uint32_t *ids_out, float *distances_out);
+
+/* The distances of `count` pairs (cagra_gpu_measure_pairs_in, arguments
+ * checked): the nq queries and the ids to the device, the distances back,
+ * waited for. */
+void run_pairs(cagra_gpu_search_context *ctx, const cagra_gpu_index *ix, const float *queries, uint32_t nq,
+               const uint32_t *from, const uint32_t *to, uint64_t count, float *distances_out);
 
 /* The batch through the device's resident kernel; false when the kernel
  * cannot take it. */

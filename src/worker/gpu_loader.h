@@ -33,6 +33,7 @@
 	X(resident_collect, cagra_gpu_resident_collect) \
 	X(search_nodes, cagra_gpu_search_nodes) \
 	X(search_nodes_in, cagra_gpu_search_nodes_in) \
+	X(measure_pairs_in, cagra_gpu_measure_pairs_in) \
 	X(index_device_bytes, cagra_gpu_index_device_bytes) \
 	X(index_free, cagra_gpu_index_free)
 

@@ -561,6 +561,19 @@ TEST(GpuLibrary, BadBuildArgumentsAreRefusedWithAMessage)
     EXPECT_GE(bytes, 1000000ull * (128 * 2 + 32 * 4));
 }
 
+/* A measure of pairs needs a context and an index: without them it is
+ * refused, device or not. */
+TEST(GpuLibrary, PairsWithoutAContextOrIndexAreRefusedWithAMessage)
+{
+    const uint32_t from = 0, to = 1;
+    float d = -1.0f;
+    EXPECT_EQ(cagra_gpu_measure_pairs_in(nullptr, nullptr, nullptr, 0, &from, &to, 1, &d), CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(cagra_gpu_last_error()).find("must not be NULL"), std::string::npos);
+    EXPECT_EQ(cagra_gpu_measure_pairs_in(nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(d, -1.0f);
+}
+
 /* ---- on a device ------------------------------------------------------------- */
 
 TEST(GpuBuild, GraphInvariantsAtEverySize)
@@ -1805,6 +1818,150 @@ TEST(GpuSearch, BadSearchArgumentsAreRefused)
     EXPECT_EQ(cagra_gpu_get_device_info(99, nullptr), CAGRA_GPU_INVALID_ARGUMENT);
     cagra_gpu_device_info info;
     EXPECT_EQ(cagra_gpu_get_device_info(99, &info), CAGRA_GPU_INVALID_ARGUMENT);
+}
+
+namespace {
+
+/* Pairs from nodes and queries (CAGRA_GPU_PAIR_QUERY | q) to nodes:
+ * `count` of them, a quarter from queries, some of a node with itself. */
+void random_pairs(uint64_t n, uint32_t nq, uint64_t count, uint32_t seed, std::vector<uint32_t> &from,
+                  std::vector<uint32_t> &to)
+{
+    std::mt19937_64 rng(seed);
+    from.resize(count);
+    to.resize(count);
+    for (uint64_t i = 0; i < count; i++) {
+        to[i] = (uint32_t)(rng() % n);
+        const uint64_t r = rng() % 16;
+        from[i] = r < 4 ? (CAGRA_GPU_PAIR_QUERY | (uint32_t)(rng() % nq)) : r == 4 ? to[i] : (uint32_t)(rng() % n);
+    }
+}
+
+/* Each pair's distance through `ctx` against the core's kernel of the
+ * metric on the host (float16 rows: the half kernel, the first end widened
+ * from its half row), within float rounding of the sum of the terms'
+ * magnitudes.  distances_out's slot past count stays untouched. */
+void expect_pairs_as_the_core(cagra_gpu_search_context *ctx, cagra_gpu_index *ix, const std::vector<float> &data,
+                              const std::vector<uint16_t> *half, const std::vector<float> &queries, uint32_t dim,
+                              cagra::Metric metric, const std::vector<uint32_t> &from, const std::vector<uint32_t> &to)
+{
+    const uint64_t count = from.size();
+    const uint32_t nq = (uint32_t)(queries.size() / dim);
+    std::vector<float> got(count + 1, -7.0f), a(dim);
+    ASSERT_EQ(cagra_gpu_measure_pairs_in(ctx, ix, queries.data(), nq, from.data(), to.data(), count, got.data()),
+              CAGRA_GPU_OK)
+        << cagra_gpu_last_error();
+    EXPECT_EQ(got[count], -7.0f) << "written past count";
+    const cagra::MetricKernel full = cagra::metric_kernel(metric);
+    const cagra::HalfMetricKernel part = cagra::half_metric_kernel(metric);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        const bool query = from[i] & CAGRA_GPU_PAIR_QUERY;
+        const uint64_t f = from[i] & ~CAGRA_GPU_PAIR_QUERY, t = to[i];
+        double scale = 0.0;
+        for (uint32_t j = 0; j < dim; j++) {
+            a[j] = query ? queries[f * dim + j] : half ? from_half((*half)[f * dim + j]) : data[f * dim + j];
+            const float b = half ? from_half((*half)[t * dim + j]) : data[t * dim + j];
+            scale += metric == cagra::Metric::InnerProduct || metric == cagra::Metric::Cosine
+                         ? std::fabs((double)a[j] * b)
+                         : std::fabs((double)a[j] - b) * (metric == cagra::Metric::L2 ? std::fabs((double)a[j] - b) : 1);
+        }
+        const float want = half ? part(a.data(), &(*half)[t * dim], dim) : full(a.data(), &data[t * dim], dim);
+        if (!(std::fabs(got[i] - want) <= 1e-5 * std::max(1.0, scale)) && wrong++ < 5)
+            ADD_FAILURE() << "pair " << i << " (" << (query ? "query " : "node ") << f << " to node " << t
+                          << "): " << got[i] << ", the core " << want << ", metric " << (int)metric
+                          << (half ? ", float16" : "");
+    }
+    EXPECT_EQ(wrong, 0u) << "of " << count << " pairs";
+}
+
+} // namespace
+
+/* The distances of given pairs equal the core's kernel of each metric,
+ * float32 and float16 rows, a dimension that is no multiple of 16 bytes of
+ * halves; calls of other sizes through the same context (smaller, larger,
+ * past the page-locked staging) answer right too. */
+TEST(GpuSearch, PairsMeasureAsTheCoreKernelForEveryMetricAndHalfVectors)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 100, degree = 32, nq = 40;
+    const uint64_t n = 2000;
+    cagra_gpu_search_context *ctx = nullptr;
+    ASSERT_EQ(cagra_gpu_search_context_create(0, &ctx), CAGRA_GPU_OK) << cagra_gpu_last_error();
+    for (cagra::Metric metric :
+         {cagra::Metric::L2, cagra::Metric::InnerProduct, cagra::Metric::Cosine, cagra::Metric::L1})
+        for (bool fp16 : {false, true}) {
+            auto data = clustered(n, dim, 97, metric);
+            auto queries = queries_near(data, dim, nq, 98, metric);
+            std::vector<uint32_t> graph(n * degree);
+            for (uint64_t i = 0; i < graph.size(); i++)
+                graph[i] = (uint32_t)((i / degree + 1 + i % degree) % n);
+            Loaded l;
+            load(l, data, dim, metric, graph, degree, {0}, fp16);
+            std::vector<uint16_t> half;
+            for (float v : data)
+                half.push_back(to_half(v));
+            std::vector<uint32_t> from, to;
+            for (uint64_t count : {3000ull, 37ull, 5000ull, 400000ull}) {
+                random_pairs(n, nq, count, 99 + (uint32_t)count, from, to);
+                expect_pairs_as_the_core(ctx, l.ix, data, fp16 ? &half : nullptr, queries, dim, metric, from, to);
+            }
+            /* node to node only, no queries */
+            from.assign({5, 5, 1999, 0});
+            to.assign({5, 6, 0, 1999});
+            expect_pairs_as_the_core(ctx, l.ix, data, fp16 ? &half : nullptr, {}, dim, metric, from, to);
+        }
+    cagra_gpu_search_context_free(ctx);
+}
+
+/* Bad pairs are refused with a message before anything is copied: the
+ * output stays as it was. */
+TEST(GpuSearch, BadPairArgumentsAreRefused)
+{
+    REQUIRE_DEVICE();
+    const uint32_t dim = 16, degree = 8;
+    const uint64_t n = 300;
+    auto data = clustered(n, dim, 42, cagra::Metric::L2);
+    std::vector<uint32_t> graph(n * degree);
+    for (uint64_t i = 0; i < graph.size(); i++)
+        graph[i] = (uint32_t)((i / degree + 1 + i % degree) % n);
+    Loaded l;
+    load(l, data, dim, cagra::Metric::L2, graph, degree, {0});
+    cagra_gpu_search_context *ctx = nullptr;
+    ASSERT_EQ(cagra_gpu_search_context_create(0, &ctx), CAGRA_GPU_OK) << cagra_gpu_last_error();
+    std::vector<float> q(data.begin(), data.begin() + 2 * dim), d(3, -1.0f);
+    auto measure = [&](const float *queries, uint32_t nq, std::vector<uint32_t> from, std::vector<uint32_t> to,
+                       float *out, const char *message) {
+        EXPECT_EQ(cagra_gpu_measure_pairs_in(ctx, l.ix, queries, nq, from.data(), to.data(), from.size(), out),
+                  CAGRA_GPU_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(cagra_gpu_last_error()).find(message), std::string::npos) << cagra_gpu_last_error();
+        EXPECT_EQ(d, std::vector<float>(3, -1.0f));
+    };
+    const uint32_t N = (uint32_t)n;
+    measure(q.data(), 2, {0, N, 2}, {1, 2, 3}, d.data(), "from node 300, not in the index (300 nodes)");
+    measure(q.data(), 2, {0, 1, 2}, {1, 2, N + 5}, d.data(), "to node 305");
+    measure(q.data(), 2, {0, CAGRA_GPU_PAIR_QUERY | 2, 2}, {1, 2, 3}, d.data(), "from query 2, beyond the 2 queries");
+    measure(nullptr, 0, {CAGRA_GPU_PAIR_QUERY, 1, 2}, {1, 2, 3}, d.data(), "beyond the 0 queries");
+    measure(nullptr, 2, {0, 1, 2}, {1, 2, 3}, d.data(), "queries must not be NULL");
+    measure(q.data(), 2, {0, 1, 2}, {1, 2, 3}, nullptr, "must not be NULL");
+    const std::vector<uint32_t> ids = {0, 1, 2};
+    EXPECT_EQ(cagra_gpu_measure_pairs_in(ctx, l.ix, q.data(), 2, ids.data(), nullptr, 3, d.data()),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(cagra_gpu_measure_pairs_in(ctx, l.ix, q.data(), 2, nullptr, ids.data(), 3, d.data()),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    EXPECT_EQ(d, std::vector<float>(3, -1.0f));
+    EXPECT_EQ(cagra_gpu_measure_pairs_in(ctx, nullptr, q.data(), 2, nullptr, nullptr, 0, d.data()),
+              CAGRA_GPU_INVALID_ARGUMENT);
+    /* nothing to measure: nothing done, no arrays needed */
+    EXPECT_EQ(cagra_gpu_measure_pairs_in(ctx, l.ix, nullptr, 0, nullptr, nullptr, 0, nullptr), CAGRA_GPU_OK)
+        << cagra_gpu_last_error();
+    std::vector<uint32_t> from = {CAGRA_GPU_PAIR_QUERY | 1, 7, 7}, to = {0, 7, 8};
+    EXPECT_EQ(cagra_gpu_measure_pairs_in(ctx, l.ix, q.data(), 2, from.data(), to.data(), 3, d.data()), CAGRA_GPU_OK)
+        << cagra_gpu_last_error();
+    EXPECT_NEAR(d[0], cagra::distance(cagra::Metric::L2, &q[dim], &data[0], dim), 1e-4f);
+    EXPECT_EQ(d[1], 0.0f);
+    EXPECT_NEAR(d[2], cagra::distance(cagra::Metric::L2, &data[7 * dim], &data[8 * dim], dim), 1e-4f);
+    cagra_gpu_search_context_free(ctx);
 }
 
 /* The graph and vectors of the first `n` nodes of a larger set: edges to
