@@ -6,16 +6,16 @@
  * lock on the meta page) in RowExclusiveLock, which inserts share and
  * vacuum's ExclusiveLock does not: vacuum waits for the inserts in flight,
  * so no insert links to a node vacuum deleted and repaired around, or
- * takes a slot whose old edges are not repaired yet.  The neighbour search
- * runs over the nodes counted when it started: on the GPU worker when it
- * runs, as a scan's search request (the worker batches the searches its
- * copy serves; the nodes appended after the copy are merged here), else as
- * a scan's does here: from the entry vectors and entry index the backend
- * keeps for its scans, one share-locked page at a time, the pages kept
- * pinned until the plan is made.  The candidates are
- * pruned here and the plan is made for a slot past them (a small index,
- * whose rows still have padding, plans again if another insert came
- * between).  Then, under the slot lock, the meta page's buffer lock held
+ * takes a slot whose old edges are not repaired yet.  The plan (the
+ * neighbour search, the pruned row and the reverse edges) is made for a
+ * slot past the nodes counted when it started: with cagra.device = gpu by
+ * the GPU worker from its copy of the index, as a scan's search request
+ * that also asks for the plan (the worker batches the inserts its copy
+ * serves; nodes appended after the copy are not the new node's
+ * neighbours), else here as a scan searches: from the entry vectors and
+ * entry index the backend keeps for its scans, one share-locked page at a
+ * time, the pages kept pinned until the plan is made (a small index, whose
+ * rows still have padding, plans again if another insert came between).  Then, under the slot lock, the meta page's buffer lock held
  * exclusively (one insert at a time, two WAL records, no search; a
  * lightweight lock, which a waiter takes only once it runs), each WAL
  * record crash-safe on its own:
@@ -59,14 +59,20 @@ extern "C" {
 #include "utils/memutils.h"
 }
 
+/* Updates in node order: step 3 locks their rows' pages in that order. */
+static void
+cagra_sort_updates(cagra::InsertPlan *plan)
+{
+	std::sort(plan->updates.begin(), plan->updates.end(),
+			  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
+}
+
 /*
- * The core's plan for node `new_id`, in a C++ object the caller owns: from
- * the `ncands` candidates given (closest first), or else from a search of
- * the pages.
+ * The core's plan for node `new_id` from a search of the pages, in a C++
+ * object the caller owns.
  */
 static cagra::InsertPlan *
-cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
-				  const uint32 *cand_ids, const float *cand_dists, uint32 ncands, CagraStatus *st) noexcept
+cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id, CagraStatus *st) noexcept
 {
 	cagra::InsertPlan *plan = nullptr;
 
@@ -76,74 +82,94 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 		 * nodes come from the scans' cache of their vectors and entry index */
 		CagraPageAccessor acc(index, *meta, true, true);
 		std::unique_ptr<cagra::InsertPlan> p;
+		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
+		/* live neighbours only: a deleted one's slot may be taken by
+		 * another vector later, turning the edge into a random one */
+		auto		live = [&acc](uint32_t id) {
+			CagraPageAccessor::NodeInfo info;
 
-		if (ncands > 0)
-		{
-			std::vector<cagra::Neighbor> cands(ncands);
+			return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
+		};
+		auto		plan_in = [&](const auto &graph, const float *query, const auto &starts) {
+			std::unique_ptr<cagra::InsertPlan> q(new cagra::InsertPlan(
+				cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), starts, live, meta->live)));
 
-			for (uint32 i = 0; i < ncands; i++)
-				cands[i] = {cand_ids[i], cand_dists[i]};
-			p.reset(new cagra::InsertPlan(cagra::plan_insert_from(acc, vec, new_id, cands)));
-		}
-		else
-		{
-			std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
-			/* live neighbours only: a deleted one's slot may be taken by
-			 * another vector later, turning the edge into a random one */
-			auto		live = [&acc](uint32_t id) {
-				CagraPageAccessor::NodeInfo info;
+			/* no live node to link to (all deleted): deleted ones, which
+			 * searches walk through, so the node has a way in */
+			if (q->row.empty() || q->row[0] == cagra::kInvalidNode)
+				q.reset(new cagra::InsertPlan(
+					cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), entries)));
+			return q;
+		};
 
-				return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
-			};
-			auto		plan_in = [&](const auto &graph, const float *query, const auto &starts) {
-				std::unique_ptr<cagra::InsertPlan> q(new cagra::InsertPlan(
-					cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), starts, live, meta->live)));
-
-				/* no live node to link to (all deleted): deleted ones, which
-				 * searches walk through, so the node has a way in */
-				if (q->row.empty() || q->row[0] == cagra::kInvalidNode)
-					q.reset(new cagra::InsertPlan(
-						cagra::plan_insert(graph, query, new_id, cagra_search_params(meta), entries)));
-				return q;
-			};
-
-			/* an inner-product graph takes edges by L2 over augmented
-			 * vectors, where the entry index (grouped by the index's own
-			 * metric) does not apply: it starts from every entry */
-			p = cagra_with_graph_accessor(acc, meta, vec, [&](const auto &graph, const float *query) {
-				/* the reverse edges measure again from the new node many of
-				 * the nodes the search measured (this is the pointer the
-				 * graph passes the page accessor) */
-				acc.remember_distances(query);
-				if (!cagra::graph_is_augmented((cagra::Metric) meta->metric) && acc.entry_index())
-					return plan_in(graph, query, *acc.entry_index());
-				return plan_in(graph, query, entries);
-			});
-		}
+		/* an inner-product graph takes edges by L2 over augmented
+		 * vectors, where the entry index (grouped by the index's own
+		 * metric) does not apply: it starts from every entry */
+		p = cagra_with_graph_accessor(acc, meta, vec, [&](const auto &graph, const float *query) {
+			/* the reverse edges measure again from the new node many of
+			 * the nodes the search measured (this is the pointer the
+			 * graph passes the page accessor) */
+			acc.remember_distances(query);
+			if (!cagra::graph_is_augmented((cagra::Metric) meta->metric) && acc.entry_index())
+				return plan_in(graph, query, *acc.entry_index());
+			return plan_in(graph, query, entries);
+		});
 		acc.release_pins();
-		std::sort(p->updates.begin(), p->updates.end(),
-				  [](const cagra::EdgeUpdate &a, const cagra::EdgeUpdate &b) { return a.node < b.node; });
+		cagra_sort_updates(p.get());
 		plan = p.release();
 	});
 	return plan;
 }
 
+/* The plan in a worker's answer (protocol.h, cagra_insert_plan_words) for
+ * node `new_id` of an index of `meta`, or NULL when it is not one for it:
+ * a node out of range, or a row shorter than the live nodes allow. */
+static cagra::InsertPlan *
+cagra_plan_of_words(const CagraMetaData *meta, const uint32 *words, uint32 new_id)
+{
+	const uint32 degree = meta->graph_degree;
+	const uint32 *row = words + 1,
+			   *nodes = row + degree,
+			   *slots = nodes + degree,
+			   *previous = slots + degree;
+	std::unique_ptr<cagra::InsertPlan> plan(new cagra::InsertPlan());
+	uint32		filled = 0;
+
+	if (words[0] > degree)
+		return NULL;
+	for (uint32 j = 0; j < degree; j++)
+	{
+		if (row[j] != cagra::kInvalidNode && row[j] >= meta->n)
+			return NULL;
+		filled += row[j] != cagra::kInvalidNode;
+	}
+	if (filled < Min(meta->live, degree))
+		return NULL;
+	plan->row.assign(row, row + degree);
+	for (uint32 u = 0; u < words[0]; u++)
+	{
+		if (nodes[u] >= meta->n || slots[u] >= degree)
+			return NULL;
+		plan->updates.push_back({nodes[u], slots[u], new_id, previous[u]});
+	}
+	cagra_sort_updates(plan.get());
+	return plan.release();
+}
+
 /*
- * The candidates of a new node (`vec`, prepared) from the GPU worker,
- * closest first, into *ids and *dists (palloc'd): the worker searches its
- * copy of the index, batching concurrent inserts' searches as it batches
- * queries, and the nodes appended after the copy are merged exactly
- * (cagra_merge_tail), as a scan gets them.  Only live nodes come back: the
- * copy's live nodes stay live while the writers' lock keeps vacuum out,
- * and the merge reads the headers of the others.  Returns how many; 0 when
- * the backend searches the pages itself: no worker (or cagra.device =
- * cpu), a fallback (counted, or a NOTICE, as a scan's), a search wider
- * than the worker's, or fewer candidates than the row needs (an index of
- * few live nodes, which the CPU search measures whole).
+ * The plan of node `new_id` (`vec`, prepared) made by the GPU worker, in a
+ * C++ object the caller owns: the worker searches its copy of the index,
+ * batching concurrent inserts' searches as it batches queries, and plans
+ * the insert there from the copy's rows and the device's distances, so
+ * that the backend only links.  Nodes inserted after the copy was made are
+ * not among the new node's neighbours (each got its own ways in when it
+ * was inserted).  NULL when the backend plans itself: no worker (or
+ * cagra.device = cpu), a fallback (counted, or a NOTICE, as a scan's), a
+ * search wider than the worker's, a copy newer than `meta`, or a row
+ * shorter than the row needs (an index of few live nodes).
  */
-static uint32
-cagra_insert_candidates_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids,
-									float **dists)
+static cagra::InsertPlan *
+cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id)
 {
 	cagra::SearchParams params = cagra_search_params(meta);
 	uint32		want = cagra::insert_candidate_count(meta->graph_degree, params, meta->live);
@@ -154,34 +180,27 @@ cagra_insert_candidates_from_worker(Relation index, const CagraMetaData *meta, c
 	req.params = cagra::candidate_search_params(params, want);
 	req.k = want;
 	req.filtered = false;
-	/* with auto the backend searches: it measured faster than the worker,
-	 * GPU engine included (docs/benchmarks.md, "Write path") */
+	req.plans_inserts = true;
+	/* with auto the backend plans: it measured faster than the worker
+	 * (docs/benchmarks.md, "Write path") */
 	if (cagra_device != CAGRA_SEARCH_GPU || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
 		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_client_wants_worker("insert"))
-		return 0;
-	*ids = (uint32 *) palloc(sizeof(uint32) * want);
-	*dists = (float *) palloc(sizeof(float) * want);
+		return NULL;
 
-	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, vec, NULL, *ids, *dists, NULL, &copy,
-												 why, sizeof(why));
+	uint32	   *ids = (uint32 *) palloc(sizeof(uint32) * want);
+	float	   *dists = (float *) palloc(sizeof(float) * want);
+	uint32	   *words = (uint32 *) palloc(sizeof(uint32) * cagra_insert_plan_words(meta->graph_degree));
+	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, vec, NULL, ids, dists, NULL, words,
+												 &copy, why, sizeof(why));
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
 		cagra_client_search_fallback(r, why);
-		return 0;
+		return NULL;
 	}
-	if (cagra_copy_is_partial(meta, &copy))
-		cagra_merge_tail(index, meta, &copy, 1, vec, NULL, NULL, want, *ids, *dists);
-
-	uint32		count = 0;
-
-	for (uint32 i = 0; i < want; i++)
-		if ((*ids)[i] < meta->n)
-		{
-			(*ids)[count] = (*ids)[i];
-			(*dists)[count++] = (*dists)[i];
-		}
-	return count < Min(meta->live, meta->graph_degree) ? 0 : count;
+	if (copy.n > meta->n)
+		return NULL;
+	return cagra_plan_of_words(meta, words, new_id);
 }
 
 /* The record of a new node with its vector stored, made before the slot
@@ -501,9 +520,6 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 {
 	cagra::InsertPlan *plan;
 	CagraStatus st;
-	uint32	   *cand_ids = NULL;
-	float	   *cand_dists = NULL;
-	uint32		ncands;
 
 	for (;;)
 	{
@@ -522,9 +538,8 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 
 		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
 		 * the slot is taken after */
-		ncands = cagra_insert_candidates_from_worker(index, view, vec, &cand_ids, &cand_dists);
-		plan = cagra_plan_insert(index, view, vec, view->n, cand_ids, cand_dists, ncands, &st);
-		if (!plan)
+		plan = cagra_insert_plan_from_worker(index, view, vec, view->n);
+		if (!plan && !(plan = cagra_plan_insert(index, view, vec, view->n, &st)))
 			cagra_report_status(&st);
 		*owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
 		if (plan->row.size() != view->graph_degree)

@@ -144,7 +144,7 @@ cagra_session_worker_candidates(const CagraSearchSession *s, const float *querie
 	uint64	   *copy_tids = cagra_session_copy_tids_room(c);
 	CagraOffload r = cagra_search_through_worker(s->index, &s->meta, &req, (uint32) c->nq, queries,
 												 s->allowed ? &s->allowed->rows : NULL, c->ids, c->dists,
-												 copy_tids, &copy, why, sizeof(why));
+												 copy_tids, NULL, &copy, why, sizeof(why));
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{

@@ -232,7 +232,8 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 CagraOffload
 cagra_search_through_worker(Relation index, const CagraMetaData *meta, const CagraSearchRequest *req,
 							uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids,
-							float *dists, uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
+							float *dists, uint64 *tids, uint32 *plans, CagraCopyExtent *copy, char *why,
+							size_t whylen)
 {
 	CagraIndexKey key = cagra_copy_key(index, meta);
 	CagraPageSource pages;
@@ -252,8 +253,8 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	pages.group = (char *) palloc((Size) cagra_group_bytes(meta));
 	pages.strategy = GetAccessStrategy(BAS_BULKREAD);
 
-	CagraOffload r = cagra_client_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, copy,
-										 why, whylen);
+	CagraOffload r = cagra_client_search(&key, &source, req, nq, queries, allowed, ids, dists, tids, plans,
+										 copy, why, whylen);
 
 	FreeAccessStrategy(pages.strategy);
 	pfree(pages.group);

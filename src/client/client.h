@@ -105,11 +105,15 @@ cagra_allowed_tid(const CagraAllowedTids *allowed, uint64 packed)
  * without reading the node headers: a node vacuum removed since then has a
  * dead tuple, or a line pointer reused by a tuple newer than the snapshot,
  * which the heap check rejects either way.
+ *
+ * With req->plans_inserts each query is a new node's vector, and `plans`
+ * takes the worker's insert plan of each (nq x cagra_insert_plan_words of
+ * the index's degree; protocol.h), made from its copy: its nodes only.
  */
 CagraOffload cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source,
 								 const CagraSearchRequest *req, uint32 nq, const float *queries,
 								 const CagraAllowedTids *allowed, uint32 *ids, float *dists, uint64 *tids,
-								 CagraCopyExtent *copy, char *why, size_t whylen);
+								 uint32 *plans, CagraCopyExtent *copy, char *why, size_t whylen);
 
 /* Whether this backend may read an update for the worker (one backend at a
  * time: others would read the same nodes, and the worker take only the

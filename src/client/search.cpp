@@ -257,16 +257,18 @@ cagra_wait_for_load(int waits)
 static CagraOffload
 cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const CagraSearchRequest *req,
 				   uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids, float *dists,
-				   uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
+				   uint64 *tids, uint32 *plans, CagraCopyExtent *copy, char *why, size_t whylen)
 {
 	uint32		dim = src->format.dim;
 	Size		filter_tids = allowed ? allowed->count : 0;
+	uint32		plan_degree = req->plans_inserts ? src->degree : 0;
 
 	for (int uploads = 0, waits = 0;;)
 	{
 		CagraCall	call;
 
-		if (!cagra_call_init(&call, CAGRA_REQ_SEARCH, cagra_search_payload_size(nq, dim, req->k, filter_tids)))
+		if (!cagra_call_init(&call, CAGRA_REQ_SEARCH,
+							 cagra_search_payload_size(nq, dim, req->k, filter_tids, plan_degree)))
 		{
 			strlcpy(why, "no dynamic shared memory segment for the queries", whylen);
 			return CAGRA_OFFLOAD_FAILED;
@@ -277,6 +279,7 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 		p->dim = dim;
 		p->k = req->k;
 		p->filter_tids = (uint32) filter_tids;
+		p->plan_degree = plan_degree;
 		if (allowed)
 			memcpy(cagra_search_filter(p), allowed->tids, filter_tids * sizeof(uint64));
 		memcpy(cagra_search_queries(p), queries, (Size) nq * dim * sizeof(float));
@@ -293,6 +296,8 @@ cagra_search_chunk(const CagraIndexKey *key, const CagraCopySource *src, const C
 			memcpy(dists, cagra_search_distances(p), (Size) nq * req->k * sizeof(float));
 			if (tids)
 				memcpy(tids, cagra_search_tids(p), (Size) nq * req->k * sizeof(uint64));
+			if (plan_degree)
+				memcpy(plans, cagra_search_plans(p), (Size) nq * cagra_insert_plan_words(plan_degree) * sizeof(uint32));
 			*copy = call.copy;
 			cagra_call_done(&call);
 			if (copy->n > key->n)
@@ -337,7 +342,7 @@ float *
 cagra_client_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearchRequest *req, uint32 nq,
 						  CagraSearchPending *pending)
 {
-	Size		size = cagra_search_payload_size(nq, dim, req->k, 0);
+	Size		size = cagra_search_payload_size(nq, dim, req->k, 0, 0);
 
 	memset((void *) pending, 0, sizeof(*pending));
 	if (size > CAGRA_MAILBOX_MAX_BYTES || !cagra_call_init(&pending->call, CAGRA_REQ_SEARCH, size))
@@ -349,6 +354,7 @@ cagra_client_search_begin(const CagraIndexKey *key, uint32 dim, const CagraSearc
 	p->dim = dim;
 	p->k = req->k;
 	p->filter_tids = 0;
+	p->plan_degree = 0;
 	pending->call.key = *key;
 	pending->call.search = *req;
 	pending->call.search.filtered = false;
@@ -409,9 +415,10 @@ cagra_client_search_finish(CagraSearchPending *pending, uint32 *ids, float *dist
 CagraOffload
 cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, const CagraSearchRequest *req,
 					uint32 nq, const float *queries, const CagraAllowedTids *allowed, uint32 *ids, float *dists,
-					uint64 *tids, CagraCopyExtent *copy, char *why, size_t whylen)
+					uint64 *tids, uint32 *plans, CagraCopyExtent *copy, char *why, size_t whylen)
 {
-	Size		per_query = (Size) source->format.dim * sizeof(float) + (Size) req->k * 16;
+	uint32		plan_words = req->plans_inserts ? cagra_insert_plan_words(source->degree) : 0;
+	Size		per_query = (Size) source->format.dim * sizeof(float) + (Size) req->k * 16 + plan_words * 4;
 	/* every chunk carries all the allowed TIDs */
 	Size		filter_bytes = allowed ? (Size) allowed->count * sizeof(uint64) : 0;
 
@@ -426,7 +433,7 @@ cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, con
 	 * and mapping) than everything else of cagra_search on 1,024
 	 * dimensions.  A large filter takes a chunk-sized segment of its own. */
 	Size		budget = filter_bytes <= CAGRA_MAILBOX_MAX_BYTES / 2 ? CAGRA_MAILBOX_MAX_BYTES : CAGRA_CHUNK_BYTES;
-	Size		fixed = cagra_search_payload_size(0, source->format.dim, req->k, filter_bytes / sizeof(uint64));
+	Size		fixed = cagra_search_payload_size(0, source->format.dim, req->k, filter_bytes / sizeof(uint64), 0);
 	uint32		chunk = (uint32) Max((Size) 1, (budget - fixed) / per_query);
 
 	copy->n = key->n;
@@ -439,8 +446,8 @@ cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, con
 		Size		at = (Size) first * req->k;
 		CagraOffload r = cagra_search_chunk(key, source, req, count,
 											queries + (Size) first * source->format.dim, allowed,
-											ids + at, dists + at, tids ? tids + at : NULL, &got,
-											why, whylen);
+											ids + at, dists + at, tids ? tids + at : NULL,
+											plans ? plans + (Size) first * plan_words : NULL, &got, why, whylen);
 
 		if (r != CAGRA_OFFLOAD_OK)
 			return r;

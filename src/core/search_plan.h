@@ -51,13 +51,15 @@ struct SearchPlan {
     bool filtered = false; /* only the allowed rows may be returned */
     SearchSite site = SearchSite::Backend; /* resolve_search_site */
     uint32_t first_round_k = 0;            /* an index scan's first worker round; 0: none */
+    bool plans_inserts = false;            /* each query is a new node's vector: the worker answers
+                                              its insert plan from the candidates too */
 };
 
 /* Whether two plans search alike: where they run and an index scan's first
  * round are the backend's choices, made before the worker is asked. */
 inline bool operator==(const SearchPlan &a, const SearchPlan &b)
 {
-    return a.k == b.k && a.params == b.params && a.filtered == b.filtered;
+    return a.k == b.k && a.params == b.params && a.filtered == b.filtered && a.plans_inserts == b.plans_inserts;
 }
 inline bool operator!=(const SearchPlan &a, const SearchPlan &b)
 {

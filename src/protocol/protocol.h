@@ -345,14 +345,31 @@ typedef struct CagraSearchPayload
 	uint32		dim;
 	uint32		k;
 	uint32		filter_tids;	/* 0 unless filtered */
+	uint32		plan_degree;	/* 0, or the graph degree of the insert plans answered
+								 * (CagraSearchRequest.plans_inserts) */
 } CagraSearchPayload;
 
+/*
+ * An insert's plan as the worker answers it, in 32-bit words: the count u
+ * of reverse edges, the new node's row (degree ids, padded with
+ * kInvalidNode), then for each reverse edge the node whose row takes it,
+ * its slot there and what the slot held (core EdgeUpdate.previous), in
+ * three runs of degree words of which the first u count.  The reverse
+ * edges point to the new node, which the backend numbers.
+ */
+static inline uint32
+cagra_insert_plan_words(uint32 degree)
+{
+	return 1 + 4 * degree;
+}
+
 static inline Size
-cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k, Size filter_tids)
+cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k, Size filter_tids, uint32 plan_degree)
 {
 	return MAXALIGN(sizeof(CagraSearchPayload)) + filter_tids * sizeof(uint64) +
 		(Size) nq * dim * sizeof(float) + (Size) nq * k * (sizeof(uint32) + sizeof(float)) +
-		sizeof(uint64) + (Size) nq * k * sizeof(uint64);
+		sizeof(uint64) + (Size) nq * k * sizeof(uint64) +
+		(plan_degree ? (Size) nq * cagra_insert_plan_words(plan_degree) * sizeof(uint32) : 0);
 }
 
 static inline uint64 *
@@ -383,6 +400,13 @@ static inline uint64 *
 cagra_search_tids(CagraSearchPayload *p)
 {
 	return (uint64 *) TYPEALIGN(sizeof(uint64), cagra_search_distances(p) + (Size) p->nq * p->k);
+}
+
+/* nq insert plans of cagra_insert_plan_words(plan_degree) words */
+static inline uint32 *
+cagra_search_plans(CagraSearchPayload *p)
+{
+	return (uint32 *) (cagra_search_tids(p) + (Size) p->nq * p->k);
 }
 
 /* A heap TID as one integer (0: none; block 0 offset 0 is never a tuple). */

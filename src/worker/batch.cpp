@@ -73,7 +73,8 @@ static bool
 cagra_startable(const CagraRequestSlot *s)
 {
 	return search_threads > 0 && !start_refused && queued_searches <= kLoneStartQueueMax && s->nq == 1 &&
-		!s->search.filtered && cagra_engine_can_start_resident() && cagra_search_pool_collects();
+		!s->search.filtered && !s->search.plans_inserts && cagra_engine_can_start_resident() &&
+		cagra_search_pool_collects();
 }
 
 /* Whether two searches go into one launch: the same index and request, and

@@ -426,6 +426,66 @@ cagra_engine_search_filtered(CagraIndexCopy &copy, CagraSearchLane *lane, const 
 }
 
 
+std::vector<cagra::Neighbor>
+cagra_engine_candidates(const uint32_t *ids, const float *dists, uint32_t k)
+{
+	std::vector<cagra::Neighbor> cands;
+
+	for (uint32_t i = 0; i < k && ids[i] != cagra::kInvalidNode; i++)
+		cands.push_back({ids[i], dists[i]});
+	return cands;
+}
+
+void
+cagra_engine_put_plan(const cagra::InsertPlan &plan, uint32_t degree, uint32_t *words)
+{
+	const uint32_t count = (uint32_t) Min(plan.updates.size(), (size_t) degree);
+	uint32_t   *row = words + 1,
+			   *nodes = row + degree,
+			   *slots = nodes + degree,
+			   *previous = slots + degree;
+
+	if (plan.row.size() != degree)
+		throw std::runtime_error("an insert plan's row is not of the graph's degree");
+	words[0] = count;
+	std::copy(plan.row.begin(), plan.row.end(), row);
+	std::fill(nodes, words + cagra_insert_plan_words(degree), cagra::kInvalidNode);
+	for (uint32_t u = 0; u < count; u++)
+	{
+		nodes[u] = plan.updates[u].node;
+		slots[u] = plan.updates[u].slot;
+		previous[u] = plan.updates[u].previous;
+	}
+}
+
+void
+cagra_engine_update_rows(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p)
+{
+	const uint32_t degree = copy.degree;
+	const uint32_t *ids = cagra_update_node_ids(p);
+	const uint32_t *node_rows = cagra_update_node_rows(p);
+	const uint32_t *row_ids = cagra_update_row_ids(p);
+	const uint32_t *rows = cagra_update_rows(p);
+
+	copy.graph.edges.resize((size_t) n * degree, cagra::kInvalidNode);
+	for (uint32_t i = 0; i < p->nodes; i++)
+		memcpy(copy.graph.edges.data() + (size_t) ids[i] * degree, node_rows + (size_t) i * degree,
+			   degree * sizeof(uint32_t));
+	for (uint32_t i = 0; i < p->rows; i++)
+		memcpy(copy.graph.edges.data() + (size_t) row_ids[i] * degree, rows + (size_t) i * degree,
+			   degree * sizeof(uint32_t));
+}
+
+CagraReply
+cagra_engine_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
+						  uint32_t k, const uint32_t *ids, const float *dists, uint32_t *plans,
+						  std::string *msg) noexcept
+{
+	return cagra_engine_guard(msg, [&]() -> CagraReply {
+		return engine->plan_inserts(copy, lane, queries, nq, k, ids, dists, plans, msg);
+	});
+}
+
 CagraReply
 cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
 					const CagraSearchRequest &req, const std::vector<uint32_t> *allowed, uint32_t *ids,

@@ -17,6 +17,7 @@
 #include "core/entry_index.h"
 #include "core/format.h"
 #include "core/huge_pages.h"
+#include "core/update.h"
 #include "protocol/protocol.h"
 #include "gpu/cagra_gpu.h"
 
@@ -131,6 +132,13 @@ class CagraEngine
 	virtual CagraReply measure(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
 							   uint32_t k, const std::vector<uint32_t> &nodes, uint32_t *ids, float *dists,
 							   std::string *msg) = 0;
+	/* the insert plans of nq new nodes (queries) from their candidates
+	 * (ids, dists: nq x k, nearest first, kInvalidNode padding), each for
+	 * a node past the copy's, into plans (cagra_insert_plan_words of the
+	 * copy's degree each) */
+	virtual CagraReply plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
+									uint32_t k, const uint32_t *ids, const float *dists, uint32_t *plans,
+									std::string *msg) = 0;
 	virtual bool can_start_resident() const = 0;
 	virtual bool start_resident(CagraIndexCopy &copy, const float *query, const CagraSearchRequest &req,
 								uint64_t tag) = 0;
@@ -174,6 +182,23 @@ CagraReply	cagra_engine_update(CagraIndexCopy &copy, const CagraIndexKey &key, C
 CagraReply	cagra_engine_search(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
 								const CagraSearchRequest &req, const std::vector<uint32_t> *allowed,
 								uint32_t *ids, float *dists, double *device_ms, std::string *msg) noexcept;
+
+/* The insert plans of a batch of plans_inserts searches, from their
+ * answers (cagra_engine_search's ids and dists, nq x k): the core's plan,
+ * made from the copy's rows and its vectors' distances
+ * (cagra_insert_plan_words of the copy's degree each, into plans). */
+CagraReply	cagra_engine_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq,
+									  uint32_t k, const uint32_t *ids, const float *dists, uint32_t *plans,
+									  std::string *msg) noexcept;
+
+/* For the engines: query q's candidates as the core takes them (its row
+ * of ids and dists up to the padding), and a plan into its words. */
+std::vector<cagra::Neighbor> cagra_engine_candidates(const uint32_t *ids, const float *dists, uint32_t k);
+void		cagra_engine_put_plan(const cagra::InsertPlan &plan, uint32_t degree, uint32_t *words);
+
+/* For the engines: the rows an update writes (appended and changed nodes'),
+ * into copy.graph grown to n nodes. */
+void		cagra_engine_update_rows(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p);
 
 /*
  * Lone queries started on the device's resident kernel and collected when

@@ -182,24 +182,13 @@ class CagraCoreEngine final : public CagraEngine
 		   std::string *msg) override
 	{
 		const size_t vbytes = copy.format.vector_bytes();
-		const uint32_t degree = copy.degree;
 		const uint32_t *ids = cagra_update_node_ids(p);
 		const char *vecs = cagra_update_node_vectors(p);
-		const uint32_t *node_rows = cagra_update_node_rows(p);
-		const uint32_t *row_ids = cagra_update_row_ids(p);
-		const uint32_t *rows = cagra_update_rows(p);
 
 		copy.vectors.resize((size_t) n * vbytes);
-		copy.graph.edges.resize((size_t) n * degree, cagra::kInvalidNode);
 		for (uint32_t i = 0; i < p->nodes; i++)
-		{
 			memcpy(copy.vectors.data() + (size_t) ids[i] * vbytes, vecs + (size_t) i * vbytes, vbytes);
-			memcpy(copy.graph.edges.data() + (size_t) ids[i] * degree, node_rows + (size_t) i * degree,
-				   degree * sizeof(uint32_t));
-		}
-		for (uint32_t i = 0; i < p->rows; i++)
-			memcpy(copy.graph.edges.data() + (size_t) row_ids[i] * degree, rows + (size_t) i * degree,
-				   degree * sizeof(uint32_t));
+		cagra_engine_update_rows(copy, n, p);
 		if (entries_changed)
 			copy.entry_index = cagra::derive_entry_index(cagra_cpu_graph(copy), copy.entries);
 		copy.bytes = cagra_cpu_copy_bytes(copy);
@@ -209,6 +198,21 @@ class CagraCoreEngine final : public CagraEngine
 	void
 	free_copy(CagraIndexCopy &copy) noexcept override
 	{
+	}
+
+	CagraReply
+	plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
+				 const uint32_t *ids, const float *dists, uint32_t *plans, std::string *msg) override
+	{
+		cagra::InMemoryGraph g = cagra_cpu_graph(copy);
+		const uint32_t words = cagra_insert_plan_words(copy.degree);
+
+		for (uint32_t q = 0; q < nq; q++)
+			cagra_engine_put_plan(cagra::plan_insert_from(g, queries + (uint64_t) q * copy.format.dim, copy.key.n,
+														  cagra_engine_candidates(ids + (uint64_t) q * k,
+																				  dists + (uint64_t) q * k, k)),
+								  copy.degree, plans + (uint64_t) q * words);
+		return CAGRA_REPLY_OK;
 	}
 
 	void

@@ -184,6 +184,77 @@ cagra_gpu_measure(CagraIndexCopy &copy, CagraSearchLane *lane, const float *quer
 	return cagra_gpu_reply(gpu_api->search_nodes(copy.gpu, queries, nq, k, nodes.data(), count, ids, dists), msg);
 }
 
+/*
+ * Insert plans with the distances measured on the device: each new node's
+ * row pruned from its candidates and the neighbours whose reverse edge
+ * needs distances found on the copy's host rows, then every distance those
+ * need (d(b, new), and d(b, w), d(new, w) for each edge b -> w) measured in
+ * one call, then the plans made from them (core plan_insert_measured).
+ */
+static CagraReply
+cagra_gpu_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
+					   const uint32_t *ids, const float *dists, uint32_t *plans, std::string *msg)
+{
+	const uint32_t degree = copy.degree, new_id = copy.key.n;
+	cagra::InMemoryGraph rows(copy.graph, nullptr, copy.format);
+	std::vector<std::vector<uint32_t>> row(nq), to_measure(nq);
+	std::vector<uint32_t> from, to;
+	cagra_gpu_search_context *ctx;
+
+	if (!cagra_gpu_context(copy, lane, &ctx, msg) || !ctx)
+	{
+		if (msg->empty())
+			*msg = "no search context to measure an insert's distances";
+		return CAGRA_REPLY_ERROR;
+	}
+	for (uint32_t q = 0; q < nq; q++)
+	{
+		row[q] = cagra::insert_row(rows, cagra_engine_candidates(ids + (uint64_t) q * k, dists + (uint64_t) q * k, k));
+		to_measure[q] = cagra::neighbours_to_measure(rows, new_id, row[q]);
+		for (uint32_t b : to_measure[q])
+		{
+			const uint32_t *b_row = copy.graph.row(b);
+
+			from.push_back(CAGRA_GPU_PAIR_QUERY | q);
+			to.push_back(b);
+			for (uint32_t s = 0; s < degree; s++)
+			{
+				from.push_back(b);
+				to.push_back(b_row[s]);
+				from.push_back(CAGRA_GPU_PAIR_QUERY | q);
+				to.push_back(b_row[s]);
+			}
+		}
+	}
+
+	std::vector<float> measured(from.size());
+	CagraReply	r = cagra_gpu_reply(gpu_api->measure_pairs_in(ctx, copy.gpu, queries, nq, from.data(), to.data(),
+															  from.size(), measured.data()), msg);
+
+	if (r != CAGRA_REPLY_OK)
+		return r;
+
+	const float *d = measured.data();
+
+	for (uint32_t q = 0; q < nq; q++)
+	{
+		std::vector<cagra::NeighbourDistances> nd(to_measure[q].size());
+
+		for (cagra::NeighbourDistances &one : nd)
+		{
+			one.to_new = *d++;
+			for (uint32_t s = 0; s < degree; s++)
+			{
+				one.from_b.push_back(*d++);
+				one.from_new.push_back(*d++);
+			}
+		}
+		cagra_engine_put_plan(cagra::plan_insert_measured(rows, new_id, std::move(row[q]), nd), degree,
+							  plans + (uint64_t) q * cagra_insert_plan_words(degree));
+	}
+	return CAGRA_REPLY_OK;
+}
+
 static int
 cagra_gpu_pick_device(void)
 {
@@ -281,7 +352,9 @@ class CagraGpuEngine final : public CagraEngine
 												  &copy.gpu);
 
 		std::vector<char>().swap(staged.vectors);
-		std::vector<uint32_t>().swap(staged.rows);
+		/* the rows stay on the host too: inserts are planned from them */
+		copy.graph.degree = staged.degree;
+		copy.graph.edges.swap(staged.rows);
 		if (st != CAGRA_GPU_OK)
 			return cagra_gpu_reply(st, msg);
 		copy.bytes = gpu_api->index_device_bytes(copy.gpu);
@@ -302,8 +375,16 @@ class CagraGpuEngine final : public CagraEngine
 
 		if (st != CAGRA_GPU_OK)
 			return cagra_gpu_reply(st, msg);
+		cagra_engine_update_rows(copy, n, p);
 		copy.bytes = gpu_api->index_device_bytes(copy.gpu);
 		return CAGRA_REPLY_OK;
+	}
+
+	CagraReply
+	plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float *queries, uint32_t nq, uint32_t k,
+				 const uint32_t *ids, const float *dists, uint32_t *plans, std::string *msg) override
+	{
+		return cagra_gpu_plan_inserts(copy, lane, queries, nq, k, ids, dists, plans, msg);
 	}
 
 	void

@@ -25,17 +25,21 @@ cagra_search_payload_problem(CagraSearchPayload *p, const CagraSearchRequest &re
 		return "request segment gone";
 	if (p->dim != copy->format.dim || p->k != req.k)
 		return "query dimensions do not match the index copy";
+	if (p->plan_degree != (req.plans_inserts ? copy->degree : 0))
+		return "insert plans of another graph degree than the index copy's";
 	return NULL;
 }
 
 /* Write request i of the job its answer: the reply r (with msg), or its
  * payload's problem, and when OK its rows (ids, dists: the request's own, k
- * a query; in_place: already in its payload) with their heap TIDs; then
- * answer its slot.  Returns 1 when its backend had left (the slot then is
- * in *abandoned), else 0. */
+ * a query; in_place: already in its payload) with their heap TIDs, and its
+ * insert plans (the request's own, or NULL: none or in place); then answer
+ * its slot.  Returns 1 when its backend had left (the slot then is in
+ * *abandoned), else 0. */
 static int
 cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k, const uint32 *ids,
-					 const float *dists, bool in_place, CagraReply r, const char *msg, int *abandoned) noexcept
+					 const float *dists, const uint32 *plans, bool in_place, CagraReply r, const char *msg,
+					 int *abandoned) noexcept
 {
 	CagraRequestSlot *s = &sh->slots[job->picked[i]];
 	CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
@@ -64,6 +68,9 @@ cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k
 		{
 			memcpy(cagra_search_ids(p), ids, rows * sizeof(uint32));
 			memcpy(cagra_search_distances(p), dists, rows * sizeof(float));
+			if (plans)
+				memcpy(cagra_search_plans(p), plans,
+					   (size_t) p->nq * cagra_insert_plan_words(p->plan_degree) * sizeof(uint32));
 		}
 		for (size_t j = 0; j < rows; j++)
 			tids[j] = ids[j] < copy_tids.size() ? copy_tids[ids[j]] : 0;
@@ -80,6 +87,8 @@ struct CagraBatchAnswers
 	uint32		k;
 	const uint32 *ids;			/* the batch's rows of answers */
 	const float *dists;
+	const uint32 *plans;		/* the batch's insert plans, or NULL */
+	uint32		plan_words;		/* of a query's plan */
 	bool		in_place;		/* the only request's payload holds the rows */
 	std::vector<uint32> first;	/* request i's first row (a request with a
 								 * problem has none) */
@@ -91,8 +100,9 @@ struct CagraBatchAnswers
 	void		answer(int i, CagraReply r, const char *msg) noexcept
 	{
 		nabandoned += cagra_answer_request(sh, job, i, k, ids + (size_t) first[i] * k,
-										   dists + (size_t) first[i] * k, in_place, r, msg,
-										   job->abandoned.data() + nabandoned);
+										   dists + (size_t) first[i] * k,
+										   plans && !in_place ? plans + (size_t) first[i] * plan_words : NULL,
+										   in_place, r, msg, job->abandoned.data() + nabandoned);
 		answered[i] = true;
 	}
 };
@@ -136,6 +146,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		static thread_local std::vector<uint32> gathered_ids;
 		static thread_local std::vector<float> gathered_dists;
 		static thread_local std::vector<uint32> allowed_nodes;
+		static thread_local std::vector<uint32> gathered_plans;
 		CagraSearchPayload *only = (CagraSearchPayload *) job->payloads[0];
 		const float *queries;
 		uint32	   *ids;
@@ -182,21 +193,37 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		}
 		b.ids = ids;
 		b.dists = dists;
+		b.plans = NULL;
+		b.plan_words = req.plans_inserts ? cagra_insert_plan_words(copy->degree) : 0;
 
 		TimestampTz engine_started = GetCurrentTimestamp();
 
 		if (lane)
 		{
 			lane->last_resident = false;
-			lane->query_done = [&b](uint32_t q) {
-				int			i = b.request_of[q];
+			/* a plan is made once the whole batch's candidates are in */
+			if (!req.plans_inserts)
+				lane->query_done = [&b](uint32_t q) {
+					int			i = b.request_of[q];
 
-				if (--b.left[i] == 0)
-					b.answer(i, CAGRA_REPLY_OK, "");
-			};
+					if (--b.left[i] == 0)
+						b.answer(i, CAGRA_REPLY_OK, "");
+				};
 		}
 		r = nq > 0 ? cagra_engine_search(*copy, lane, queries, nq, req, allowed, ids, dists, &device_ms, &msg)
 			: CAGRA_REPLY_OK;
+		if (r == CAGRA_REPLY_OK && nq > 0 && req.plans_inserts)
+		{
+			uint32	   *plans = b.in_place ? cagra_search_plans(only) : NULL;
+
+			if (!plans)
+			{
+				gathered_plans.resize((size_t) nq * b.plan_words);
+				plans = gathered_plans.data();
+				b.plans = plans;
+			}
+			r = cagra_engine_plan_inserts(*copy, lane, queries, nq, req.k, ids, dists, plans, &msg);
+		}
 		if (lane)
 			lane->query_done = nullptr;
 
@@ -305,7 +332,7 @@ cagra_collect_started(std::vector<CagraSearchJob *> &finished) noexcept
 		CagraSearchJob *job = (CagraSearchJob *) a.tag;
 		const uint32 k = sh->slots[job->picked[0]].search.k;
 
-		job->abandoned.resize(cagra_answer_request(sh, job, 0, k, a.ids, a.dists, false, a.reply,
+		job->abandoned.resize(cagra_answer_request(sh, job, 0, k, a.ids, a.dists, NULL, false, a.reply,
 												   a.message.c_str(), job->abandoned.data()));
 		job->answered = true;
 		job->done_at = GetCurrentTimestamp();
