@@ -11,8 +11,9 @@
  * slot past the nodes counted when it started: with cagra.device = gpu by
  * the GPU worker from its copy of the index, as a scan's search request
  * that also asks for the plan (the worker batches the inserts its copy
- * serves; nodes appended after the copy are not the new node's
- * neighbours), else here as a scan searches: from the entry vectors and
+ * serves; where a node appended after the copy ranks among the new node's
+ * nearest, the plan is made here from the merged candidates), else here
+ * as a scan searches: from the entry vectors and
  * entry index the backend keeps for its scans, one share-locked page at a
  * time, the pages kept pinned until the plan is made (a small index, whose
  * rows still have padding, plans again if another insert came between).  Then, under the slot lock, the meta page's buffer lock held
@@ -68,11 +69,13 @@ cagra_sort_updates(cagra::InsertPlan *plan)
 }
 
 /*
- * The core's plan for node `new_id` from a search of the pages, in a C++
- * object the caller owns.
+ * The core's plan for node `new_id` over the pages, in a C++ object the
+ * caller owns: from the `ncands` candidates given (closest first), or else
+ * from a search of the pages.
  */
 static cagra::InsertPlan *
-cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id, CagraStatus *st) noexcept
+cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
+				  const uint32 *cand_ids, const float *cand_dists, uint32 ncands, CagraStatus *st) noexcept
 {
 	cagra::InsertPlan *plan = nullptr;
 
@@ -82,6 +85,20 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 		 * nodes come from the scans' cache of their vectors and entry index */
 		CagraPageAccessor acc(index, *meta, true, true);
 		std::unique_ptr<cagra::InsertPlan> p;
+
+		if (ncands > 0)
+		{
+			std::vector<cagra::Neighbor> cands(ncands);
+
+			for (uint32 i = 0; i < ncands; i++)
+				cands[i] = {cand_ids[i], cand_dists[i]};
+			p.reset(new cagra::InsertPlan(cagra::plan_insert_from(acc, vec, new_id, cands)));
+			acc.release_pins();
+			cagra_sort_updates(p.get());
+			plan = p.release();
+			return;
+		}
+
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		/* live neighbours only: a deleted one's slot may be taken by
 		 * another vector later, turning the edge into a random one */
@@ -161,15 +178,19 @@ cagra_plan_of_words(const CagraMetaData *meta, const uint32 *words, uint32 new_i
  * C++ object the caller owns: the worker searches its copy of the index,
  * batching concurrent inserts' searches as it batches queries, and plans
  * the insert there from the copy's rows and the device's distances, so
- * that the backend only links.  Nodes inserted after the copy was made are
- * not among the new node's neighbours (each got its own ways in when it
- * was inserted).  NULL when the backend plans itself: no worker (or
- * cagra.device = cpu), a fallback (counted, or a NOTICE, as a scan's), a
- * search wider than the worker's, a copy newer than `meta`, or a row
- * shorter than the row needs (an index of few live nodes).
+ * that the backend only links.  The nodes inserted after the copy was made
+ * are merged into the worker's candidates exactly (cagra_merge_tail); when
+ * one of them ranks among the row's first degree candidates (a stream of
+ * rows each near the last), the plan is the backend's, from the merged
+ * candidates, returned in *ids and *dists (palloc'd; *ncands of them).
+ * NULL also when the backend plans itself from a search of the pages: no
+ * worker (or cagra.device = cpu), a fallback (counted, or a NOTICE, as a
+ * scan's), a search wider than the worker's, a copy newer than `meta`, or
+ * a row shorter than the row needs (an index of few live nodes).
  */
 static cagra::InsertPlan *
-cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id)
+cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
+							  uint32 **ids_out, float **dists_out, uint32 *ncands)
 {
 	cagra::SearchParams params = cagra_search_params(meta);
 	uint32		want = cagra::insert_candidate_count(meta->graph_degree, params, meta->live);
@@ -200,6 +221,32 @@ cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const f
 	}
 	if (copy.n > meta->n)
 		return NULL;
+	if (cagra_copy_is_partial(meta, &copy))
+	{
+		uint32	   *copy_ids = (uint32 *) palloc(sizeof(uint32) * want);
+		uint32		degree = Min(meta->graph_degree, want);
+		bool		tail_ranks = false;
+
+		memcpy(copy_ids, ids, sizeof(uint32) * want);
+		cagra_merge_tail(index, meta, &copy, 1, vec, NULL, NULL, want, ids, dists);
+		for (uint32 j = 0; j < degree && !tail_ranks; j++)
+			tail_ranks = ids[j] != cagra::kInvalidNode && std::find(copy_ids, copy_ids + want, ids[j]) == copy_ids + want;
+		if (tail_ranks)
+		{
+			uint32		count = 0;
+
+			for (uint32 i = 0; i < want; i++)
+				if (ids[i] < meta->n)
+				{
+					ids[count] = ids[i];
+					dists[count++] = dists[i];
+				}
+			*ids_out = ids;
+			*dists_out = dists;
+			*ncands = count < Min(meta->live, meta->graph_degree) ? 0 : count;
+			return NULL;
+		}
+	}
 	return cagra_plan_of_words(meta, words, new_id);
 }
 
@@ -520,6 +567,9 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 {
 	cagra::InsertPlan *plan;
 	CagraStatus st;
+	uint32	   *cand_ids = NULL;
+	float	   *cand_dists = NULL;
+	uint32		ncands = 0;
 
 	for (;;)
 	{
@@ -538,8 +588,9 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 
 		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
 		 * the slot is taken after */
-		plan = cagra_insert_plan_from_worker(index, view, vec, view->n);
-		if (!plan && !(plan = cagra_plan_insert(index, view, vec, view->n, &st)))
+		ncands = 0;
+		plan = cagra_insert_plan_from_worker(index, view, vec, view->n, &cand_ids, &cand_dists, &ncands);
+		if (!plan && !(plan = cagra_plan_insert(index, view, vec, view->n, cand_ids, cand_dists, ncands, &st)))
 			cagra_report_status(&st);
 		*owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
 		if (plan->row.size() != view->graph_degree)
