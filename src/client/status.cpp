@@ -149,6 +149,7 @@ static const struct
 	{"round trip", "request"},
 	{"loop busy", "loop turn"},
 	{"resident", "batch"},
+	{"plan", "batch"},
 };
 
 Datum

@@ -218,6 +218,7 @@ typedef enum CagraTimingStep
 	CAGRA_TIMING_ROUND_TRIP,	/* per search request: queued until the backend saw the answer */
 	CAGRA_TIMING_LOOP_BUSY,		/* per loop turn: the main loop's time outside its wait */
 	CAGRA_TIMING_RESIDENT,		/* per batch the resident kernel answered: its engine call */
+	CAGRA_TIMING_PLAN,			/* per batch of inserts: the engine's plans of them, after its search */
 	CAGRA_TIMING_STEPS
 } CagraTimingStep;
 

@@ -212,6 +212,9 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 		}
 		r = nq > 0 ? cagra_engine_search(*copy, lane, queries, nq, req, allowed, ids, dists, &device_ms, &msg)
 			: CAGRA_REPLY_OK;
+
+		TimestampTz engine_ended = GetCurrentTimestamp();
+
 		if (r == CAGRA_REPLY_OK && nq > 0 && req.plans_inserts)
 		{
 			uint32	   *plans = b.in_place ? cagra_search_plans(only) : NULL;
@@ -223,11 +226,12 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 				b.plans = plans;
 			}
 			r = cagra_engine_plan_inserts(*copy, lane, queries, nq, req.k, ids, dists, plans, &msg);
+			cagra_add_timing(sh, CAGRA_TIMING_PLAN, (uint64) Max(GetCurrentTimestamp() - engine_ended, 0), 1);
 		}
 		if (lane)
 			lane->query_done = nullptr;
 
-		uint64		engine_us = (uint64) Max(GetCurrentTimestamp() - engine_started, 0);
+		uint64		engine_us = (uint64) Max(engine_ended - engine_started, 0);
 
 		cagra_add_timing(sh, CAGRA_TIMING_ENGINE, engine_us, 1);
 		if (lane && lane->last_resident)

@@ -1,7 +1,6 @@
-# test/t/114_worker_inserts.pl — with cagra.device = gpu the neighbour
-# searches of inserts go to the worker (its CPU engine, cagra.worker_backend
-# = cpu; with auto they stay in the backend): each
-# insert is one worker query, the worker's copy takes the inserted nodes
+# test/t/114_worker_inserts.pl — with cagra.device = gpu inserts are
+# planned by the worker (its CPU engine, cagra.worker_backend = cpu; with
+# auto they stay in the backend): each insert is one worker query and plan, the worker's copy takes the inserted nodes
 # through updates with no whole upload, every inserted row finds itself
 # through the index (a session keeps the appended nodes its merges read,
 # and its later searches find rows appended since), inserts of several sessions queued
@@ -49,10 +48,13 @@ sub lost_rows
 # --- inserts through the worker ---------------------------------------------------
 # a first search loads the copy, so the inserts below meet it
 $node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 1)], 1)');
+my $plans = sub { $node->safe_psql('postgres', "SELECT events FROM cagra_worker_timings() WHERE step = 'plan'") };
 my ($q0, $f0, $u0) = split /\|/, status('queries, fallbacks, uploads');
+my $p0 = $plans->();
 $node->safe_psql('postgres', "SET cagra.device = gpu; INSERT INTO items VALUES (" . join('), (', map { "$_, " . $vector->($_) } 2001 .. 2200) . ')');
 my ($q1, $f1, $u1) = split /\|/, status('queries, fallbacks, uploads');
 is($q1 - $q0, 200, 'each of 200 inserts asked the worker for its neighbours');
+is($plans->() - $p0, 200, 'and the worker planned each (one session: a batch each)');
 is($f1 - $f0, 0, 'none fell back to the CPU');
 # a copy of 2,000 nodes leaves at most 64 inserted ones to the backends:
 # past 16 the inserting backend sends them, with the rows their reverse
