@@ -7,7 +7,8 @@
 # .device/perf.tar.xz: Debian's build and its libraries) and a sampler
 # reads the inserting sessions' wait events from pg_stat_activity every
 # 10 ms.  Per device: pgbench's rows/s, the wait events (CPU: none), the
-# worker's queue and engine time per query (cagra_status), then perf's
+# worker's queue and engine time per query (cagra_status) and each step
+# of its round trips (cagra_worker_timings), then perf's
 # split by command and library and the top symbols of the backends, in
 # OUTDIR/profile-DEVICE.txt.
 set -uo pipefail
@@ -30,6 +31,7 @@ for device in ${DEVICES:-auto cpu gpu}; do
     -t 2500 postgres >"$out/pgbench-$device.txt" 2>&1 &
   pgbench_pid=$!
   psql -At -c "SELECT queries, queue_time_ms, search_time_ms, batches FROM cagra_status" >/tmp/status-before 2>/dev/null
+  psql -At -c "SELECT step, per, events, total_ms FROM cagra_worker_timings()" >/tmp/timings-before 2>/dev/null
   sleep 2
   for i in $(seq 1 300); do
     echo "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
@@ -38,6 +40,7 @@ for device in ${DEVICES:-auto cpu gpu}; do
   perf record -a -g -o /tmp/perf-$device.data -- sleep 4 >/dev/null 2>&1
   wait $pgbench_pid
   psql -At -c "SELECT queries, queue_time_ms, search_time_ms, batches FROM cagra_status" >/tmp/status-after 2>/dev/null
+  psql -At -c "SELECT step, per, events, total_ms FROM cagra_worker_timings()" >/tmp/timings-after 2>/dev/null
   wait
   {
     echo "== cagra.device = $device, $sessions sessions"
@@ -48,6 +51,9 @@ for device in ${DEVICES:-auto cpu gpu}; do
       printf "worker: %d queries in %d batches (%.1f a batch), queue %.3f ms a query, engine %.3f ms a batch\n",
              $5 - $1, $8 - $4, ($5 - $1) / ($8 - $4), ($6 - $2) / ($5 - $1), ($7 - $3) / ($8 - $4) }'
 
+    echo "the worker's steps (cagra_worker_timings, this run): step, per, events, mean us"
+    paste -d'|' /tmp/timings-before /tmp/timings-after | awk -F'|' '$7 > $3 {
+      printf "  %-10s %-9s %8d %9.1f\n", $1, $2, $7 - $3, 1000 * ($8 - $4) / ($7 - $3) }'
     perf report -i /tmp/perf-$device.data --no-children --sort comm,dso -g none 2>/dev/null | grep -v "^#" | grep -v "^$" | head -25
     perf report -i /tmp/perf-$device.data --no-children --comm postgres --sort sym -g none 2>/dev/null | grep -v "^#" | grep -v "^$" | head -60
     perf report -i /tmp/perf-$device.data --no-children --comm postgres --sort sym -g caller,0.5,callee --percent-limit 3 2>/dev/null | grep -v "^$" | head -150
