@@ -24,6 +24,45 @@ struct NodeBits {
 };
 
 /*
+ * The first position of each id of a short list, in a hash table at most
+ * half full (open addressing, kInvalidNode: empty), for looking up every
+ * edge of many rows against the list.
+ */
+class FirstPositions {
+public:
+    explicit FirstPositions(uint32_t count)
+    {
+        while ((1u << bits_) < 2 * count)
+            bits_++;
+        table_.assign(size_t(1) << bits_, {kInvalidNode, 0});
+    }
+    void add(uint32_t id, uint32_t position)
+    {
+        std::pair<uint32_t, uint32_t> &e = table_[slot_of(id)];
+        if (e.first == kInvalidNode)
+            e = {id, position};
+    }
+    /* kInvalidNode: not in the list */
+    uint32_t find(uint32_t id) const
+    {
+        const std::pair<uint32_t, uint32_t> &e = table_[slot_of(id)];
+        return e.first == id && id != kInvalidNode ? e.second : kInvalidNode;
+    }
+
+private:
+    uint32_t slot_of(uint32_t id) const
+    {
+        const uint32_t mask = (1u << bits_) - 1;
+        uint32_t h = (id * 0x9E3779B1u) >> (32 - bits_);
+        while (table_[h].first != kInvalidNode && table_[h].first != id)
+            h = (h + 1) & mask;
+        return h;
+    }
+    uint32_t bits_ = 4;
+    std::vector<std::pair<uint32_t, uint32_t>> table_; /* (id, position) */
+};
+
+/*
  * Rank-based pruning of a candidate list sorted by distance: candidate j is
  * detourable through an earlier candidate i when j is in i's row.  Only the
  * first rank condition applies here: rows of the final graph are not in
@@ -34,34 +73,16 @@ std::vector<uint32_t> prune_candidates(const Accessor &g, const std::vector<Neig
 {
     const uint32_t m = (uint32_t)cands.size();
     std::vector<uint32_t> detours(m, 0);
-    /* The first rank of each candidate id, in a hash table at most half
-     * full (open addressing, kInvalidNode: empty): looked up for every edge
-     * of every candidate's row. */
-    uint32_t bits = 4;
-    while ((1u << bits) < 2 * m)
-        bits++;
-    const uint32_t mask = (1u << bits) - 1;
-    std::vector<std::pair<uint32_t, uint32_t>> rank_of(mask + 1, {kInvalidNode, 0}); /* (id, rank) */
-    auto slot_of = [&](uint32_t id) {
-        uint32_t h = (id * 0x9E3779B1u) >> (32 - bits);
-        while (rank_of[h].first != kInvalidNode && rank_of[h].first != id)
-            h = (h + 1) & mask;
-        return h;
-    };
-    for (uint32_t r = 0; r < m; r++) {
-        const uint32_t h = slot_of(cands[r].id);
-        if (rank_of[h].first == kInvalidNode)
-            rank_of[h] = {cands[r].id, r};
-    }
+    FirstPositions rank_of(m);
+    for (uint32_t r = 0; r < m; r++)
+        rank_of.add(cands[r].id, r);
     std::vector<uint32_t> scratch(g.degree());
     for (uint32_t i = 0; i + 1 < m; i++) {
         const uint32_t *row = g.neighbors(cands[i].id, scratch.data());
         for (uint32_t j = 0; j < g.degree(); j++) {
-            if (row[j] == kInvalidNode)
-                continue;
-            const std::pair<uint32_t, uint32_t> &e = rank_of[slot_of(row[j])];
-            if (e.first == row[j] && e.second > i)
-                detours[e.second]++;
+            const uint32_t rank = rank_of.find(row[j]);
+            if (rank != kInvalidNode && rank > i)
+                detours[rank]++;
         }
     }
     std::vector<uint32_t> order(m);
@@ -265,18 +286,17 @@ namespace detail {
 template <class Accessor>
 uint32_t edge_reached_again(const Accessor &g, const uint32_t *row, uint32_t degree, const float *from_b)
 {
-    std::vector<std::pair<uint32_t, uint32_t>> slot_of(degree); /* (id, slot), sorted */
+    FirstPositions slot_of(degree);
     for (uint32_t s = 0; s < degree; s++)
-        slot_of[s] = {row[s], s};
-    std::sort(slot_of.begin(), slot_of.end());
+        slot_of.add(row[s], s);
     std::vector<uint32_t> inner(degree);
     std::vector<uint8_t> again(degree, 0);
     for (uint32_t u = 0; u < degree; u++) {
         const uint32_t *urow = g.neighbors(row[u], inner.data());
         for (uint32_t t = 0; t < degree; t++) {
-            auto at = std::lower_bound(slot_of.begin(), slot_of.end(), std::make_pair(urow[t], 0u));
-            if (urow[t] != kInvalidNode && at != slot_of.end() && at->first == urow[t] && at->second != u)
-                again[at->second] = 1;
+            const uint32_t at = slot_of.find(urow[t]);
+            if (at != kInvalidNode && at != u)
+                again[at] = 1;
         }
     }
     uint32_t slot = kInvalidNode;
