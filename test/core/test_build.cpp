@@ -279,7 +279,10 @@ TEST(Build, KnnProgressCountsSettledRows)
 
 /* Cancel before the start, in the middle of NN-descent and during pruning:
  * each time the build throws Error(Cancelled) within 500 ms (the whole
- * build takes seconds; CI runs the tests side by side on two cores). */
+ * build takes seconds; CI runs the tests side by side on two cores).  The
+ * middle of NN-descent is 50 ms into its phase, which lasts seconds: its
+ * progress count moves once an iteration, and a canceller waiting for it
+ * to pass a mark could miss the last iteration's window on a loaded host. */
 TEST(Build, CancelStopsPromptly)
 {
     const uint32_t dim = 64;
@@ -289,10 +292,11 @@ TEST(Build, CancelStopsPromptly)
     p.threads = 2;
     struct When {
         BuildPhase phase;
-        uint64_t min_done;
+        std::chrono::milliseconds into; /* after the phase is first seen */
     };
-    for (When when :
-         {When{BuildPhase::Validating, 0}, When{BuildPhase::KnnGraph, n / 2}, When{BuildPhase::Pruning, 1}}) {
+    using std::chrono::milliseconds;
+    for (When when : {When{BuildPhase::Validating, milliseconds(0)}, When{BuildPhase::KnnGraph, milliseconds(50)},
+                      When{BuildPhase::Pruning, milliseconds(0)}}) {
         BuildProgress progress;
         std::atomic<bool> finished{false};
         std::chrono::steady_clock::time_point cancelled_at;
@@ -301,10 +305,16 @@ TEST(Build, CancelStopsPromptly)
             cancelled_at = std::chrono::steady_clock::now();
         }
         std::thread canceller([&] {
+            std::chrono::steady_clock::time_point seen{};
             while (!finished.load() && !progress.cancel.load()) {
-                if (progress.phase.load() == (uint32_t)when.phase && progress.done.load() >= when.min_done) {
-                    cancelled_at = std::chrono::steady_clock::now();
-                    progress.cancel.store(true);
+                const auto now = std::chrono::steady_clock::now();
+                if (progress.phase.load() == (uint32_t)when.phase) {
+                    if (seen == std::chrono::steady_clock::time_point{})
+                        seen = now;
+                    if (now - seen >= when.into) {
+                        cancelled_at = now;
+                        progress.cancel.store(true);
+                    }
                 }
                 std::this_thread::sleep_for(std::chrono::microseconds(200));
             }
