@@ -145,29 +145,26 @@ static cagra::InsertPlan *
 cagra_plan_of_words(const CagraMetaData *meta, const uint32 *words, uint32 new_id)
 {
 	const uint32 degree = meta->graph_degree;
-	const uint32 *row = words + 1,
-			   *nodes = row + degree,
-			   *slots = nodes + degree,
-			   *previous = slots + degree;
+	CagraInsertPlanParts p = cagra_insert_plan_parts(words, degree);
 	std::unique_ptr<cagra::InsertPlan> plan(new cagra::InsertPlan());
 	uint32		filled = 0;
 
-	if (words[0] > degree)
+	if (*p.count > degree)
 		return NULL;
 	for (uint32 j = 0; j < degree; j++)
 	{
-		if (row[j] != cagra::kInvalidNode && row[j] >= meta->n)
+		if (p.row[j] != cagra::kInvalidNode && p.row[j] >= meta->n)
 			return NULL;
-		filled += row[j] != cagra::kInvalidNode;
+		filled += p.row[j] != cagra::kInvalidNode;
 	}
 	if (filled < Min(meta->live, degree))
 		return NULL;
-	plan->row.assign(row, row + degree);
-	for (uint32 u = 0; u < words[0]; u++)
+	plan->row.assign(p.row, p.row + degree);
+	for (uint32 u = 0; u < *p.count; u++)
 	{
-		if (nodes[u] >= meta->n || slots[u] >= degree)
+		if (p.nodes[u] >= meta->n || p.slots[u] >= degree)
 			return NULL;
-		plan->updates.push_back({nodes[u], slots[u], new_id, previous[u]});
+		plan->updates.push_back({p.nodes[u], p.slots[u], new_id, p.previous[u]});
 	}
 	cagra_sort_updates(plan.get());
 	return plan.release();

@@ -364,6 +364,29 @@ cagra_insert_plan_words(uint32 degree)
 	return 1 + 4 * degree;
 }
 
+/* The parts of one plan's words (`words`: cagra_insert_plan_words). */
+typedef struct CagraInsertPlanParts
+{
+	uint32	   *count;
+	uint32	   *row;
+	uint32	   *nodes;
+	uint32	   *slots;
+	uint32	   *previous;
+} CagraInsertPlanParts;
+
+static inline CagraInsertPlanParts
+cagra_insert_plan_parts(const uint32 *words, uint32 degree)
+{
+	CagraInsertPlanParts p;
+
+	p.count = (uint32 *) words;
+	p.row = p.count + 1;
+	p.nodes = p.row + degree;
+	p.slots = p.nodes + degree;
+	p.previous = p.slots + degree;
+	return p;
+}
+
 static inline Size
 cagra_search_payload_size(uint32 nq, uint32 dim, uint32 k, Size filter_tids, uint32 plan_degree)
 {

@@ -36,10 +36,11 @@ extern "C" {
  * it: on the GPU a launch costs more than the wait; the CPU engine runs one
  * batch at a time, whose searches queue meanwhile anyway, so it does not
  * wait, and neither do inserts, whose plans (made on the host after the
- * search) cost more than a launch saves.  The GPU engine runs kGpuBatchThreads batches at once, each on a
- * stream of its own, and kGpuFilteredThreads filtered searches (each a
- * launch alone) on threads besides them; the CPU engine one thread, whose
- * searches use every core already.
+ * search) cost more than a launch saves.  The GPU engine runs
+ * kGpuBatchThreads batches at once, each on a stream of its own, and
+ * kGpuFilteredThreads filtered searches (each a launch alone) on threads
+ * besides them; the CPU engine one thread, whose searches use every core
+ * already.
  */
 static const uint64 kBatchMaxQueries = 4096;
 static const int kGpuBatchWindowUs = 100;
@@ -288,7 +289,8 @@ cagra_serve_searches(CagraWorkerShared *sh, int first, int *picked)
 	cagra_add_timing(sh, CAGRA_TIMING_PICKUP, pickup_us, 1);
 	/* a filtered search never shares its launch: nothing to wait for; an
 	 * insert takes the inserts queued already */
-	if (f->nq < kBatchMaxQueries && cagra_batch_window_us() > 0 && !f->search.filtered && !f->search.plans_inserts)
+	if (f->nq < kBatchMaxQueries && cagra_batch_window_us() > 0 && !f->search.filtered &&
+		!f->search.plans_inserts)
 		cagra_wait_batch_window(sh, f->queued_at);
 	n = cagra_collect_batch(sh, first, picked, &total);
 

@@ -440,21 +440,18 @@ void
 cagra_engine_put_plan(const cagra::InsertPlan &plan, uint32_t degree, uint32_t *words)
 {
 	const uint32_t count = (uint32_t) Min(plan.updates.size(), (size_t) degree);
-	uint32_t   *row = words + 1,
-			   *nodes = row + degree,
-			   *slots = nodes + degree,
-			   *previous = slots + degree;
+	CagraInsertPlanParts p = cagra_insert_plan_parts(words, degree);
 
 	if (plan.row.size() != degree)
 		throw std::runtime_error("an insert plan's row is not of the graph's degree");
-	words[0] = count;
-	std::copy(plan.row.begin(), plan.row.end(), row);
-	std::fill(nodes, words + cagra_insert_plan_words(degree), cagra::kInvalidNode);
+	*p.count = count;
+	std::copy(plan.row.begin(), plan.row.end(), p.row);
+	std::fill(p.nodes, words + cagra_insert_plan_words(degree), cagra::kInvalidNode);
 	for (uint32_t u = 0; u < count; u++)
 	{
-		nodes[u] = plan.updates[u].node;
-		slots[u] = plan.updates[u].slot;
-		previous[u] = plan.updates[u].previous;
+		p.nodes[u] = plan.updates[u].node;
+		p.slots[u] = plan.updates[u].slot;
+		p.previous[u] = plan.updates[u].previous;
 	}
 }
 

@@ -242,6 +242,8 @@ cagra_gpu_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float 
 
 		for (cagra::NeighbourDistances &one : nd)
 		{
+			one.from_b.reserve(degree);
+			one.from_new.reserve(degree);
 			one.to_new = *d++;
 			for (uint32_t s = 0; s < degree; s++)
 			{
