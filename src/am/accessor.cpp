@@ -322,10 +322,21 @@ cagra_new_searcher(const CagraPageAccessor &acc, const float *query, const cagra
 				   const std::vector<uint32_t> &entries)
 {
 	const cagra::EntryIndex *entry_index = acc.entry_index();
+	std::unique_ptr<cagra::Searcher<CagraPageAccessor>> s;
 
 	if (entry_index)
-		return std::make_unique<cagra::Searcher<CagraPageAccessor>>(acc, query, params, *entry_index);
-	return std::make_unique<cagra::Searcher<CagraPageAccessor>>(acc, query, params, entries);
+		s = std::make_unique<cagra::Searcher<CagraPageAccessor>>(acc, query, params, *entry_index);
+	else
+		s = std::make_unique<cagra::Searcher<CagraPageAccessor>>(acc, query, params, entries);
+
+	/* nodes inserted but not linked yet: no edge leads to them */
+	std::vector<uint32_t> unlinked;
+
+	for (uint32_t id = acc.first_unlinked(); id < acc.size(); id++)
+		unlinked.push_back(id);
+	if (!unlinked.empty())
+		s->add_entries(unlinked.data(), (uint32_t) unlinked.size());
+	return s;
 }
 
 bool

@@ -40,6 +40,7 @@ public:
 	uint32_t size() const { return meta_.n; }
 	uint32_t degree() const { return meta_.graph_degree; }
 	uint32_t dim() const { return meta_.dims; }
+	uint32_t first_unlinked() const { return cagra_first_unlinked(&meta_); }
 	cagra::Metric metric() const { return format_.metric; }
 
 	const uint32_t *neighbors(uint32_t id, uint32_t *scratch) const;
@@ -140,7 +141,8 @@ private:
 };
 
 /* A Searcher over `acc`: from the entry index of its cached entry vectors
- * when it has one, else from every entry in `entries`. */
+ * when it has one, else from every entry in `entries`, and from the nodes
+ * that may not be linked yet (cagra_first_unlinked on). */
 std::unique_ptr<cagra::Searcher<CagraPageAccessor>>
 cagra_new_searcher(const CagraPageAccessor &acc, const float *query, const cagra::SearchParams &params,
 				   const std::vector<uint32_t> &entries);

@@ -36,6 +36,11 @@ extern "C" {
 /* Node flags */
 #define CAGRA_NODE_LIVE 0x0001
 #define CAGRA_NODE_DELETED 0x0002
+#define CAGRA_NODE_UNLINKED 0x0004	/* counted, but no edge leads to it yet */
+
+/* Inserts that defer their linking link their nodes this many at a time:
+ * the insert that counts the last node of such a run of ids links it. */
+#define CAGRA_LINK_RUN 16
 
 /* The storage reloption: auto is float16 for halfvec columns, float32 else. */
 #define CAGRA_STORAGE_AUTO 0
@@ -103,14 +108,26 @@ typedef struct CagraMetaData
 	 * with nothing to delete, repairs and links again.  0 in indexes made
 	 * before it existed */
 	uint32		vacuum_unfinished;
+	/* the last `unlinked` nodes (ids n - unlinked .. n - 1) may hold nodes
+	 * not linked yet (CAGRA_NODE_UNLINKED), which every search measures as
+	 * an entry; 0 in indexes made before it existed */
+	uint32		unlinked;
 } CagraMetaData;
+
+/* The first node that may be unlinked: copies for the worker hold the
+ * nodes before it, and searches take the nodes from it on as entries. */
+static inline uint32
+cagra_first_unlinked(const CagraMetaData *meta)
+{
+	return meta->n - meta->unlinked;
+}
 
 /* Whether a worker copy lacks nodes the meta page has: appended ones, or
  * slots reused since it was made (cagra_merge_tail searches both). */
 static inline bool
 cagra_copy_is_partial(const CagraMetaData *meta, const CagraCopyExtent *copy)
 {
-	return copy->n < meta->n || copy->reused < meta->reused;
+	return Min(copy->n, copy->linked) < meta->n || copy->reused < meta->reused;
 }
 
 /* build_flags: the build added long edges (the plain graph could not be
@@ -413,11 +430,17 @@ Buffer	   *cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblo
  * (side by side), vacuum in ExclusiveLock (alone), cagra_index_check in
  * ShareLock (no writer).  Scans never take it.  See docs/storage.md. */
 void		cagra_lock_writers(Relation index, LOCKMODE mode);
+
+/* Link every node inserted unlinked (vacuum, before it marks deletions:
+ * the writers' lock held). */
+void		cagra_link_unlinked(Relation index);
 void		cagra_unlock_writers(Relation index, LOCKMODE mode);
 
 /* Write a modified meta page under generic WAL (the buffer must be locked
  * exclusively by the caller). */
 void		cagra_write_meta(Relation index, Buffer metabuf, const CagraMetaData *meta);
+/* The meta data into the meta page's working copy `page` (of a WAL record). */
+void		cagra_meta_into_page(Page page, const CagraMetaData *meta);
 
 /*
  * Page changes under generic WAL, at most MAX_GENERIC_XLOG_PAGES pages per

@@ -101,6 +101,22 @@ cagra_open_sql_index(Oid relid, bool need_valid, Relation *heap_out)
 	return index;
 }
 
+/* The nodes of the unlinked span still unlinked (live ones). */
+static int64
+cagra_count_unlinked(Relation index, const CagraMetaData *meta)
+{
+	int64		count = 0;
+
+	for (uint32 id = cagra_first_unlinked(meta); id < meta->n; id++)
+	{
+		CagraNodeHeader hdr;
+
+		cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+		count += (hdr.flags & CAGRA_NODE_UNLINKED) && cagra_node_is_live(hdr.flags);
+	}
+	return count;
+}
+
 /*
  * What reading the index's rows asks of the caller, as the equivalent
  * SELECT ... ORDER BY would: USAGE on the table's schema (an OID reaches
@@ -159,8 +175,8 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	cagra_read_meta(index, &meta);
 
 	BlockNumber pages = RelationGetNumberOfBlocks(index);
-	Datum		values[20];
-	bool		nulls[20] = {false};
+	Datum		values[21];
+	bool		nulls[21] = {false};
 
 	values[0] = Int32GetDatum((int32) meta.dims);
 	values[1] = CStringGetTextDatum(cagra::metric_name((cagra::Metric) meta.metric));
@@ -182,6 +198,7 @@ cagra_index_info(PG_FUNCTION_ARGS)
 	values[17] = Int32GetDatum((int32) cagra_index_itopk(&meta));
 	values[18] = Int32GetDatum((int32) cagra_index_probes(&meta));
 	values[19] = Int64GetDatum((int64) meta.built_nodes);
+	values[20] = Int64GetDatum(cagra_count_unlinked(index, &meta));
 	if (meta.dims == 0)
 		nulls[0] = nulls[9] = nulls[10] = true;
 
@@ -311,8 +328,11 @@ cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta, Bloc
 		bool		is_live = (hdr.flags & CAGRA_NODE_LIVE) != 0;
 		bool		is_deleted = (hdr.flags & CAGRA_NODE_DELETED) != 0;
 
-		if (is_live == is_deleted || (hdr.flags & ~(CAGRA_NODE_LIVE | CAGRA_NODE_DELETED)))
+		if (is_live == is_deleted || (hdr.flags & ~(CAGRA_NODE_LIVE | CAGRA_NODE_DELETED | CAGRA_NODE_UNLINKED)))
 			cagra_problem(c, "node %u: bad flags %04x", id, hdr.flags);
+		else if ((hdr.flags & CAGRA_NODE_UNLINKED) && id < cagra_first_unlinked(meta))
+			cagra_problem(c, "node %u: unlinked, but before the unlinked nodes (from %u)", id,
+						  cagra_first_unlinked(meta));
 		if (c->live)
 			c->live[id] = is_live;
 		if (is_live)
@@ -325,7 +345,9 @@ cagra_check_nodes(CagraCheck *c, Relation index, const CagraMetaData *meta, Bloc
 							  ItemPointerGetBlockNumberNoCheck(&hdr.heap_tid),
 							  ItemPointerGetOffsetNumberNoCheck(&hdr.heap_tid), heap_blocks);
 		}
-		cagra_check_row(c, meta, id, is_live, (const uint32 *) (rec + CAGRA_ROW_OFFSET), sorted);
+		/* an unlinked node's row is written when it is linked */
+		cagra_check_row(c, meta, id, is_live && !(hdr.flags & CAGRA_NODE_UNLINKED),
+						(const uint32 *) (rec + CAGRA_ROW_OFFSET), sorted);
 		cagra_format_of(meta).load(rec + cagra_vector_offset(meta->graph_degree), vec);
 		if (is_live)
 			cagra_check_vector(c, meta, id, vec);
@@ -349,7 +371,8 @@ cagra_read_raw_meta(Relation index, CagraMetaData *meta)
 }
 
 /*
- * A breadth-first walk from the entry nodes along the graph's edges, rows
+ * A breadth-first walk from the entry nodes (and the nodes that may be
+ * unlinked, which searches take as entries) along the graph's edges, rows
  * read from the pages as it goes; with through_deleted false it neither
  * starts at nor goes on from a deleted node.  Returns the n flags of the
  * nodes reached (palloc'd).
@@ -363,9 +386,9 @@ cagra_walk_from_entries(CagraCheck *c, Relation index, const CagraMetaData *meta
 	uint32	   *queue = (uint32 *) palloc_extended((Size) n * sizeof(uint32), MCXT_ALLOC_HUGE);
 	uint32	   *row = (uint32 *) palloc(meta->graph_degree * sizeof(uint32));
 
-	for (uint32 i = 0; i < meta->entry_count; i++)
+	for (uint32 i = 0; i < meta->entry_count + meta->unlinked; i++)
 	{
-		uint32		e = meta->entries[i];
+		uint32		e = i < meta->entry_count ? meta->entries[i] : cagra_first_unlinked(meta) + (i - meta->entry_count);
 
 		if (e < n && !seen[e] && (through_deleted || c->live[e]))
 		{

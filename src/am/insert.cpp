@@ -57,6 +57,7 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/memutils.h"
 }
 
@@ -101,11 +102,13 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 
 		std::vector<uint32_t> entries(meta->entries, meta->entries + meta->entry_count);
 		/* live neighbours only: a deleted one's slot may be taken by
-		 * another vector later, turning the edge into a random one */
+		 * another vector later, turning the edge into a random one; and
+		 * linked ones: an unlinked node's row is rewritten when it is */
 		auto		live = [&acc](uint32_t id) {
 			CagraPageAccessor::NodeInfo info;
 
-			return acc.node_info(id, &info) && cagra_node_is_live(info.flags);
+			return acc.node_info(id, &info) && cagra_node_is_live(info.flags) &&
+				!(info.flags & CAGRA_NODE_UNLINKED);
 		};
 		auto		plan_in = [&](const auto &graph, const float *query, const auto &starts) {
 			std::unique_ptr<cagra::InsertPlan> q(new cagra::InsertPlan(
@@ -136,6 +139,13 @@ cagra_plan_insert(Relation index, const CagraMetaData *meta, const float *vec, u
 		plan = p.release();
 	});
 	return plan;
+}
+
+/* Candidates an insert's search asks for. */
+static uint32
+cagra_insert_candidates(const CagraMetaData *meta)
+{
+	return cagra::insert_candidate_count(meta->graph_degree, cagra_search_params(meta), meta->live);
 }
 
 /* The plan in a worker's answer (protocol.h, cagra_insert_plan_words) for
@@ -171,26 +181,30 @@ cagra_plan_of_words(const CagraMetaData *meta, const uint32 *words, uint32 new_i
 }
 
 /*
- * The plan of node `new_id` (`vec`, prepared) made by the GPU worker, in a
- * C++ object the caller owns: the worker searches its copy of the index,
- * batching concurrent inserts' searches as it batches queries, and plans
- * the insert there from the copy's rows and the device's distances, so
- * that the backend only links.  The nodes inserted after the copy was made
- * are merged into the worker's candidates exactly (cagra_merge_tail); when
- * one of them ranks among the row's first degree candidates (a stream of
- * rows each near the last), the plan is the backend's, from the merged
- * candidates, returned in *ids and *dists (palloc'd; *ncands of them).
- * NULL also when the backend plans itself from a search of the pages: no
+ * Plans for the `nq` vectors `vecs` (prepared) of nodes to be linked into
+ * the graph `meta` counts, made by the GPU worker: it searches its copy of
+ * the index, batching these searches with other inserts' and queries, and
+ * plans each there from the copy's rows and the device's distances, so
+ * that the backend only links.  A plan is made for a node past meta->n
+ * (plans[i], a C++ object the caller owns).  The nodes the copy lacks
+ * (inserted after it was made, or unlinked in it) are merged into the
+ * worker's candidates exactly, except those skip() names (the node itself,
+ * nodes not linked yet); where one of them ranks among a row's first
+ * degree candidates (a stream of rows each near the last), plans[i] is
+ * NULL and the merged candidates are left in ids/dists (want a query;
+ * ncands[i] of them, 0: none usable), for the backend to plan from.
+ * False when the backend plans every one from a search of the pages: no
  * worker (or cagra.device = cpu), a fallback (counted, or a NOTICE, as a
- * scan's), a search wider than the worker's, a copy newer than `meta`, or
- * a row shorter than the row needs (an index of few live nodes).
+ * scan's), a search wider than the worker's, or a copy newer than `meta`.
  */
-static cagra::InsertPlan *
-cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 new_id,
-							  uint32 **ids_out, float **dists_out, uint32 *ncands)
+template <class Skip>
+static bool
+cagra_plans_from_worker(Relation index, const CagraMetaData *meta, const float *vecs, uint32 nq,
+						cagra::InsertPlan **plans, uint32 *ids, float *dists, uint32 *ncands, Skip skip)
 {
 	cagra::SearchParams params = cagra_search_params(meta);
-	uint32		want = cagra::insert_candidate_count(meta->graph_degree, params, meta->live);
+	uint32		want = cagra_insert_candidates(meta);
+	uint32		degree = Min(meta->graph_degree, want);
 	CagraSearchRequest req;
 	CagraCopyExtent copy;
 	char		why[256];
@@ -204,49 +218,78 @@ cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const f
 	 * worker, H100") */
 	if (cagra_device != CAGRA_SEARCH_GPU || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
 		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_client_wants_worker("insert"))
-		return NULL;
+		return false;
 
-	uint32	   *ids = (uint32 *) palloc(sizeof(uint32) * want);
-	float	   *dists = (float *) palloc(sizeof(float) * want);
-	uint32	   *words = (uint32 *) palloc(sizeof(uint32) * cagra_insert_plan_words(meta->graph_degree));
-	CagraOffload r = cagra_search_through_worker(index, meta, &req, 1, vec, NULL, ids, dists, NULL, words,
+	uint32		plan_words = cagra_insert_plan_words(meta->graph_degree);
+	uint32	   *words = (uint32 *) palloc(sizeof(uint32) * plan_words * nq);
+	uint32	   *copy_ids = (uint32 *) palloc(sizeof(uint32) * want);
+	CagraOffload r = cagra_search_through_worker(index, meta, &req, nq, vecs, NULL, ids, dists, NULL, words,
 												 &copy, why, sizeof(why));
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
 		cagra_client_search_fallback(r, why);
-		return NULL;
+		return false;
 	}
 	if (copy.n > meta->n)
-		return NULL;
-	if (cagra_copy_is_partial(meta, &copy))
+		return false;
+	for (uint32 q = 0; q < nq; q++)
 	{
-		uint32	   *copy_ids = (uint32 *) palloc(sizeof(uint32) * want);
-		uint32		degree = Min(meta->graph_degree, want);
+		uint32	   *qids = ids + (Size) q * want;
+		float	   *qdists = dists + (Size) q * want;
 		bool		tail_ranks = false;
 
-		memcpy(copy_ids, ids, sizeof(uint32) * want);
-		cagra_merge_tail(index, meta, &copy, 1, vec, NULL, NULL, want, ids, dists);
-		for (uint32 j = 0; j < degree && !tail_ranks; j++)
-			tail_ranks = ids[j] != cagra::kInvalidNode &&
-				std::find(copy_ids, copy_ids + want, ids[j]) == copy_ids + want;
-		if (tail_ranks)
+		plans[q] = NULL;
+		ncands[q] = 0;
+		if (cagra_copy_is_partial(meta, &copy))
 		{
 			uint32		count = 0;
 
+			memcpy(copy_ids, qids, sizeof(uint32) * want);
+			cagra_merge_tail(index, meta, &copy, 1, vecs + (Size) q * meta->dims, NULL, NULL, want, qids, qdists);
 			for (uint32 i = 0; i < want; i++)
-				if (ids[i] < meta->n)
+				if (qids[i] < meta->n && !skip(q, qids[i]))
 				{
-					ids[count] = ids[i];
-					dists[count++] = dists[i];
+					qids[count] = qids[i];
+					qdists[count++] = qdists[i];
 				}
-			*ids_out = ids;
-			*dists_out = dists;
-			*ncands = count < Min(meta->live, meta->graph_degree) ? 0 : count;
-			return NULL;
+			for (uint32 j = 0; j < Min(degree, count) && !tail_ranks; j++)
+				tail_ranks = std::find(copy_ids, copy_ids + want, qids[j]) == copy_ids + want;
+			if (tail_ranks)
+			{
+				ncands[q] = count < Min(meta->live, meta->graph_degree) ? 0 : count;
+				continue;
+			}
 		}
+		plans[q] = cagra_plan_of_words(meta, words + (Size) q * plan_words, meta->n);
 	}
-	return cagra_plan_of_words(meta, words, new_id);
+	pfree(words);
+	pfree(copy_ids);
+	return true;
+}
+
+/*
+ * The plan of node `new_id` (`vec`, prepared), a node past the ones `meta`
+ * counts, made by the GPU worker (cagra_plans_from_worker); NULL when the
+ * backend plans, from the candidates left in *ids and *dists (palloc'd;
+ * *ncands of them) or else from a search of the pages.
+ */
+static cagra::InsertPlan *
+cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const float *vec, uint32 **ids_out,
+							  float **dists_out, uint32 *ncands)
+{
+	uint32		want = cagra_insert_candidates(meta);
+	uint32	   *ids = (uint32 *) palloc(sizeof(uint32) * Max(want, 1));
+	float	   *dists = (float *) palloc(sizeof(float) * Max(want, 1));
+	cagra::InsertPlan *plan = NULL;
+
+	*ncands = 0;
+	if (!cagra_plans_from_worker(index, meta, vec, 1, &plan, ids, dists, ncands,
+								 [](uint32, uint32) { return false; }))
+		return NULL;
+	*ids_out = ids;
+	*dists_out = dists;
+	return plan;
 }
 
 /* The record of a new node with its vector stored, made before the slot
@@ -328,10 +371,25 @@ cagra_edge_slot(CagraWalBatch *b, const cagra::EdgeUpdate *u)
 	return u->previous == cagra::kInvalidNode ? padding : cagra::kInvalidNode;
 }
 
-/* Node `new_id` counted in meta page contents `m`: appended (n + 1) or a
- * reused slot logged, live + 1, generation + 1. */
+/* An index that grew by inserts (built empty or small) takes linked nodes
+ * as entries until it has as many as a build would pick; never an unlinked
+ * one, whose row would be another linking's to rewrite. */
 static void
-cagra_meta_count_node(CagraMetaData *m, uint32 new_id)
+cagra_meta_take_entry(CagraMetaData *m, uint32 id)
+{
+	bool		is_entry = false;
+
+	for (uint32 i = 0; i < m->entry_count && !is_entry; i++)
+		is_entry = m->entries[i] == id;
+	if (!is_entry && m->entry_count < Min(cagra::fixed_entry_count(m->n), (uint32) CAGRA_MAX_ENTRY_NODES))
+		m->entries[m->entry_count++] = id;
+}
+
+/* Node `new_id` counted in meta page contents `m`: appended (n + 1, in the
+ * unlinked span when it is `unlinked` or the span has nodes) or a reused
+ * slot logged, live + 1, generation + 1. */
+static void
+cagra_meta_count_node(CagraMetaData *m, uint32 new_id, bool unlinked)
 {
 	if (new_id < m->n)
 	{
@@ -339,25 +397,25 @@ cagra_meta_count_node(CagraMetaData *m, uint32 new_id)
 		m->reuse_log[(m->reused - 1) % CAGRA_REUSE_LOG] = new_id;
 	}
 	else
+	{
 		m->n = new_id + 1;
+		if (unlinked || m->unlinked > 0)
+			m->unlinked++;
+	}
 	m->live++;
 	m->generation++;
-
-	/* an index that grew by inserts (built empty or small) takes new nodes
-	 * as entries until it has as many as a build would pick */
-	bool		is_entry = false;
-
-	for (uint32 i = 0; i < m->entry_count && !is_entry; i++)
-		is_entry = m->entries[i] == new_id;
-	if (!is_entry && m->entry_count < Min(cagra::fixed_entry_count(m->n), (uint32) CAGRA_MAX_ENTRY_NODES))
-		m->entries[m->entry_count++] = new_id;
+	if (!unlinked)
+		cagra_meta_take_entry(m, new_id);
 }
 
 /*
  * Step 2: count node `new_id` in the meta page (`metabuf`, locked
  * exclusively: the slot lock; `meta` is what it holds) together with its
  * way in, the reverse edge of its closest neighbour (`closest`; NULL when
- * the index has no other node), in one WAL record.  The edge is decided
+ * the index has no other node), in one WAL record; `unlinked`: counted
+ * with no way in, its linking deferred.  With no `metabuf`, node `new_id`
+ * is counted already, unlinked: its way in is written and its header made
+ * live (linked).  The edge is decided
  * again on the row as it is now: where another insert took the planned
  * slot since, the edge replaces one the new node's row also holds
  * (b -> new -> x keeps x's way in).  When there is none, nothing is written
@@ -367,20 +425,24 @@ cagra_meta_count_node(CagraMetaData *m, uint32 new_id)
  */
 static bool
 cagra_publish_node(Relation index, Buffer metabuf, const CagraMetaData *meta, uint32 new_id,
-				   const uint32 *new_row, const cagra::EdgeUpdate *closest, uint32 *taken)
+				   const uint32 *new_row, const cagra::EdgeUpdate *closest, bool unlinked, uint32 *taken)
 {
-	bool		reused = new_id < meta->n;
+	bool		counts = BufferIsValid(metabuf);
 	CagraWalBatch batch;
 	CagraMetaData m;
 
 	/* the meta page first (block 0), then the node pages in block order */
 	cagra_batch_begin(&batch, index, meta);
 	batch.state = GenericXLogStart(index);
-	batch.bufs[0] = metabuf;
-	batch.pages[0] = GenericXLogRegisterBuffer(batch.state, metabuf, 0);
-	batch.nbufs = 1;
+	if (counts)
+	{
+		batch.bufs[0] = metabuf;
+		batch.pages[0] = GenericXLogRegisterBuffer(batch.state, metabuf, 0);
+		batch.nbufs = 1;
+	}
 
-	BlockNumber hdr_blk = reused ? cagra_header_block(meta, new_id) : InvalidBlockNumber;
+	/* a reused slot's header, and a linked node's, turn live */
+	BlockNumber hdr_blk = new_id < meta->n ? cagra_header_block(meta, new_id) : InvalidBlockNumber;
 
 	if (closest)
 	{
@@ -408,7 +470,7 @@ cagra_publish_node(Relation index, Buffer metabuf, const CagraMetaData *meta, ui
 		{
 			*taken = *cagra_batch_edge(&batch, closest->node, closest->slot);
 			GenericXLogAbort(batch.state);
-			for (int i = 1; i < batch.nbufs; i++)
+			for (int i = counts ? 1 : 0; i < batch.nbufs; i++)
 				UnlockReleaseBuffer(batch.bufs[i]);
 			return false;
 		}
@@ -424,9 +486,12 @@ cagra_publish_node(Relation index, Buffer metabuf, const CagraMetaData *meta, ui
 		((CagraNodeHeader *) ((char *) cagra_batch_page(&batch, blkno) + poff))->flags = CAGRA_NODE_LIVE;
 	}
 
-	m = *meta;
-	cagra_meta_count_node(&m, new_id);
-	memcpy(cagra_meta_of(batch.pages[0]), &m, sizeof(m));
+	if (counts)
+	{
+		m = *meta;
+		cagra_meta_count_node(&m, new_id, unlinked);
+		cagra_meta_into_page(batch.pages[0], &m);
+	}
 	cagra_batch_finish(&batch);
 	return true;
 }
@@ -588,7 +653,7 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
 		 * the slot is taken after */
 		ncands = 0;
-		plan = cagra_insert_plan_from_worker(index, view, vec, view->n, &cand_ids, &cand_dists, &ncands);
+		plan = cagra_insert_plan_from_worker(index, view, vec, &cand_ids, &cand_dists, &ncands);
 		if (!plan && !(plan = cagra_plan_insert(index, view, vec, view->n, cand_ids, cand_dists, ncands, &st)))
 			cagra_report_status(&st);
 		*owner = cagra_owner_new(cxt, plan, cagra_delete_object<cagra::InsertPlan>);
@@ -618,6 +683,17 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 	}
 }
 
+/* ERROR unless the index has room for node `new_id`. */
+static void
+cagra_check_room(Relation index, uint32 new_id)
+{
+	if (new_id >= cagra::kInvalidNode - 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("cagra index \"%s\" is full", RelationGetRelationName(index)),
+				 errhint("REINDEX the index to drop deleted nodes.")));
+}
+
 /*
  * Under the slot lock, the new node's slot: a deleted one from reuse_next
  * on, else n.  The plan, made for `planned_id`, is turned to it and checked
@@ -635,11 +711,7 @@ cagra_take_slot(Relation index, CagraMetaData *meta, cagra::InsertPlan *plan, ui
 
 	if (new_id == cagra::kInvalidNode)
 		new_id = meta->n;
-	if (new_id >= cagra::kInvalidNode - 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("cagra index \"%s\" is full", RelationGetRelationName(index)),
-				 errhint("REINDEX the index to drop deleted nodes.")));
+	cagra_check_room(index, new_id);
 	cagra_retarget_plan(plan, planned_id, new_id);
 	for (const cagra::EdgeUpdate &u : plan->updates)
 		if (u.node >= meta->n || u.slot >= meta->graph_degree)
@@ -651,13 +723,14 @@ cagra_take_slot(Relation index, CagraMetaData *meta, cagra::InsertPlan *plan, ui
 }
 
 /* Step 1: the new node's record `rec` written into slot `new_id`, its
- * header, row and vector, in one WAL record. */
+ * header, row and vector, in one WAL record; `flags`: its header's when
+ * appended. */
 static void
 cagra_write_record(Relation index, const CagraMetaData *meta, uint32 new_id, char *rec, ItemPointer heap_tid,
-				   const uint32 *row)
+				   const uint32 *row, uint16 flags)
 {
 	/* a reused slot's header turns live with the meta page (step 2) */
-	cagra_set_record_head(meta, rec, heap_tid, new_id < meta->n ? CAGRA_NODE_DELETED : CAGRA_NODE_LIVE, row);
+	cagra_set_record_head(meta, rec, heap_tid, new_id < meta->n ? CAGRA_NODE_DELETED : flags, row);
 	CagraWalBatch batch;
 
 	/* the header and row, and the vector, lie apart in the node's group
@@ -681,7 +754,8 @@ cagra_write_record(Relation index, const CagraMetaData *meta, uint32 new_id, cha
  * Step 2 until it succeeds: node `new_id` counted with the closest
  * neighbour's reverse edge (the plan's first), each node that edge could
  * not go in place of handed to the new row.  Releases the slot lock
- * (`metabuf`), and leaves in the plan the reverse edges step 3 links.
+ * (`metabuf`; InvalidBuffer: the node is counted, unlinked, and is linked
+ * here), and leaves in the plan the reverse edges step 3 links.
  */
 static void
 cagra_publish_with_way_in(Relation index, Buffer metabuf, const CagraMetaData *meta, uint32 new_id,
@@ -696,7 +770,7 @@ cagra_publish_with_way_in(Relation index, Buffer metabuf, const CagraMetaData *m
 	uint32		taken;
 	std::vector<uint32_t> dropped;
 
-	while (!cagra_publish_node(index, metabuf, meta, new_id, plan->row.data(), closest, &taken))
+	while (!cagra_publish_node(index, metabuf, meta, new_id, plan->row.data(), closest, false, &taken))
 	{
 		dropped.push_back(cagra_hand_off(index, meta, new_id, plan->row, closest->previous, taken));
 		closest->previous = taken;
@@ -711,6 +785,233 @@ cagra_publish_with_way_in(Relation index, Buffer metabuf, const CagraMetaData *m
 											   dropped.end();
 									   }),
 						plan->updates.end());
+}
+
+/*
+ * An insert whose linking is deferred: the new node appended and counted
+ * unlinked (no edge leads to it; every search takes it as an entry until
+ * it is linked), without a search.  Only where it appends (no slot vacuum
+ * freed) to an index whose rows have no padding left (more live nodes than
+ * twice the degree).  Returns false, writing nothing, where it does not
+ * apply; else true with *new_id the node (kInvalidNode: the vector is not
+ * indexed).
+ */
+static bool
+cagra_insert_unlinked(Relation index, const float *x, int dim, float *vec, ItemPointer heap_tid, uint32 *new_id)
+{
+	CagraMetaData view,
+				meta;
+
+	cagra_read_meta(index, &view);
+	if (view.dims == 0 || view.live < view.n || view.live <= 2 * view.graph_degree)
+		return false;
+	/* cagra.device = gpu without the worker fails every insert, as before */
+	if (cagra_device == CAGRA_SEARCH_GPU)
+		(void) cagra_client_wants_worker("insert");
+	cagra_check_dims(index, view.dims, dim);
+	*new_id = cagra::kInvalidNode;
+	if (cagra_vector_unindexable((cagra::Metric) view.metric, x, dim))
+		return true;
+	cagra_prepare((cagra::Metric) view.metric, x, vec, view.dims);
+	if (view.element_type == (uint32) cagra::ElementType::Float16)
+		cagra_check_storable(index, cagra_format_of(&view), vec, x);
+
+	char	   *rec = cagra_new_record(&view, vec);
+	std::vector<uint32_t> row(view.graph_degree, cagra::kInvalidNode);
+	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+	uint32		taken;
+
+	/* the slot lock; only vacuum frees slots, and it waits for the writers */
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	memcpy(&meta, cagra_meta_of(BufferGetPage(metabuf)), sizeof(meta));
+	cagra_check_meta(index, &meta);
+	if (meta.live < meta.n || meta.dims != view.dims)
+	{
+		UnlockReleaseBuffer(metabuf);
+		return false;
+	}
+	cagra_check_room(index, meta.n);
+	if (cagra_format_of(&meta).keeps_max_norm())
+		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
+	*new_id = meta.n;
+	cagra_write_record(index, &meta, *new_id, rec, heap_tid, row.data(), CAGRA_NODE_LIVE | CAGRA_NODE_UNLINKED);
+	(void) cagra_publish_node(index, metabuf, &meta, *new_id, row.data(), NULL, true, &taken);
+	pfree(rec);
+	return true;
+}
+
+/* The vector of node `id` as the index stores it, decoded, into `out`
+ * (meta->dims floats). */
+static void
+cagra_read_node_vector(Relation index, const CagraMetaData *meta, uint32 id, float *out)
+{
+	cagra::VectorFormat format = cagra_format_of(meta);
+	std::vector<char> stored(format.vector_bytes());
+
+	cagra_read_record_bytes(index, meta, id, cagra_vector_offset(meta->graph_degree), format.vector_bytes(),
+							stored.data());
+	format.load(stored.data(), out);
+}
+
+/*
+ * Link node `id` (counted, unlinked; `vec` its vector) by `plan`, made as
+ * an insert's for a slot past the nodes `view` counts (NULL: the core's
+ * plan over the pages, from the `ncands` candidates given, else from a
+ * search): its row written, then its way in with its header made live
+ * (no search takes it as an entry any more), then the other reverse edges.
+ */
+static void
+cagra_link_node(Relation index, const CagraMetaData *view, uint32 id, const float *vec, cagra::InsertPlan *plan,
+				const uint32 *cand_ids, const float *cand_dists, uint32 ncands)
+{
+	CagraStatus st;
+
+	if (!plan && !(plan = cagra_plan_insert(index, view, vec, view->n, cand_ids, cand_dists, ncands, &st)))
+		cagra_report_status(&st);
+
+	std::unique_ptr<cagra::InsertPlan> owned(plan);
+	CagraWalBatch batch;
+
+	cagra_retarget_plan(plan, view->n, id);
+	cagra_batch_begin(&batch, index, view);
+	cagra_batch_write(&batch, id, CAGRA_ROW_OFFSET, plan->row.data(), view->graph_degree * sizeof(uint32));
+	cagra_batch_finish(&batch);
+	cagra_publish_with_way_in(index, InvalidBuffer, view, id, plan);
+	cagra_link_reverse_edges(index, view, plan->updates.data(), plan->updates.size());
+}
+
+/*
+ * The unlinked span of the meta page shortened past its nodes linked (or
+ * deleted) since, so searches stop taking them as entries and copies for
+ * the worker take them as linked.  Under the slot lock, reading headers.
+ */
+static void
+cagra_shorten_unlinked(Relation index)
+{
+	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
+	CagraMetaData meta;
+	uint32		unlinked;
+
+	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+	memcpy(&meta, cagra_meta_of(BufferGetPage(metabuf)), sizeof(meta));
+	cagra_check_meta(index, &meta);
+	unlinked = meta.unlinked;
+	while (unlinked > 0)
+	{
+		CagraNodeHeader hdr;
+
+		cagra_read_record_bytes(index, &meta, meta.n - unlinked, 0, sizeof(hdr), &hdr);
+		if ((hdr.flags & CAGRA_NODE_UNLINKED) && !(hdr.flags & CAGRA_NODE_DELETED))
+			break;
+		if (cagra_node_is_live(hdr.flags))
+			cagra_meta_take_entry(&meta, meta.n - unlinked);
+		unlinked--;
+	}
+	if (unlinked != meta.unlinked)
+	{
+		meta.unlinked = unlinked;
+		cagra_write_meta(index, metabuf, &meta);
+	}
+	UnlockReleaseBuffer(metabuf);
+}
+
+/* Whether node `id` of the index `meta` counts is unlinked (and live). */
+static bool
+cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id)
+{
+	CagraNodeHeader hdr;
+
+	if (id < cagra_first_unlinked(meta) || id >= meta->n)
+		return false;
+	cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+	return (hdr.flags & CAGRA_NODE_UNLINKED) && cagra_node_is_live(hdr.flags);
+}
+
+/*
+ * Link the unlinked nodes of the run of CAGRA_LINK_RUN ids from `start`,
+ * in id order, each the candidate of those after it, under the run's lock
+ * (a tuple lock on the index at (run, 1), released at the end): waiting
+ * for it when `wait`, else returning false when another holds it.  Their
+ * plans are made by the worker in one request where inserts' plans go to
+ * it (cagra_plans_from_worker), else by the backend one at a time.
+ */
+static bool
+cagra_link_run(Relation index, uint32 start, bool wait)
+{
+	ItemPointerData run;
+	CagraMetaData view;
+	std::vector<uint32> nodes;
+
+	ItemPointerSet(&run, start / CAGRA_LINK_RUN, 1);
+	if (wait)
+		LockTuple(index, &run, ExclusiveLock);
+	else if (!ConditionalLockTuple(index, &run, ExclusiveLock))
+		return false;
+	cagra_read_meta(index, &view);
+	for (uint32 id = Max(start, cagra_first_unlinked(&view)); id < Min(start + CAGRA_LINK_RUN, view.n); id++)
+		if (cagra_node_unlinked(index, &view, id))
+			nodes.push_back(id);
+
+	uint32		m = (uint32) nodes.size();
+	uint32		want = cagra_insert_candidates(&view);
+	std::vector<float> vecs((size_t) m * view.dims);
+	std::vector<cagra::InsertPlan *> plans(m, nullptr);
+	std::vector<uint32> ids((size_t) m * want + 1), ncands(m + 1, 0);
+	std::vector<float> dists((size_t) m * want + 1);
+
+	for (uint32 q = 0; q < m; q++)
+		cagra_read_node_vector(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims);
+	/* a node's candidates: linked nodes, and the run's nodes linked before it */
+	if (m > 0)
+		(void) cagra_plans_from_worker(index, &view, vecs.data(), m, plans.data(), ids.data(), dists.data(),
+									   ncands.data(), [&](uint32 q, uint32 id) {
+										   return id >= nodes[q] ? id < view.n :
+											   (id < nodes[0] && cagra_node_unlinked(index, &view, id));
+									   });
+	for (uint32 q = 0; q < m; q++)
+	{
+		cagra_link_node(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims, plans[q],
+						ids.data() + (size_t) q * want, dists.data() + (size_t) q * want, ncands[q]);
+		plans[q] = nullptr;
+		CHECK_FOR_INTERRUPTS();
+	}
+	UnlockTuple(index, &run, ExclusiveLock);
+	return true;
+}
+
+/*
+ * After node `new_id` was appended: when it ends its run, the run is
+ * linked, and then the oldest run still unlinked if no one links it (its
+ * linker failed), and the unlinked span shortened.
+ */
+static void
+cagra_link_after_append(Relation index, uint32 new_id)
+{
+	CagraMetaData meta;
+	uint32		start = new_id + 1 - CAGRA_LINK_RUN;
+
+	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
+		return;
+	cagra_link_run(index, start, true);
+	cagra_read_meta(index, &meta);
+
+	uint32		first = cagra_first_unlinked(&meta);
+
+	if (first < start)
+		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
+	cagra_shorten_unlinked(index);
+}
+
+void
+cagra_link_unlinked(Relation index)
+{
+	CagraMetaData meta;
+
+	cagra_read_meta(index, &meta);
+	for (uint32 start = cagra_first_unlinked(&meta) - cagra_first_unlinked(&meta) % CAGRA_LINK_RUN;
+		 start < meta.n; start += CAGRA_LINK_RUN)
+		cagra_link_run(index, start, true);
+	cagra_shorten_unlinked(index);
 }
 
 bool
@@ -734,20 +1035,25 @@ cagra_insert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
 	CagraOwner *owner = NULL;
 	char	   *rec = NULL;
 
+	uint32		new_id = cagra::kInvalidNode;
+	bool		appended = false;
+
 	/* vacuum waits for the inserts in flight and keeps new ones out */
 	cagra_lock_writers(index, RowExclusiveLock);
-	plan = cagra_plan_and_lock_slot(index, cxt, x, dim, vec, &view, &meta, &metabuf, &owner, &rec);
-	if (plan)
+	if (cagra_insert_unlinked(index, x, dim, vec, heap_tid, &new_id))
+		appended = new_id != cagra::kInvalidNode;
+	else if ((plan = cagra_plan_and_lock_slot(index, cxt, x, dim, vec, &view, &meta, &metabuf, &owner, &rec)))
 	{
-		uint32		new_id = cagra_take_slot(index, &meta, plan, view.n, vec, dim);
-
-		cagra_write_record(index, &meta, new_id, rec, heap_tid, plan->row.data());
+		new_id = cagra_take_slot(index, &meta, plan, view.n, vec, dim);
+		appended = new_id >= meta.n;
+		cagra_write_record(index, &meta, new_id, rec, heap_tid, plan->row.data(), CAGRA_NODE_LIVE);
 		cagra_publish_with_way_in(index, metabuf, &meta, new_id, plan);
 		cagra_link_reverse_edges(index, &meta, plan->updates.data(), plan->updates.size());
-	}
-	cagra_unlock_writers(index, RowExclusiveLock);
-	if (plan)
 		cagra_owner_free(owner);
+	}
+	if (appended)
+		cagra_link_after_append(index, new_id);
+	cagra_unlock_writers(index, RowExclusiveLock);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 	return false;

@@ -336,6 +336,8 @@ cagra_check_meta_search_fields(const CagraMetaData *meta, CagraMetaProblemFn rep
 	if (!std::isfinite(meta->max_norm) || meta->max_norm < 0)
 		cagra_meta_problem(report, arg, true, "meta page: max_norm %g is not a finite non-negative number",
 						   (double) meta->max_norm);
+	if (meta->unlinked > meta->n)
+		cagra_meta_problem(report, arg, true, "meta page: %u unlinked nodes of %u", meta->unlinked, meta->n);
 	for (uint64 r = meta->reused > CAGRA_REUSE_LOG ? meta->reused - CAGRA_REUSE_LOG : 0; r < meta->reused; r++)
 		if (meta->reuse_log[r % CAGRA_REUSE_LOG] >= meta->n)
 		{
@@ -470,14 +472,19 @@ cagra_read_meta(Relation index, CagraMetaData *out)
 }
 
 void
-cagra_write_meta(Relation index, Buffer metabuf, const CagraMetaData *meta)
+cagra_meta_into_page(Page page, const CagraMetaData *meta)
 {
-	GenericXLogState *state = GenericXLogStart(index);
-	Page		page = GenericXLogRegisterBuffer(state, metabuf, 0);
-
 	memcpy(cagra_meta_of(page), meta, sizeof(CagraMetaData));
 	/* an index made before the meta data grew: cover it all */
 	((PageHeader) page)->pd_lower = ((char *) cagra_meta_of(page) + sizeof(CagraMetaData)) - (char *) page;
+}
+
+void
+cagra_write_meta(Relation index, Buffer metabuf, const CagraMetaData *meta)
+{
+	GenericXLogState *state = GenericXLogStart(index);
+
+	cagra_meta_into_page(GenericXLogRegisterBuffer(state, metabuf, 0), meta);
 	GenericXLogFinish(state);
 }
 

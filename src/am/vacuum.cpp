@@ -277,6 +277,7 @@ cagra_vacuum_index(Relation index, IndexBulkDeleteCallback callback, void *callb
 	CagraMetaData meta;
 
 	cagra_lock_writers(index, ExclusiveLock);
+	cagra_link_unlinked(index);
 	cagra_read_meta(index, &meta);
 
 	uint32		live = 0;

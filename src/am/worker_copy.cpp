@@ -95,6 +95,7 @@ cagra_copy_key(Relation index, const CagraMetaData *meta)
 	key.generation = meta->generation;
 	key.n = meta->n;
 	key.reused = meta->reused;
+	key.linked = cagra_first_unlinked(meta);
 	return key;
 }
 
@@ -179,6 +180,9 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 	uint32		degree = meta->graph_degree;
 	uint32		appended = meta->n - copy->n;
 	uint64		reused = meta->reused - copy->reused;
+	/* nodes the copy holds unlinked that are linked now */
+	uint32		linked_from = Min(copy->linked, copy->n);
+	uint32		linked_to = Max(Min(copy->n, cagra_first_unlinked(meta)), linked_from);
 	CagraCopyUpdateRead u;
 	uint64	   *sent;
 
@@ -187,15 +191,17 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 	u.index = index;
 	u.meta = meta;
 	u.record_bytes = cagra_vector_offset(degree) + cagra_format_of(meta).vector_bytes();
-	u.node_ids = (uint32 *) palloc(sizeof(uint32) * (appended + reused + 1));
+	u.node_ids = (uint32 *) palloc(sizeof(uint32) * (appended + (linked_to - linked_from) + reused + 1));
 	u.nodes = 0;
 	for (uint32 i = 0; i < appended; i++)
 		u.node_ids[u.nodes++] = copy->n + i;
+	for (uint32 id = linked_from; id < linked_to; id++)
+		u.node_ids[u.nodes++] = id;
 	for (uint64 r = 0; r < reused; r++)
 	{
 		uint32		id = meta->reuse_log[(copy->reused + r) % CAGRA_REUSE_LOG];
 
-		if (id < copy->n)
+		if (id < linked_from)
 			u.node_ids[u.nodes++] = id;
 	}
 	u.records = (char *) palloc((Size) u.nodes * u.record_bytes + 1);
@@ -259,7 +265,8 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 	FreeAccessStrategy(pages.strategy);
 	pfree(pages.group);
 	if (r == CAGRA_OFFLOAD_OK && copy->takes_updates &&
-		(uint64) (meta->n - copy->n) + (meta->reused - copy->reused) >= cagra_copy_update_at(copy->n) &&
+		(uint64) (meta->n - Min(copy->n, copy->linked)) + (meta->reused - copy->reused) >=
+		cagra_copy_update_at(copy->n) &&
 		cagra_client_claim_update())
 	{
 		PG_TRY();
@@ -437,7 +444,7 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 				 uint32 *ids, float *dists)
 {
 	cagra::VectorFormat format = cagra_format_of(meta);
-	uint32		from = Min(copy->n, meta->n);
+	uint32		from = Min(Min(copy->n, copy->linked), meta->n);
 	uint64		reused_from = Min(copy->reused, meta->reused);
 	uint32		nreused = (uint32) Min(meta->reused - reused_from, (uint64) CAGRA_REUSE_LOG);
 	uint32		span = meta->n - from + nreused;

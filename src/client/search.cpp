@@ -438,6 +438,7 @@ cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, con
 
 	copy->n = key->n;
 	copy->reused = key->reused;
+	copy->linked = key->linked;
 	copy->takes_updates = true;
 	for (uint32 first = 0; first < nq; first += chunk)
 	{
@@ -454,6 +455,7 @@ cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, con
 		/* chunks may meet different copies: the oldest extent covers all */
 		copy->n = Min(copy->n, got.n);
 		copy->reused = Min(copy->reused, got.reused);
+		copy->linked = Min(copy->linked, got.linked);
 		copy->takes_updates = copy->takes_updates && got.takes_updates;
 	}
 	return CAGRA_OFFLOAD_OK;

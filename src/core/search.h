@@ -243,6 +243,10 @@ public:
     template <class Filter>
     uint32_t next(uint32_t k, Filter &&accept, Neighbor *out);
 
+    /* Measure and offer `count` more start nodes, before the first next():
+     * nodes no edge may lead to yet (inserted, not linked). */
+    void add_entries(const uint32_t *ids, uint32_t count);
+
     uint32_t next(uint32_t k, Neighbor *out)
     {
         return next(

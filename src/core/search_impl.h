@@ -111,6 +111,21 @@ void Searcher<Accessor>::start(const std::vector<uint32_t> &entries)
     measure(add_random_entries(count));
 }
 
+template <class Accessor>
+void Searcher<Accessor>::add_entries(const uint32_t *ids, uint32_t count)
+{
+    const uint32_t n = g_.size();
+    if (s_->ids.size() < count) {
+        s_->ids.resize(count);
+        s_->dists.resize(count);
+    }
+    uint32_t fresh = 0;
+    for (uint32_t i = 0; i < count; i++)
+        if (ids[i] < n && s_->visited.insert(ids[i]))
+            s_->ids[fresh++] = ids[i];
+    measure(fresh);
+}
+
 /* Seed from an entry index: the pivots first, then the members of the
  * groups whose pivots came closest; the random entries come later. */
 template <class Accessor>

@@ -123,6 +123,8 @@ typedef struct CagraIndexKey
 	uint64		generation;		/* meta page generation */
 	uint32		n;				/* nodes at that generation */
 	uint64		reused;			/* inserts into vacuumed slots by then (CagraMetaData) */
+	uint32		linked;			/* nodes before it are linked (cagra_first_unlinked);
+								 * not part of the copy's identity */
 } CagraIndexKey;
 
 /* The meta page logs the slots of the last this many inserts into slots
@@ -132,12 +134,15 @@ typedef struct CagraIndexKey
 #define CAGRA_REUSE_LOG 256
 
 /* What a copy searched holds: nodes 0 .. n-1 as they were after `reused`
- * inserts into vacuumed slots.  Nodes appended since, and slots reused
- * since, are the backend's to search (cagra_merge_tail). */
+ * inserts into vacuumed slots, of which those before `linked` were linked.
+ * Nodes from `linked` on (no edge of the copy may lead to them), appended
+ * since, and slots reused since, are the backend's to search
+ * (cagra_merge_tail). */
 typedef struct CagraCopyExtent
 {
 	uint32		n;
 	uint64		reused;
+	uint32		linked;
 	bool		takes_updates;	/* it would take the nodes inserted since (UPDATE) */
 } CagraCopyExtent;
 

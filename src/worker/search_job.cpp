@@ -55,6 +55,7 @@ cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k
 		s->reply = r;
 		s->copy.n = job->copy->key.n;
 		s->copy.reused = job->copy->key.reused;
+		s->copy.linked = job->copy->key.linked;
 		s->copy.takes_updates = job->copy->takes_updates;
 		strlcpy(s->message, msg, sizeof(s->message));
 	}

@@ -94,6 +94,41 @@ TEST(Search, IterationCapStillGivesSortedResults)
     }
 }
 
+TEST(Search, AddedEntriesReachNodesNoEdgeLeadsTo)
+{
+    /* Each query's nearest node with every edge into it removed: the walk
+     * no longer finds it, and as an added entry it comes first. */
+    const Fixture &f = fixture();
+    SearchParams p;
+    uint32_t found_cut = 0, found_added = 0;
+    for (size_t q = 0; q < 20; q++) {
+        uint32_t nearest = cagra_test::exact_knn(f.base, std::vector<float>(f.query(q), f.query(q) + f.dim),
+                                                 f.dim, 1)[0][0];
+        Graph cut = f.built.graph;
+        for (uint32_t &e : cut.edges)
+            if (e == nearest)
+                e = kInvalidNode;
+        InMemoryGraph g(cut, DatasetView{f.base.data(), f.n, f.dim}, Metric::L2);
+        std::vector<uint32_t> entries;
+        for (uint32_t e : f.built.entry_nodes)
+            if (e != nearest)
+                entries.push_back(e);
+        Neighbor out[10];
+        Searcher<InMemoryGraph> plain(g, f.query(q), p, entries);
+        ASSERT_EQ(plain.next(10, out), 10u);
+        for (const Neighbor &r : out)
+            found_cut += r.id == nearest;
+        Searcher<InMemoryGraph> seeded(g, f.query(q), p, entries);
+        seeded.add_entries(&nearest, 1);
+        ASSERT_EQ(seeded.next(10, out), 10u);
+        found_added += out[0].id == nearest;
+        for (int i = 1; i < 10; i++)
+            ASSERT_LE(out[i - 1].distance, out[i].distance);
+    }
+    EXPECT_EQ(found_cut, 0u);
+    EXPECT_EQ(found_added, 20u);
+}
+
 TEST(Search, RandomEntriesOnly)
 {
     /* Without fixed entries a search starts only where the random entries
