@@ -1,48 +1,63 @@
 /*
  * insert.cpp — aminsert: add one node to the graph, in a slot vacuum freed
- * when there is one, else appended.
+ * when there is one, else appended, and link the nodes appended unlinked.
  *
  * Inserts run side by side.  Each holds the writers' lock (a heavyweight
  * lock on the meta page) in RowExclusiveLock, which inserts share and
  * vacuum's ExclusiveLock does not: vacuum waits for the inserts in flight,
  * so no insert links to a node vacuum deleted and repaired around, or
- * takes a slot whose old edges are not repaired yet.  The plan (the
- * neighbour search, the pruned row and the reverse edges) is made for a
- * slot past the nodes counted when it started: with cagra.device = gpu by
- * the GPU worker from its copy of the index, as a scan's search request
- * that also asks for the plan (the worker batches the inserts its copy
- * serves; where a node appended after the copy ranks among the new node's
- * nearest, the plan is made here from the merged candidates), else here
- * as a scan searches: from the entry vectors and
- * entry index the backend keeps for its scans, one share-locked page at a
- * time, the pages kept pinned until the plan is made (a small index, whose
- * rows still have padding, plans again if another insert came between).  Then, under the slot lock, the meta page's buffer lock held
- * exclusively (one insert at a time, two WAL records, no search; a
- * lightweight lock, which a waiter takes only once it runs), each WAL
- * record crash-safe on its own:
+ * takes a slot whose old edges are not repaired yet.
+ *
+ * An appended node of an index past its first rows is counted unlinked,
+ * with no search (cagra_insert_unlinked): under the slot lock, the meta
+ * page's buffer lock held exclusively, its record is written into slot n
+ * and n counted with it in the unlinked span (meta->unlinked), whose nodes
+ * every search takes as entries.  The insert that counts the last node of
+ * a run of CAGRA_LINK_RUN ids links the run's unlinked nodes, one after
+ * another (cagra_link_run): their plans made by the GPU worker in one
+ * request with cagra.device = gpu, else here; then the span is shortened
+ * past the nodes linked.  A run whose linker failed is linked by the next
+ * run's linker, and vacuum links every unlinked node before it starts.
+ *
+ * A node linked, or inserted into a freed slot (or while the index is
+ * small), is linked by a plan (the neighbour search, the pruned row and
+ * the reverse edges) made for a slot past the nodes counted when it
+ * started: with cagra.device = gpu by the GPU worker from its copy of the
+ * index, as a scan's search request that also asks for the plan (where a
+ * node the copy lacks ranks among the new node's nearest, the plan is made
+ * here from the merged candidates), else here as a scan searches: from the
+ * entry vectors and entry index the backend keeps for its scans, one
+ * share-locked page at a time, the pages kept pinned until the plan is
+ * made (a small index, whose rows still have padding, plans again if
+ * another insert came between).  Only linked nodes are a plan's
+ * neighbours: an unlinked node's row is rewritten when it is linked.
+ * Then the page writes of insert_write.cpp, each WAL record crash-safe on
+ * its own: for an insert, under the slot lock,
  *   1. the slot is taken (a deleted one from reuse_next on, else n) and
  *      the new node's header, row and vector written there: slot n,
  *      invisible as n is not counted yet; or a deleted slot, its header
  *      still saying deleted (searches walk through it, never return it);
  *   2. the meta page (n + 1 or the reuse counted, live + 1, generation + 1)
  *      with the reverse edge of the node's closest neighbour (and a reused
- *      slot's header made live), so a counted node always has a way in.
- * And after it:
+ *      slot's header made live), so a counted node always has a way in;
+ * for a node linked, its row, then its way in with its header made live;
+ * and after either:
  *   3. the other reverse edges into existing rows (an edge a reverse edge
  *      replaces was handed to the new node's row in step 1).
  * Another insert may have changed a neighbour's row since the search read
  * it: each reverse edge is decided again under the row's exclusive page
- * lock (cagra_edge_slot), and goes only where the slot still holds what
- * the plan saw or into padding, never in place of an edge written since
- * (that node's way in).  The closest neighbour's edge must go somewhere: in
- * place of an edge the new row also holds, else the node the slot holds
- * now is handed to the new row and step 2 tried again.
+ * lock, and goes only where the slot still holds what the plan saw or
+ * into padding, never in place of an edge written since (that node's way
+ * in).  The closest neighbour's edge must go somewhere: in place of an
+ * edge the new row also holds, else the node the slot holds now is handed
+ * to the new row and step 2 tried again.
  * Scans read the meta page once, so they never follow an edge to a node
  * appended after they started (it reads as padding).  A reused slot can
  * change under a scan that started before: its row is only inserted by a
  * transaction its snapshot cannot see.
  */
 #include "am/accessor.h"
+#include "am/insert_write.h"
 #include "am/worker_copy.h"
 
 #include <memory>
@@ -180,6 +195,18 @@ cagra_plan_of_words(const CagraMetaData *meta, const uint32 *words, uint32 new_i
 	return plan.release();
 }
 
+/* Whether node `id` of the index `meta` counts is unlinked (and live). */
+static bool
+cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id)
+{
+	CagraNodeHeader hdr;
+
+	if (id < cagra_first_unlinked(meta) || id >= meta->n)
+		return false;
+	cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
+	return (hdr.flags & CAGRA_NODE_UNLINKED) && cagra_node_is_live(hdr.flags);
+}
+
 /*
  * Plans for the `nq` vectors `vecs` (prepared) of nodes to be linked into
  * the graph `meta` counts, made by the GPU worker: it searches its copy of
@@ -285,241 +312,11 @@ cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const f
 
 	*ncands = 0;
 	if (!cagra_plans_from_worker(index, meta, vec, 1, &plan, ids, dists, ncands,
-								 [](uint32, uint32) { return false; }))
+								 [&](uint32, uint32 id) { return cagra_node_unlinked(index, meta, id); }))
 		return NULL;
 	*ids_out = ids;
 	*dists_out = dists;
 	return plan;
-}
-
-/* The record of a new node with its vector stored, made before the slot
- * lock; its header and row are set under it (cagra_set_record_head). */
-static char *
-cagra_new_record(const CagraMetaData *meta, const float *vec)
-{
-	char	   *rec = (char *) palloc0(meta->record_size);
-
-	cagra_format_of(meta).store(vec, rec + cagra_vector_offset(meta->graph_degree));
-	return rec;
-}
-
-static void
-cagra_set_record_head(const CagraMetaData *meta, char *rec, ItemPointer heap_tid, uint16 flags, const uint32 *row)
-{
-	CagraNodeHeader hdr;
-
-	hdr.heap_tid = *heap_tid;
-	hdr.flags = flags;
-	memcpy(rec, &hdr, sizeof(hdr));
-	memcpy(rec + CAGRA_ROW_OFFSET, row, meta->graph_degree * sizeof(uint32));
-}
-
-/* Row entry `slot` of node `id`, in the working copy of the page that holds
- * it (an edge never crosses a page); the page must be in `b`. */
-static uint32 *
-cagra_batch_edge(CagraWalBatch *b, uint32 id, uint32 slot)
-{
-	BlockNumber blkno;
-	uint32		poff;
-
-	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET + slot * sizeof(uint32), &blkno, &poff);
-	return (uint32 *) ((char *) cagra_batch_page(b, blkno) + poff);
-}
-
-/* Lock (exclusively) and register every page of node `id`'s row in `b`,
- * first closing the record when they would not all fit in it, so the row
- * can be read and changed as one. */
-static void
-cagra_batch_lock_row(CagraWalBatch *b, uint32 id)
-{
-	uint32		row_bytes = b->meta->graph_degree * sizeof(uint32);
-	BlockNumber first,
-				last;
-	uint32		poff;
-
-	cagra_batch_reserve(b, id, CAGRA_ROW_OFFSET, row_bytes);
-	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET, &first, &poff);
-	cagra_locate(b->meta, id, CAGRA_ROW_OFFSET + row_bytes - 1, &last, &poff);
-	for (BlockNumber blk = first; blk <= last; blk++)
-		cagra_batch_page(b, blk);
-}
-
-/*
- * Where reverse edge `u` goes in its row as the row is now (locked), or
- * kInvalidNode: nowhere.  Its planned slot while that still holds what the
- * plan saw there; else, if the plan wanted padding, the first padding slot
- * left.  Never an edge the row already has, and never in place of an edge
- * another insert wrote since (it may be that node's way in).
- */
-static uint32
-cagra_edge_slot(CagraWalBatch *b, const cagra::EdgeUpdate *u)
-{
-	uint32		degree = b->meta->graph_degree;
-	uint32		padding = cagra::kInvalidNode;
-
-	for (uint32 s = 0; s < degree; s++)
-	{
-		uint32		e = *cagra_batch_edge(b, u->node, s);
-
-		if (e == u->target)
-			return cagra::kInvalidNode;
-		if (e == cagra::kInvalidNode && padding == cagra::kInvalidNode)
-			padding = s;
-	}
-	if (*cagra_batch_edge(b, u->node, u->slot) == u->previous)
-		return u->slot;
-	return u->previous == cagra::kInvalidNode ? padding : cagra::kInvalidNode;
-}
-
-/* An index that grew by inserts (built empty or small) takes linked nodes
- * as entries until it has as many as a build would pick; never an unlinked
- * one, whose row would be another linking's to rewrite. */
-static void
-cagra_meta_take_entry(CagraMetaData *m, uint32 id)
-{
-	bool		is_entry = false;
-
-	for (uint32 i = 0; i < m->entry_count && !is_entry; i++)
-		is_entry = m->entries[i] == id;
-	if (!is_entry && m->entry_count < Min(cagra::fixed_entry_count(m->n), (uint32) CAGRA_MAX_ENTRY_NODES))
-		m->entries[m->entry_count++] = id;
-}
-
-/* Node `new_id` counted in meta page contents `m`: appended (n + 1, in the
- * unlinked span when it is `unlinked` or the span has nodes) or a reused
- * slot logged, live + 1, generation + 1. */
-static void
-cagra_meta_count_node(CagraMetaData *m, uint32 new_id, bool unlinked)
-{
-	if (new_id < m->n)
-	{
-		m->reused++;
-		m->reuse_log[(m->reused - 1) % CAGRA_REUSE_LOG] = new_id;
-	}
-	else
-	{
-		m->n = new_id + 1;
-		if (unlinked || m->unlinked > 0)
-			m->unlinked++;
-	}
-	m->live++;
-	m->generation++;
-	if (!unlinked)
-		cagra_meta_take_entry(m, new_id);
-}
-
-/*
- * Step 2: count node `new_id` in the meta page (`metabuf`, locked
- * exclusively: the slot lock; `meta` is what it holds) together with its
- * way in, the reverse edge of its closest neighbour (`closest`; NULL when
- * the index has no other node), in one WAL record; `unlinked`: counted
- * with no way in, its linking deferred.  With no `metabuf`, node `new_id`
- * is counted already, unlinked: its way in is written and its header made
- * live (linked).  The edge is decided
- * again on the row as it is now: where another insert took the planned
- * slot since, the edge replaces one the new node's row also holds
- * (b -> new -> x keeps x's way in).  When there is none, nothing is written
- * and false returned, the meta page still locked, with *taken set to what
- * the slot holds now: the caller hands that node to the new row and tries
- * again.  On success the meta page is unlocked and released.
- */
-static bool
-cagra_publish_node(Relation index, Buffer metabuf, const CagraMetaData *meta, uint32 new_id,
-				   const uint32 *new_row, const cagra::EdgeUpdate *closest, bool unlinked, uint32 *taken)
-{
-	bool		counts = BufferIsValid(metabuf);
-	CagraWalBatch batch;
-	CagraMetaData m;
-
-	/* the meta page first (block 0), then the node pages in block order */
-	cagra_batch_begin(&batch, index, meta);
-	batch.state = GenericXLogStart(index);
-	if (counts)
-	{
-		batch.bufs[0] = metabuf;
-		batch.pages[0] = GenericXLogRegisterBuffer(batch.state, metabuf, 0);
-		batch.nbufs = 1;
-	}
-
-	/* a reused slot's header, and a linked node's, turn live */
-	BlockNumber hdr_blk = new_id < meta->n ? cagra_header_block(meta, new_id) : InvalidBlockNumber;
-
-	if (closest)
-	{
-		BlockNumber row_blk = cagra_header_block(meta, closest->node);
-
-		if (hdr_blk != InvalidBlockNumber && hdr_blk < row_blk)
-			cagra_batch_page(&batch, hdr_blk);
-		cagra_batch_lock_row(&batch, closest->node);
-
-		uint32		slot = cagra_edge_slot(&batch, closest);
-		bool		has_edge = false;
-
-		for (uint32 s = 0; s < meta->graph_degree && !has_edge; s++)
-			has_edge = *cagra_batch_edge(&batch, closest->node, s) == new_id;
-		/* else an edge the new row holds too */
-		for (uint32 s = 0; s < meta->graph_degree && slot == cagra::kInvalidNode && !has_edge; s++)
-		{
-			uint32		e = *cagra_batch_edge(&batch, closest->node, s);
-
-			for (uint32 t = 0; t < meta->graph_degree; t++)
-				if (new_row[t] == e)
-					slot = s;
-		}
-		if (slot == cagra::kInvalidNode && !has_edge)
-		{
-			*taken = *cagra_batch_edge(&batch, closest->node, closest->slot);
-			GenericXLogAbort(batch.state);
-			for (int i = counts ? 1 : 0; i < batch.nbufs; i++)
-				UnlockReleaseBuffer(batch.bufs[i]);
-			return false;
-		}
-		if (slot != cagra::kInvalidNode)
-			*cagra_batch_edge(&batch, closest->node, slot) = new_id;
-	}
-	if (hdr_blk != InvalidBlockNumber)
-	{
-		BlockNumber blkno;
-		uint32		poff;
-
-		cagra_locate(meta, new_id, 0, &blkno, &poff);
-		((CagraNodeHeader *) ((char *) cagra_batch_page(&batch, blkno) + poff))->flags = CAGRA_NODE_LIVE;
-	}
-
-	if (counts)
-	{
-		m = *meta;
-		cagra_meta_count_node(&m, new_id, unlinked);
-		cagra_meta_into_page(batch.pages[0], &m);
-	}
-	cagra_batch_finish(&batch);
-	return true;
-}
-
-/*
- * Step 3: the other reverse edges, each decided again on its row as it is
- * now (cagra_edge_slot), rows in node order, up to MAX_GENERIC_XLOG_PAGES
- * pages a record.
- */
-static void
-cagra_link_reverse_edges(Relation index, const CagraMetaData *meta, const cagra::EdgeUpdate *updates,
-						 size_t nupdates)
-{
-	CagraWalBatch batch;
-
-	cagra_batch_begin(&batch, index, meta);
-	for (size_t i = 0; i < nupdates; i++)
-	{
-		const cagra::EdgeUpdate *u = &updates[i];
-
-		cagra_batch_lock_row(&batch, u->node);
-
-		uint32		slot = cagra_edge_slot(&batch, u);
-
-		if (slot != cagra::kInvalidNode)
-			*cagra_batch_edge(&batch, u->node, slot) = u->target;
-	}
-	cagra_batch_finish(&batch);
 }
 
 /*
@@ -588,32 +385,6 @@ cagra_retarget_plan(cagra::InsertPlan *plan, uint32 planned_id, uint32 new_id)
 		if (e != new_id && e != cagra::kInvalidNode)
 			plan->row[kept++] = e;
 	std::fill(plan->row.begin() + kept, plan->row.end(), cagra::kInvalidNode);
-}
-
-/* Step 2's fallback: node `w` handed to the new row (uncounted, so nobody
- * else reads it yet), in place of `replaced` when the row holds it, else of
- * padding, else of its last edge.  Returns the edge it replaced. */
-static uint32
-cagra_hand_off(Relation index, const CagraMetaData *meta, uint32 new_id, std::vector<uint32_t> &row,
-			   uint32 replaced, uint32 w)
-{
-	auto		at = std::find(row.begin(), row.end(), replaced);
-
-	if (replaced == cagra::kInvalidNode || at == row.end())
-		at = std::find(row.begin(), row.end(), cagra::kInvalidNode);
-	if (at == row.end())
-		at = row.end() - 1;
-
-	uint32		dropped = *at;
-
-	*at = w;
-
-	CagraWalBatch batch;
-
-	cagra_batch_begin(&batch, index, meta);
-	cagra_batch_write(&batch, new_id, CAGRA_ROW_OFFSET, row.data(), meta->graph_degree * sizeof(uint32));
-	cagra_batch_finish(&batch);
-	return dropped;
 }
 
 /*
@@ -722,71 +493,6 @@ cagra_take_slot(Relation index, CagraMetaData *meta, cagra::InsertPlan *plan, ui
 	return new_id;
 }
 
-/* Step 1: the new node's record `rec` written into slot `new_id`, its
- * header, row and vector, in one WAL record; `flags`: its header's when
- * appended. */
-static void
-cagra_write_record(Relation index, const CagraMetaData *meta, uint32 new_id, char *rec, ItemPointer heap_tid,
-				   const uint32 *row, uint16 flags)
-{
-	/* a reused slot's header turns live with the meta page (step 2) */
-	cagra_set_record_head(meta, rec, heap_tid, new_id < meta->n ? CAGRA_NODE_DELETED : flags, row);
-	CagraWalBatch batch;
-
-	/* the header and row, and the vector, lie apart in the node's group
-	 * (the vector may even come first, in the tail of an earlier row page):
-	 * written in block order */
-	uint32		voff = cagra_vector_offset(meta->graph_degree);
-	BlockNumber row_blk,
-				vec_blk;
-	uint32		poff;
-
-	cagra_locate(meta, new_id, 0, &row_blk, &poff);
-	cagra_locate(meta, new_id, voff, &vec_blk, &poff);
-	cagra_batch_begin(&batch, index, meta);
-	if (vec_blk < row_blk)
-		cagra_batch_write(&batch, new_id, voff, rec + voff, meta->record_size - voff);
-	cagra_batch_write(&batch, new_id, 0, rec, vec_blk < row_blk ? voff : meta->record_size);
-	cagra_batch_finish(&batch);
-}
-
-/*
- * Step 2 until it succeeds: node `new_id` counted with the closest
- * neighbour's reverse edge (the plan's first), each node that edge could
- * not go in place of handed to the new row.  Releases the slot lock
- * (`metabuf`; InvalidBuffer: the node is counted, unlinked, and is linked
- * here), and leaves in the plan the reverse edges step 3 links.
- */
-static void
-cagra_publish_with_way_in(Relation index, Buffer metabuf, const CagraMetaData *meta, uint32 new_id,
-						  cagra::InsertPlan *plan)
-{
-	cagra::EdgeUpdate *closest = NULL;
-
-	for (cagra::EdgeUpdate &u : plan->updates)
-		if (u.node == plan->row[0] && !closest)
-			closest = &u;
-
-	uint32		taken;
-	std::vector<uint32_t> dropped;
-
-	while (!cagra_publish_node(index, metabuf, meta, new_id, plan->row.data(), closest, false, &taken))
-	{
-		dropped.push_back(cagra_hand_off(index, meta, new_id, plan->row, closest->previous, taken));
-		closest->previous = taken;
-	}
-
-	if (closest)
-		plan->updates.erase(plan->updates.begin() + (closest - plan->updates.data()));
-	/* a reverse edge replaces an edge only while the new row holds it */
-	plan->updates.erase(std::remove_if(plan->updates.begin(), plan->updates.end(),
-									   [&](const cagra::EdgeUpdate &u) {
-										   return std::find(dropped.begin(), dropped.end(), u.previous) !=
-											   dropped.end();
-									   }),
-						plan->updates.end());
-}
-
 /*
  * An insert whose linking is deferred: the new node appended and counted
  * unlinked (no edge leads to it; every search takes it as an entry until
@@ -819,7 +525,6 @@ cagra_insert_unlinked(Relation index, const float *x, int dim, float *vec, ItemP
 	char	   *rec = cagra_new_record(&view, vec);
 	std::vector<uint32_t> row(view.graph_degree, cagra::kInvalidNode);
 	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
-	uint32		taken;
 
 	/* the slot lock; only vacuum frees slots, and it waits for the writers */
 	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
@@ -835,7 +540,7 @@ cagra_insert_unlinked(Relation index, const float *x, int dim, float *vec, ItemP
 		meta.max_norm = Max(meta.max_norm, (float4) cagra::vector_norm(vec, meta.dims));
 	*new_id = meta.n;
 	cagra_write_record(index, &meta, *new_id, rec, heap_tid, row.data(), CAGRA_NODE_LIVE | CAGRA_NODE_UNLINKED);
-	(void) cagra_publish_node(index, metabuf, &meta, *new_id, row.data(), NULL, true, &taken);
+	cagra_count_unlinked_node(index, metabuf, &meta, *new_id);
 	pfree(rec);
 	return true;
 }
@@ -878,53 +583,6 @@ cagra_link_node(Relation index, const CagraMetaData *view, uint32 id, const floa
 	cagra_batch_finish(&batch);
 	cagra_publish_with_way_in(index, InvalidBuffer, view, id, plan);
 	cagra_link_reverse_edges(index, view, plan->updates.data(), plan->updates.size());
-}
-
-/*
- * The unlinked span of the meta page shortened past its nodes linked (or
- * deleted) since, so searches stop taking them as entries and copies for
- * the worker take them as linked.  Under the slot lock, reading headers.
- */
-static void
-cagra_shorten_unlinked(Relation index)
-{
-	Buffer		metabuf = ReadBuffer(index, CAGRA_METAPAGE_BLKNO);
-	CagraMetaData meta;
-	uint32		unlinked;
-
-	LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
-	memcpy(&meta, cagra_meta_of(BufferGetPage(metabuf)), sizeof(meta));
-	cagra_check_meta(index, &meta);
-	unlinked = meta.unlinked;
-	while (unlinked > 0)
-	{
-		CagraNodeHeader hdr;
-
-		cagra_read_record_bytes(index, &meta, meta.n - unlinked, 0, sizeof(hdr), &hdr);
-		if ((hdr.flags & CAGRA_NODE_UNLINKED) && !(hdr.flags & CAGRA_NODE_DELETED))
-			break;
-		if (cagra_node_is_live(hdr.flags))
-			cagra_meta_take_entry(&meta, meta.n - unlinked);
-		unlinked--;
-	}
-	if (unlinked != meta.unlinked)
-	{
-		meta.unlinked = unlinked;
-		cagra_write_meta(index, metabuf, &meta);
-	}
-	UnlockReleaseBuffer(metabuf);
-}
-
-/* Whether node `id` of the index `meta` counts is unlinked (and live). */
-static bool
-cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id)
-{
-	CagraNodeHeader hdr;
-
-	if (id < cagra_first_unlinked(meta) || id >= meta->n)
-		return false;
-	cagra_read_record_bytes(index, meta, id, 0, sizeof(hdr), &hdr);
-	return (hdr.flags & CAGRA_NODE_UNLINKED) && cagra_node_is_live(hdr.flags);
 }
 
 /*
