@@ -8,7 +8,11 @@
 #include "worker/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
 #include <new>
 #include <numeric>
 #include <stdexcept>
@@ -434,6 +438,47 @@ cagra_engine_candidates(const uint32_t *ids, const float *dists, uint32_t k)
 	for (uint32_t i = 0; i < k && ids[i] != cagra::kInvalidNode; i++)
 		cands.push_back({ids[i], dists[i]});
 	return cands;
+}
+
+void
+cagra_engine_each_insert(uint32_t nq, const std::function<void(uint32_t)> &fn)
+{
+	std::atomic<uint32_t> next{0};
+	std::exception_ptr error;
+	std::mutex error_lock;
+	auto		work = [&]() {
+		for (uint32_t q; (q = next.fetch_add(1)) < nq;)
+		{
+			try
+			{
+				fn(q);
+			}
+			catch (...)
+			{
+				std::lock_guard<std::mutex> hold(error_lock);
+
+				error = std::current_exception();
+				next = nq;
+			}
+		}
+	};
+	std::vector<std::thread> helpers;
+
+	/* a helper that cannot start leaves its share to the others */
+	for (uint32_t t = 1; t < std::min<uint32_t>(nq, CAGRA_INSERT_PLAN_THREADS); t++)
+		try
+		{
+			helpers.emplace_back(work);
+		}
+		catch (const std::system_error &)
+		{
+			break;
+		}
+	work();
+	for (std::thread &h : helpers)
+		h.join();
+	if (error)
+		std::rethrow_exception(error);
 }
 
 void

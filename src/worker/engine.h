@@ -196,6 +196,11 @@ CagraReply	cagra_engine_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane
 std::vector<cagra::Neighbor> cagra_engine_candidates(const uint32_t *ids, const float *dists, uint32_t k);
 void		cagra_engine_put_plan(const cagra::InsertPlan &plan, uint32_t degree, uint32_t *words);
 
+/* For the engines: fn(q) for each of a batch's nq inserts, on up to
+ * CAGRA_INSERT_PLAN_THREADS threads (each plan reads the copy only). */
+#define CAGRA_INSERT_PLAN_THREADS 8
+void		cagra_engine_each_insert(uint32_t nq, const std::function<void(uint32_t)> &fn);
+
 /* For the engines: the rows an update writes (appended and changed nodes'),
  * into copy.graph grown to n nodes. */
 void		cagra_engine_update_rows(CagraIndexCopy &copy, uint32_t n, CagraUpdatePayload *p);

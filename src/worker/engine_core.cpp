@@ -207,11 +207,12 @@ class CagraCoreEngine final : public CagraEngine
 		cagra::InMemoryGraph g = cagra_cpu_graph(copy);
 		const uint32_t words = cagra_insert_plan_words(copy.degree);
 
-		for (uint32_t q = 0; q < nq; q++)
+		cagra_engine_each_insert(nq, [&](uint32_t q) {
 			cagra_engine_put_plan(cagra::plan_insert_from(g, queries + (uint64_t) q * copy.format.dim, copy.key.n,
 														  cagra_engine_candidates(ids + (uint64_t) q * k,
 																				  dists + (uint64_t) q * k, k)),
 								  copy.degree, plans + (uint64_t) q * words);
+		});
 		return CAGRA_REPLY_OK;
 	}
 

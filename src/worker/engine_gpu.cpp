@@ -207,10 +207,16 @@ cagra_gpu_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float 
 			*msg = "no search context to measure an insert's distances";
 		return CAGRA_REPLY_ERROR;
 	}
-	for (uint32_t q = 0; q < nq; q++)
-	{
+	cagra_engine_each_insert(nq, [&](uint32_t q) {
 		row[q] = cagra::insert_row(rows, cagra_engine_candidates(ids + (uint64_t) q * k, dists + (uint64_t) q * k, k));
 		to_measure[q] = cagra::neighbours_to_measure(rows, new_id, row[q]);
+	});
+
+	std::vector<uint64_t> first_pair(nq);
+
+	for (uint32_t q = 0; q < nq; q++)
+	{
+		first_pair[q] = from.size();
 		for (uint32_t b : to_measure[q])
 		{
 			const uint32_t *b_row = copy.graph.row(b);
@@ -234,10 +240,8 @@ cagra_gpu_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float 
 	if (r != CAGRA_REPLY_OK)
 		return r;
 
-	const float *d = measured.data();
-
-	for (uint32_t q = 0; q < nq; q++)
-	{
+	cagra_engine_each_insert(nq, [&](uint32_t q) {
+		const float *d = measured.data() + first_pair[q];
 		std::vector<cagra::NeighbourDistances> nd(to_measure[q].size());
 
 		for (cagra::NeighbourDistances &one : nd)
@@ -253,7 +257,7 @@ cagra_gpu_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane, const float 
 		}
 		cagra_engine_put_plan(cagra::plan_insert_measured(rows, new_id, std::move(row[q]), nd), degree,
 							  plans + (uint64_t) q * cagra_insert_plan_words(degree));
-	}
+	});
 	return CAGRA_REPLY_OK;
 }
 

@@ -1,9 +1,13 @@
 # test/t/114_worker_inserts.pl — with cagra.device = gpu inserts are
 # planned by the worker (its CPU engine, cagra.worker_backend = cpu; with
-# auto they stay in the backend): each insert is one worker query and plan, the worker's copy takes the inserted nodes
+# auto they stay in the backend): appended rows are linked a run of 16 at a
+# time, each run one worker request whose queries are planned in one
+# batch, and an insert into a freed slot is one worker query and plan; the
+# worker's copy takes the inserted nodes
 # through updates with no whole upload, every inserted row finds itself
-# through the index (a session keeps the appended nodes its merges read,
-# and its later searches find rows appended since), inserts of several sessions queued
+# through the index, linked or not (a session keeps the appended nodes its
+# merges read, and its later searches find rows appended since), inserts of
+# several sessions queued
 # while the worker is busy share one launch even when other inserts came
 # between them (their keys differ, one copy serves them), and a worker
 # terminated while inserts wait on it fails only the inserts it held,
@@ -53,8 +57,11 @@ my ($q0, $f0, $u0) = split /\|/, status('queries, fallbacks, uploads');
 my $p0 = $plans->();
 $node->safe_psql('postgres', "SET cagra.device = gpu; INSERT INTO items VALUES (" . join('), (', map { "$_, " . $vector->($_) } 2001 .. 2200) . ')');
 my ($q1, $f1, $u1) = split /\|/, status('queries, fallbacks, uploads');
-is($q1 - $q0, 200, 'each of 200 inserts asked the worker for its neighbours');
-is($plans->() - $p0, 200, 'and the worker planned each (one session: a batch each)');
+# ids 2000 to 2199: the runs of 16 up to 2191 are linked, 2192 on are not
+is($node->safe_psql('postgres', "SELECT unlinked_nodes FROM cagra_index_info('items_v')"), '8',
+	'200 rows appended: the last 8, short of a run, unlinked');
+is($q1 - $q0, 192, 'the worker searched the neighbours of each of the 192 rows linked');
+is($plans->() - $p0, 12, 'and planned each run of 16 in one batch');
 is($f1 - $f0, 0, 'none fell back to the CPU');
 # a copy of 2,000 nodes leaves at most 64 inserted ones to the backends:
 # past 16 the inserting backend sends them, with the rows their reverse
@@ -127,8 +134,9 @@ is(status('queries'), $q0, 'cagra.device = auto: the insert did not ask the work
 
 # --- batching across generations --------------------------------------------------
 # a vacuum makes the next search load a fresh copy, which then serves every
-# insert below (a copy serves a bounded count of inserts made after it)
-$node->safe_psql('postgres', 'DELETE FROM items WHERE id = 2000');
+# insert below (a copy serves a bounded count of inserts made after it); the
+# slots it frees make each insert below search and plan at once
+$node->safe_psql('postgres', 'DELETE FROM items WHERE id <= 30');
 $node->safe_psql('postgres', 'VACUUM items');
 $node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 1)], 1)');
 # The worker stopped: two inserts queue their searches, an insert on the CPU
