@@ -221,12 +221,13 @@ cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id)
  * NULL and the merged candidates are left in ids/dists (want a query;
  * ncands[i] of them, 0: none usable), for the backend to plan from.
  * False when the backend plans every one from a search of the pages: no
- * worker (or cagra.device = cpu), a fallback (counted, or a NOTICE, as a
- * scan's), a search wider than the worker's, or a copy newer than `meta`.
+ * worker, cagra.device = cpu, or auto for one row (not a `run`), a
+ * fallback (counted, or a NOTICE, as a scan's), a search wider than the
+ * worker's, or a copy newer than `meta`.
  */
 template <class Skip>
 static bool
-cagra_plans_from_worker(Relation index, const CagraMetaData *meta, const float *vecs, uint32 nq,
+cagra_plans_from_worker(Relation index, const CagraMetaData *meta, const float *vecs, uint32 nq, bool run,
 						cagra::InsertPlan **plans, uint32 *ids, float *dists, uint32 *ncands, Skip skip)
 {
 	cagra::SearchParams params = cagra_search_params(meta);
@@ -240,10 +241,10 @@ cagra_plans_from_worker(Relation index, const CagraMetaData *meta, const float *
 	req.k = want;
 	req.filtered = false;
 	req.plans_inserts = true;
-	/* with auto the backend plans: as fast at 16 sessions, and with no
-	 * round trip to wait on (docs/benchmarks.md, "Inserts planned by the
-	 * worker, H100") */
-	if (cagra_device != CAGRA_SEARCH_GPU || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
+	/* with auto the worker plans runs (a round trip for several rows is
+	 * faster than the backend's plans), the backend single rows (a round
+	 * trip for one row is not): docs/benchmarks.md, "Write path" */
+	if ((cagra_device == CAGRA_SEARCH_AUTO && !run) || want == 0 || req.params.itopk_size > CAGRA_WORKER_MAX_K ||
 		cagra::graph_is_augmented((cagra::Metric) meta->metric) || !cagra_client_wants_worker("insert"))
 		return false;
 
@@ -311,7 +312,7 @@ cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const f
 	cagra::InsertPlan *plan = NULL;
 
 	*ncands = 0;
-	if (!cagra_plans_from_worker(index, meta, vec, 1, &plan, ids, dists, ncands,
+	if (!cagra_plans_from_worker(index, meta, vec, 1, false, &plan, ids, dists, ncands,
 								 [&](uint32, uint32 id) { return cagra_node_unlinked(index, meta, id); }))
 		return NULL;
 	*ids_out = ids;
@@ -621,7 +622,7 @@ cagra_link_run(Relation index, uint32 start, bool wait)
 		cagra_read_node_vector(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims);
 	/* a node's candidates: linked nodes, and the run's nodes linked before it */
 	if (m > 0)
-		(void) cagra_plans_from_worker(index, &view, vecs.data(), m, plans.data(), ids.data(), dists.data(),
+		(void) cagra_plans_from_worker(index, &view, vecs.data(), m, true, plans.data(), ids.data(), dists.data(),
 									   ncands.data(), [&](uint32 q, uint32 id) {
 										   return id >= nodes[q] ? id < view.n :
 											   (id < nodes[0] && cagra_node_unlinked(index, &view, id));

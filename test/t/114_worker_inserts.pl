@@ -127,7 +127,8 @@ is(lost_rows(5000, 'auto'), '0', 'every row they inserted finds itself through t
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
 	'index check clean');
 
-# cagra.device = auto (the default) keeps the insert's search in the backend
+# cagra.device = auto (the default): an appended row that ends no run asks
+# nothing of the worker
 $q0 = status('queries');
 $node->safe_psql('postgres', 'INSERT INTO items VALUES (2201, ' . $vector->(2201) . ')');
 is(status('queries'), $q0, 'cagra.device = auto: the insert did not ask the worker');
