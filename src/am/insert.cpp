@@ -15,7 +15,8 @@
  * every search takes as entries.  The insert that counts the last node of
  * a run of CAGRA_LINK_RUN ids links the run's unlinked nodes, one after
  * another (cagra_link_run): their plans made by the GPU worker in one
- * request with cagra.device = gpu, else here; then the span is shortened
+ * request when it runs (cagra.device auto or gpu), else here; then the
+ * span is shortened
  * past the nodes linked.  A run whose linker failed is linked by the next
  * run's linker, and vacuum links every unlinked node before it starts.
  *
@@ -39,7 +40,8 @@
  *      still saying deleted (searches walk through it, never return it);
  *   2. the meta page (n + 1 or the reuse counted, live + 1, generation + 1)
  *      with the reverse edge of the node's closest neighbour (and a reused
- *      slot's header made live), so a counted node always has a way in;
+ *      slot's header made live), so a node counted linked always has a
+ *      way in;
  * for a node linked, its row, then its way in with its header made live;
  * and after either:
  *   3. the other reverse edges into existing rows (an edge a reverse edge
