@@ -3,8 +3,8 @@
 # is built on the GPU, searches are served by the GPU with the recall of
 # the CPU path (float16 and L1 indexes too), filtered ones too (a widened
 # traversal, every allowed node measured, an index scan continued in worker
-# rounds), inserts with cagra.device = gpu send their neighbour searches
-# to the GPU and its copy takes the inserted nodes in place, and a worker
+# rounds), inserts with cagra.device = gpu send their runs' neighbour
+# searches to the GPU and its copy takes the inserted nodes in place, and a worker
 # killed with SIGKILL during a batch takes the cluster through crash
 # recovery, after which the index checks clean and the worker serves again.
 use strict;
@@ -119,8 +119,9 @@ is($node->safe_psql('postgres', q{
 cmp_ok(status('queries') - $q0, '>=', 2, 'its continuation served by the GPU');
 is(status('errors || \'|\' || fallbacks'), '0|0', 'no errors, no fallbacks');
 
-# inserts with cagra.device = gpu: each insert's neighbour search goes to
-# the worker, and the GPU copy takes the inserted nodes in place
+# inserts with cagra.device = gpu: the rows appended are linked a run of 16
+# at a time, each run's neighbour searches and plans one request to the
+# worker, and the GPU copy takes the inserted nodes in place
 # (cagra_gpu_index_update), with no whole upload; then four sessions at
 # once; afterwards the updated copy answers as the pages do: as many
 # inserted rows find themselves first through the GPU as through the
@@ -133,7 +134,10 @@ my $row = sub {
 my ($iq0, $iu0) = split /\|/, status('queries || \'|\' || uploads');
 $node->safe_psql('postgres', $row->(50001, 51000));
 my ($iq1, $iu1) = split /\|/, status('queries || \'|\' || uploads');
-is($iq1 - $iq0, 1000, 'each of 1,000 inserts asked the GPU worker for its neighbours');
+# ids 50000 to 50999: 62 runs of 16 linked, the last 8 rows unlinked
+is($node->safe_psql('postgres', "SELECT unlinked_nodes FROM cagra_index_info('items_v')"), '8',
+	'1,000 rows appended: the last 8, short of a run, unlinked');
+is($iq1 - $iq0, 992, 'the GPU worker searched the neighbours of each of the 992 rows linked');
 is($iu1 - $iu0, 0, 'the GPU copy took the inserted nodes with no whole upload');
 my @writers = map {
 	my $from = 51001 + 500 * $_;
