@@ -103,7 +103,8 @@ CREATE FUNCTION cagra_index_info(
         OUT reused_slots bigint,
         OUT search_itopk integer,
         OUT search_probes integer,
-        OUT built_nodes bigint)
+        OUT built_nodes bigint,
+        OUT unlinked_nodes bigint)
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 
 -- Every broken invariant of a cagra index, one line each; no rows when clean.

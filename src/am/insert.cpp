@@ -622,12 +622,13 @@ cagra_link_run(Relation index, uint32 start, bool wait)
 
 	for (uint32 q = 0; q < m; q++)
 		cagra_read_node_vector(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims);
-	/* a node's candidates: linked nodes, and the run's nodes linked before it */
+	/* a node's candidates: linked nodes, and the run's nodes linked before
+	 * it; not itself, nor nodes after it or in other unlinked runs */
 	if (m > 0)
 		(void) cagra_plans_from_worker(index, &view, vecs.data(), m, true, plans.data(), ids.data(), dists.data(),
 									   ncands.data(), [&](uint32 q, uint32 id) {
-										   return id >= nodes[q] ? id < view.n :
-											   (id < nodes[0] && cagra_node_unlinked(index, &view, id));
+										   return id >= nodes[q] || (id < nodes[0] &&
+																	 cagra_node_unlinked(index, &view, id));
 									   });
 	for (uint32 q = 0; q < m; q++)
 	{
