@@ -42,7 +42,8 @@ my %field = (
 	max_norm => 24 + 4184,
 	reused => 24 + 4192,
 	search_itopk => 24 + 5224,
-	search_probes => 24 + 5228);
+	search_probes => 24 + 5228,
+	unlinked => 24 + 5240);
 
 sub read_bytes
 {
@@ -94,6 +95,7 @@ my @cases = (
 	[ 'search_itopk', $field{search_itopk}, pack('V', 99999), qr/search_itopk 99999 out of range \(0 to 1024\)/ ],
 	[ 'search_probes', $field{search_probes}, pack('V', 99999), qr/search_probes 99999 out of range \(0 to 1024\)/ ],
 	[ 'max_norm', $field{max_norm}, pack('V', 0x7fc00000), qr/max_norm nan is not a finite non-negative number/ ],
+	[ 'unlinked span', $field{unlinked}, pack('V', 5000), qr/meta page: 5000 unlinked nodes of 300/ ],
 	# one reused slot (reused = 1), logged beyond the nodes
 	[ 'reused slot', $field{reused}, pack('VVV', 1, 0, 5000), qr/reused slot 5000 out of range \(300 nodes\)/ ]);
 
@@ -149,6 +151,13 @@ corrupt(8192 + 24, pack('vv', 0, 50000));
 like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
 	qr/node 0: heap TID \(50000,\d+\) beyond the table's $heap_blocks blocks/,
 	'cagra_index_check flags a heap TID beyond the table');
+
+# A node flagged unlinked (its flags after the 6-byte heap TID) before the
+# meta page's unlinked span, which searches would not take as an entry
+corrupt(8192 + 24 + 6, pack('v', 0x0005));
+like($node->safe_psql('postgres', "SELECT * FROM cagra_index_check('t_v')"),
+	qr/node 0: unlinked, but before the unlinked nodes \(from 300\)/,
+	'cagra_index_check flags an unlinked node outside the unlinked span');
 
 # A live node no edge leads to (what inserts used to leave behind, issue 12):
 # every row's edge to it becomes a second copy of the row's first edge.
