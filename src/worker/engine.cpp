@@ -11,12 +11,12 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <new>
 #include <numeric>
 #include <stdexcept>
 
+#include "boundary/boundary.h"
 #include "core/search.h"
 
 /* Lives as long as the process: copies and lanes freed at exit still call it. */
@@ -441,44 +441,51 @@ cagra_engine_candidates(const uint32_t *ids, const float *dists, uint32_t k)
 }
 
 void
+cagra_engine_run_threads(uint32_t threads, const std::function<void(uint32_t)> &fn)
+{
+	std::vector<std::thread> pool;
+	std::exception_ptr error;
+	std::mutex error_lock;
+	auto		run = [&](uint32_t t) {
+		try
+		{
+			fn(t);
+		}
+		catch (...)
+		{
+			std::lock_guard<std::mutex> hold(error_lock);
+
+			error = std::current_exception();
+		}
+	};
+
+	try
+	{
+		for (uint32_t t = 1; t < threads; t++)
+			pool.push_back(cagra_start_thread([&run, t] { run(t); }));
+	}
+	catch (...)
+	{
+		std::lock_guard<std::mutex> hold(error_lock);
+
+		error = std::current_exception();
+	}
+	run(0);
+	for (auto &th : pool)
+		th.join();
+	if (error)
+		std::rethrow_exception(error);
+}
+
+void
 cagra_engine_each_insert(uint32_t nq, const std::function<void(uint32_t)> &fn)
 {
 	std::atomic<uint32_t> next{0};
-	std::exception_ptr error;
-	std::mutex error_lock;
-	auto		work = [&]() {
+
+	cagra_engine_run_threads(std::min<uint32_t>(nq, CAGRA_INSERT_PLAN_THREADS), [&](uint32_t) {
 		for (uint32_t q; (q = next.fetch_add(1)) < nq;)
-		{
-			try
-			{
-				fn(q);
-			}
-			catch (...)
-			{
-				std::lock_guard<std::mutex> hold(error_lock);
-
-				error = std::current_exception();
-				next = nq;
-			}
-		}
-	};
-	std::vector<std::thread> helpers;
-
-	/* a helper that cannot start leaves its share to the others */
-	for (uint32_t t = 1; t < std::min<uint32_t>(nq, CAGRA_INSERT_PLAN_THREADS); t++)
-		try
-		{
-			helpers.emplace_back(work);
-		}
-		catch (const std::system_error &)
-		{
-			break;
-		}
-	work();
-	for (std::thread &h : helpers)
-		h.join();
-	if (error)
-		std::rethrow_exception(error);
+			fn(q);
+	});
 }
 
 void

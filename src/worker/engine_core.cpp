@@ -81,47 +81,6 @@ cagra_cpu_measure_range(const CagraIndexCopy &copy, const float *queries, uint32
 	}
 }
 
-/* Run fn(t) on `threads` threads (signals blocked: boundary.h); the
- * calling thread runs fn(0). */
-template <class Fn>
-static void
-cagra_run_threads(uint32_t threads, Fn fn)
-{
-	std::vector<std::thread> pool;
-	std::exception_ptr error;
-
-	try
-	{
-		for (uint32_t t = 1; t < threads; t++)
-			pool.push_back(cagra_start_thread([&fn, &error, t] {
-				try
-				{
-					fn(t);
-				}
-				catch (...)
-				{
-					error = std::current_exception();
-				}
-			}));
-	}
-	catch (...)
-	{
-		error = std::current_exception();
-	}
-	try
-	{
-		fn(0);
-	}
-	catch (...)
-	{
-		error = std::current_exception();
-	}
-	for (auto &th : pool)
-		th.join();
-	if (error)
-		std::rethrow_exception(error);
-}
-
 /* fn(begin, end) over the nq queries, split among the host's cores. */
 template <class Fn>
 static void
@@ -130,7 +89,7 @@ cagra_cpu_split_queries(uint32_t nq, Fn fn)
 	uint32_t	hw = std::max(1u, std::thread::hardware_concurrency());
 	uint32_t	threads = std::min<uint32_t>(hw, (nq + 7) / 8);
 
-	cagra_run_threads(threads, [&](uint32_t t) {
+	cagra_engine_run_threads(threads, [&](uint32_t t) {
 		uint64_t	begin = (uint64_t) nq * t / threads;
 		uint64_t	end = (uint64_t) nq * (t + 1) / threads;
 
