@@ -364,6 +364,24 @@ cagra_fix_dims(CagraMetaData *meta, int dims)
 	cagra_compute_layout(meta);
 }
 
+/* The row's vector `x` prepared into `vec` for the index `view` describes
+ * (ERROR on wrong dimensions, or a value float16 storage cannot hold);
+ * false when it is not indexed, as in a build: its cosine distance is
+ * undefined. */
+static bool
+cagra_prepare_row_vector(Relation index, const CagraMetaData *view, const float *x, int dim, float *vec)
+{
+	cagra::Metric metric = (cagra::Metric) view->metric;
+
+	cagra_check_dims(index, view->dims, dim);
+	if (cagra_vector_unindexable(metric, x, dim))
+		return false;
+	cagra_prepare(metric, x, vec, view->dims);
+	if (view->element_type == (uint32) cagra::ElementType::Float16)
+		cagra_check_storable(index, cagra_format_of(view), vec, x);
+	return true;
+}
+
 /*
  * Turn a plan made for `planned_id` into one for `new_id`, the slot taken
  * after the search: the reverse edges point to it, and it is neither in its
@@ -413,16 +431,8 @@ cagra_plan_and_lock_slot(Relation index, MemoryContext cxt, const float *x, int 
 	{
 		cagra_read_meta(index, view);
 		cagra_fix_dims(view, dim);
-		cagra_check_dims(index, view->dims, dim);
-
-		cagra::Metric metric = (cagra::Metric) view->metric;
-
-		/* not indexed, as in a build: its cosine distance is undefined */
-		if (cagra_vector_unindexable(metric, x, dim))
+		if (!cagra_prepare_row_vector(index, view, x, dim, vec))
 			return NULL;
-		cagra_prepare(metric, x, vec, view->dims);
-		if (view->element_type == (uint32) cagra::ElementType::Float16)
-			cagra_check_storable(index, cagra_format_of(view), vec, x);
 
 		/* the search sees nodes 0 .. n-1: the plan is for a slot past them,
 		 * the slot is taken after */
@@ -517,13 +527,9 @@ cagra_insert_unlinked(Relation index, const float *x, int dim, float *vec, ItemP
 	/* cagra.device = gpu without the worker fails every insert, as before */
 	if (cagra_device == CAGRA_SEARCH_GPU)
 		(void) cagra_client_wants_worker("insert");
-	cagra_check_dims(index, view.dims, dim);
 	*new_id = cagra::kInvalidNode;
-	if (cagra_vector_unindexable((cagra::Metric) view.metric, x, dim))
+	if (!cagra_prepare_row_vector(index, &view, x, dim, vec))
 		return true;
-	cagra_prepare((cagra::Metric) view.metric, x, vec, view.dims);
-	if (view.element_type == (uint32) cagra::ElementType::Float16)
-		cagra_check_storable(index, cagra_format_of(&view), vec, x);
 
 	char	   *rec = cagra_new_record(&view, vec);
 	std::vector<uint32_t> row(view.graph_degree, cagra::kInvalidNode);
