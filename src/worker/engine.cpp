@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -440,41 +442,153 @@ cagra_engine_candidates(const uint32_t *ids, const float *dists, uint32_t k)
 	return cands;
 }
 
-void
-cagra_engine_run_threads(uint32_t threads, const std::function<void(uint32_t)> &fn)
+/*
+ * The helper threads of cagra_engine_run_threads, started when first wanted
+ * and kept for the worker's life: a thread started per call costs its start,
+ * its stack and, at its exit, a TLB shootdown on every core, which a batch
+ * of insert plans paid twice a request.  Callers post one task per t >= 1
+ * and run their own queued tasks while they wait, so a call completes even
+ * when every helper is busy with other callers' tasks (or none started).
+ * Never destroyed: the process exits with its helpers waiting.
+ */
+namespace
 {
-	std::vector<std::thread> pool;
+
+struct RunState
+{
+	const std::function<void(uint32_t)> *fn;
+	uint32_t	left;			/* tasks posted and not yet finished */
 	std::exception_ptr error;
-	std::mutex error_lock;
-	auto		run = [&](uint32_t t) {
+	std::condition_variable done;
+};
+
+struct Task
+{
+	RunState   *state;
+	uint32_t	t;
+};
+
+class HelperPool
+{
+  public:
+	void run(uint32_t threads, const std::function<void(uint32_t)> &fn)
+	{
+		RunState	state;
+
+		state.fn = &fn;
+		state.left = threads - 1;
+		{
+			std::lock_guard<std::mutex> hold(lock_);
+
+			for (uint32_t t = 1; t < threads; t++)
+				tasks_.push_back({&state, t});
+			start_helpers(threads - 1);
+		}
+		ready_.notify_all();
+		execute({&state, 0}, false);
+
+		std::unique_lock<std::mutex> hold(lock_);
+
+		while (state.left > 0)
+		{
+			auto		own = std::find_if(tasks_.begin(), tasks_.end(),
+										   [&](const Task &task) { return task.state == &state; });
+
+			if (own == tasks_.end())
+			{
+				state.done.wait(hold);
+				continue;
+			}
+
+			Task		task = *own;
+
+			tasks_.erase(own);
+			hold.unlock();
+			execute(task, true);
+			hold.lock();
+		}
+		if (state.error)
+			std::rethrow_exception(state.error);
+	}
+
+  private:
+	/* fn(t) of the task; a posted task's end counted (under the lock) */
+	void execute(Task task, bool posted)
+	{
+		std::exception_ptr error;
+
 		try
 		{
-			fn(t);
+			(*task.state->fn)(task.t);
 		}
 		catch (...)
 		{
-			std::lock_guard<std::mutex> hold(error_lock);
-
 			error = std::current_exception();
 		}
-	};
 
-	try
-	{
-		for (uint32_t t = 1; t < threads; t++)
-			pool.push_back(cagra_start_thread([&run, t] { run(t); }));
-	}
-	catch (...)
-	{
-		std::lock_guard<std::mutex> hold(error_lock);
+		std::lock_guard<std::mutex> hold(lock_);
 
-		error = std::current_exception();
+		if (error && !task.state->error)
+			task.state->error = error;
+		if (posted && --task.state->left == 0)
+			task.state->done.notify_all();
 	}
-	run(0);
-	for (auto &th : pool)
-		th.join();
-	if (error)
-		std::rethrow_exception(error);
+
+	/* under lock_: at least `want` helpers, as many as start */
+	void start_helpers(uint32_t want)
+	{
+		try
+		{
+			while (helpers_ < want)
+			{
+				cagra_start_thread([this] { helper_main(); }).detach();
+				helpers_++;
+			}
+		}
+		catch (...)
+		{
+			/* fewer helpers: the callers run the rest of their tasks */
+		}
+	}
+
+	void helper_main()
+	{
+		std::unique_lock<std::mutex> hold(lock_);
+
+		for (;;)
+		{
+			if (tasks_.empty())
+			{
+				ready_.wait(hold);
+				continue;
+			}
+
+			Task		task = tasks_.front();
+
+			tasks_.pop_front();
+			hold.unlock();
+			execute(task, true);
+			hold.lock();
+		}
+	}
+
+	std::mutex	lock_;
+	std::condition_variable ready_;
+	std::deque<Task> tasks_;
+	uint32_t	helpers_ = 0;
+};
+
+} // namespace
+
+void
+cagra_engine_run_threads(uint32_t threads, const std::function<void(uint32_t)> &fn)
+{
+	static HelperPool *pool = new HelperPool();
+
+	if (threads <= 1)
+		fn(0);
+	else
+		pool->run(threads, fn);
 }
 
 void

@@ -196,9 +196,10 @@ CagraReply	cagra_engine_plan_inserts(CagraIndexCopy &copy, CagraSearchLane *lane
 std::vector<cagra::Neighbor> cagra_engine_candidates(const uint32_t *ids, const float *dists, uint32_t k);
 void		cagra_engine_put_plan(const cagra::InsertPlan &plan, uint32_t degree, uint32_t *words);
 
-/* For the engines: fn(t) on `threads` threads, signals blocked
- * (boundary.h cagra_start_thread), the calling thread running fn(0); an
- * exception of any is rethrown once all have ended. */
+/* For the engines: fn(t) for each t below `threads`, at once on the
+ * calling thread (fn(0)) and the worker's kept helper threads (signals
+ * blocked: boundary.h cagra_start_thread); an exception of any is
+ * rethrown once all have ended.  fn must not call it again. */
 void		cagra_engine_run_threads(uint32_t threads, const std::function<void(uint32_t)> &fn);
 
 /* For the engines: fn(q) for each of a batch's nq inserts, on up to
