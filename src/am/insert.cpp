@@ -596,11 +596,12 @@ cagra_link_node(Relation index, const CagraMetaData *view, uint32 id, const floa
 
 /*
  * Link the unlinked nodes of the run of CAGRA_LINK_RUN ids from `start`,
- * in id order, each the candidate of those after it, under the run's lock
- * (a tuple lock on the index at (run, 1), released at the end): waiting
- * for it when `wait`, else returning false when another holds it.  Their
- * plans are made by the worker in one request where inserts' plans go to
- * it (cagra_plans_from_worker), else by the backend one at a time.
+ * in id order, under the run's lock (a tuple lock on the index at (run,
+ * 1), released at the end): waiting for it when `wait`, else returning
+ * false when another holds it.  Their plans are made by the worker in one
+ * request where inserts' plans go to it (cagra_plans_from_worker), else by
+ * the backend one at a time, each node then the candidate of those after
+ * it.
  */
 static bool
 cagra_link_run(Relation index, uint32 start, bool wait)
@@ -628,14 +629,25 @@ cagra_link_run(Relation index, uint32 start, bool wait)
 
 	for (uint32 q = 0; q < m; q++)
 		cagra_read_node_vector(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims);
-	/* a node's candidates: linked nodes, and the run's nodes linked before
-	 * it; not itself, nor nodes after it or in other unlinked runs */
-	if (m > 0)
-		(void) cagra_plans_from_worker(index, &view, vecs.data(), m, true, plans.data(), ids.data(), dists.data(),
-									   ncands.data(), [&](uint32 q, uint32 id) {
-										   return id >= nodes[q] || (id < nodes[0] &&
-																	 cagra_node_unlinked(index, &view, id));
-									   });
+	/*
+	 * The worker plans the run's nodes at once, so a node's candidates are
+	 * the linked nodes only, not the run's own: one of them ranking among a
+	 * node's neighbours would leave its plan to the backend, and in a
+	 * stream of similar rows nearly all do.  The run's nodes reach each
+	 * other through the linked neighbours they share, and later rows link
+	 * to them.
+	 */
+	if (m > 0 && cagra_plans_from_worker(index, &view, vecs.data(), m, true, plans.data(), ids.data(),
+										 dists.data(), ncands.data(), [&](uint32, uint32 id) {
+											 return id >= nodes[0] || cagra_node_unlinked(index, &view, id);
+										 }))
+	{
+		uint32		in_backend = (uint32) std::count(plans.begin(), plans.end(), nullptr);
+
+		if (in_backend > 0)
+			elog(DEBUG1, "cagra index \"%s\": %u of the %u rows linked from node %u planned in the backend (nodes the worker's copy lacks rank among their neighbours)",
+				 RelationGetRelationName(index), in_backend, m, nodes[0]);
+	}
 	for (uint32 q = 0; q < m; q++)
 	{
 		cagra_link_node(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims, plans[q],

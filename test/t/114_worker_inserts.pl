@@ -97,6 +97,30 @@ is(lost_rows(2000, 'cpu'), '0', 'and through a scan on the CPU');
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
 	'index check clean');
 
+# a stream of similar rows, a run of 16 near one point far from the rest:
+# the worker plans every row of the run (a run's rows are not each other's
+# candidates), where each row's nearest, the run's rows before it, would
+# have left its plan to the backend
+my $nodes = $node->safe_psql('postgres', "SELECT nodes FROM cagra_index_info('items_v')");
+my $fill = (16 - $nodes % 16) % 16;
+$node->safe_psql('postgres', "SET cagra.device = gpu; INSERT INTO items VALUES ("
+	  . join('), (', map { "$_, " . $vector->($_) } 6001 .. 6000 + $fill) . ')')
+  if $fill > 0;
+my $near = sub {
+	my ($k) = @_;
+	return "array(SELECT 40 + 0.001 * $k * j FROM generate_series(1, $dims) j)::vector";
+};
+my ($ok, $stdout, $stderr) = $node->psql('postgres',
+	"SET cagra.device = gpu; SET client_min_messages = debug1; INSERT INTO items VALUES ("
+	  . join('), (', map { (6100 + $_) . ', ' . $near->($_) } 1 .. 16) . ')');
+is($ok, 0, 'a run of 16 similar rows inserted');
+is(scalar(() = $stderr =~ /planned in the backend/g), 0, 'the worker planned each of them')
+  or diag($stderr);
+is($node->safe_psql('postgres', "SELECT unlinked_nodes FROM cagra_index_info('items_v')"), '0', 'the run is linked');
+is(lost_rows(6100, 'cpu'), '0', 'each of them finds itself');
+is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
+	'index check clean after the stream');
+
 # one session: the appended nodes its merges read are kept, and those
 # appended since are read at its next merge
 is( $node->safe_psql(
