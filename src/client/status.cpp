@@ -150,6 +150,8 @@ static const struct
 	{"loop busy", "loop turn"},
 	{"resident", "batch"},
 	{"plan", "batch"},
+	{"drain", "drain"},
+	{"update", "update"},
 };
 
 Datum

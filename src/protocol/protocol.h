@@ -224,6 +224,9 @@ typedef enum CagraTimingStep
 	CAGRA_TIMING_LOOP_BUSY,		/* per loop turn: the main loop's time outside its wait */
 	CAGRA_TIMING_RESIDENT,		/* per batch the resident kernel answered: its engine call */
 	CAGRA_TIMING_PLAN,			/* per batch of inserts: the engine's plans of them, after its search */
+	CAGRA_TIMING_DRAIN,			/* per drain: the loop waiting for running batches (before a request
+								 * that is not a search) */
+	CAGRA_TIMING_UPDATE,		/* per copy update: the worker applying it */
 	CAGRA_TIMING_STEPS
 } CagraTimingStep;
 

@@ -221,17 +221,23 @@ cagra_finish_searches(CagraWorkerShared *sh)
 	return n;
 }
 
-/* Wait for and answer every running batch. */
+/* Wait for and answer every running batch (the timing step `drain`). */
 void
 cagra_worker_drain_searches(void)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
+
+	if (cagra_search_pool_in_flight() == 0)
+		return;
+
+	TimestampTz start = GetCurrentTimestamp();
 
 	while (cagra_search_pool_in_flight() > 0)
 	{
 		cagra_search_pool_wait();
 		cagra_finish_searches(sh);
 	}
+	cagra_add_timing(sh, CAGRA_TIMING_DRAIN, (uint64) Max(GetCurrentTimestamp() - start, 0), 1);
 }
 
 /* While another batch runs, wait until the batch window of the slot
@@ -358,7 +364,12 @@ cagra_serve_one(CagraWorkerShared *sh, int idx)
 		s->reply = cagra_cache_upload(s->key, s->backend_pid, (CagraUploadPayload *) payload,
 									  s->message, sizeof(s->message));
 	else if (s->kind == CAGRA_REQ_UPDATE)
+	{
+		TimestampTz start = GetCurrentTimestamp();
+
 		s->reply = cagra_cache_update(s->key, (CagraUpdatePayload *) payload, s->message, sizeof(s->message));
+		cagra_add_timing(sh, CAGRA_TIMING_UPDATE, (uint64) Max(GetCurrentTimestamp() - start, 0), 1);
+	}
 	else if (s->kind == CAGRA_REQ_BUILD_RUN)
 	{
 		if (cagra_worker_start_build(s, idx, payload, seg))

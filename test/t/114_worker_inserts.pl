@@ -55,6 +55,8 @@ $node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARR
 my $plans = sub { $node->safe_psql('postgres', "SELECT events FROM cagra_worker_timings() WHERE step = 'plan'") };
 my ($q0, $f0, $u0) = split /\|/, status('queries, fallbacks, uploads');
 my $p0 = $plans->();
+my $updates = sub { $node->safe_psql('postgres', "SELECT events FROM cagra_worker_timings() WHERE step = 'update'") };
+my $up0 = $updates->();
 $node->safe_psql('postgres', "SET cagra.device = gpu; INSERT INTO items VALUES (" . join('), (', map { "$_, " . $vector->($_) } 2001 .. 2200) . ')');
 my ($q1, $f1, $u1) = split /\|/, status('queries, fallbacks, uploads');
 # ids 2000 to 2199: the runs of 16 up to 2191 are linked, 2192 on are not
@@ -69,6 +71,7 @@ is($f1 - $f0, 0, 'none fell back to the CPU');
 is($u1 - $u0, 0, 'the 200 inserts made no whole upload of the copy');
 ok($node->poll_query_until('postgres', "SELECT nodes >= 2184 FROM cagra_worker_cache()"),
 	'the copy took the inserted nodes (at most 16 left to the backends)');
+cmp_ok($updates->() - $up0, '>', 0, 'cagra_worker_timings counts the updates the copy took');
 is(lost_rows(2000, 'auto'), '0', 'every row inserted through the worker finds itself (scan through the worker)');
 # a filtered search through the updated copy (which finds its nodes by
 # their heap TIDs) returns only allowed rows, the inserted one first
