@@ -39,7 +39,10 @@ extern "C" {
 #define CAGRA_NODE_UNLINKED 0x0004	/* counted, but no edge leads to it yet */
 
 /* Inserts that defer their linking link their nodes this many at a time:
- * the insert that counts the last node of such a run of ids links it. */
+ * the insert that counts the last node of such a run of ids links it.
+ * Longer runs wait on the worker less often, but leave more unlinked rows
+ * to every search and more of a run's rows to the backend's plans
+ * (docs/benchmarks.md, "Constants"). */
 #define CAGRA_LINK_RUN 16
 
 /* The storage reloption: auto is float16 for halfvec columns, float32 else. */
