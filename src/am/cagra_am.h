@@ -40,9 +40,9 @@ extern "C" {
 
 /* Inserts that defer their linking link their nodes this many at a time:
  * the insert that counts the last node of such a run of ids links it.
- * Longer runs wait on the worker less often, but leave more unlinked rows
- * to every search and more of a run's rows to the backend's plans
- * (docs/benchmarks.md, "Constants"). */
+ * Longer runs wait on the worker less often, but make longer batches and
+ * leave more unlinked rows to every search (docs/benchmarks.md,
+ * "Constants"). */
 #define CAGRA_LINK_RUN 16
 
 /* The storage reloption: auto is float16 for halfvec columns, float32 else. */
