@@ -199,7 +199,8 @@ void		cagra_engine_put_plan(const cagra::InsertPlan &plan, uint32_t degree, uint
 /* For the engines: fn(t) for each t below `threads`, at once on the
  * calling thread (fn(0)) and the worker's kept helper threads (signals
  * blocked: boundary.h cagra_start_thread); an exception of any is
- * rethrown once all have ended.  fn must not call it again. */
+ * rethrown once all have ended.  A caller runs its own tasks that no
+ * helper took, so calls complete with every helper busy (or nested). */
 void		cagra_engine_run_threads(uint32_t threads, const std::function<void(uint32_t)> &fn);
 
 /* For the engines: fn(q) for each of a batch's nq inserts, on up to
