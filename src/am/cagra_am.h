@@ -45,6 +45,10 @@ extern "C" {
  * "Constants"). */
 #define CAGRA_LINK_RUN 16
 
+/* A linker (linker.cpp) links this many runs from one request for their
+ * plans. */
+#define CAGRA_LINKER_RUNS 4
+
 /* The storage reloption: auto is float16 for halfvec columns, float32 else. */
 #define CAGRA_STORAGE_AUTO 0
 #define CAGRA_STORAGE_FLOAT32 1
@@ -428,6 +432,13 @@ Buffer	   *cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, 
  * of the last index searched. */
 Buffer	   *cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks);
 
+/* ---- linker.cpp ----
+ * Hand the index's complete runs of unlinked nodes to a linker of this
+ * database, started when none runs or all are busy: false when none takes
+ * them (cagra is not preloaded, no background worker slot is free, the
+ * queues are full), and the caller links them. */
+bool		cagra_linker_take(Relation index);
+
 /* ---- writers' lock ----
  * A heavyweight lock on the meta page: inserts take it in RowExclusiveLock
  * (side by side), vacuum in ExclusiveLock (alone), cagra_index_check in
@@ -437,6 +448,10 @@ void		cagra_lock_writers(Relation index, LOCKMODE mode);
 /* Link every node inserted unlinked (vacuum, before it marks deletions:
  * the writers' lock held). */
 void		cagra_link_unlinked(Relation index);
+
+/* Link the complete runs of unlinked nodes no one else links, a few at a
+ * time (a linker, the writers' lock held). */
+void		cagra_link_complete_runs(Relation index);
 void		cagra_unlock_writers(Relation index, LOCKMODE mode);
 
 /* Write a modified meta page under generic WAL (the buffer must be locked

@@ -74,6 +74,7 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "portability/instr_time.h"
 #include "storage/lmgr.h"
 #include "utils/memutils.h"
 }
@@ -594,52 +595,67 @@ cagra_link_node(Relation index, const CagraMetaData *view, uint32 id, const floa
 	cagra_link_reverse_edges(index, view, plan->updates.data(), plan->updates.size());
 }
 
-/*
- * Link the unlinked nodes of the run of CAGRA_LINK_RUN ids from `start`,
- * in id order, under the run's lock (a tuple lock on the index at (run,
- * 1), released at the end): waiting for it when `wait`, else returning
- * false when another holds it.  Their plans are made by the worker in one
- * request where inserts' plans go to it (cagra_plans_from_worker), else by
- * the backend one at a time, each node then the candidate of those after
- * it.
- */
+/* The lock of the run of CAGRA_LINK_RUN ids from `start`, a tuple lock on
+ * the index at (run, 1): whoever links the run holds it. */
 static bool
-cagra_link_run(Relation index, uint32 start, bool wait)
+cagra_lock_run(Relation index, uint32 start, bool wait)
 {
 	ItemPointerData run;
-	CagraMetaData view;
-	std::vector<uint32> nodes;
 
 	ItemPointerSet(&run, start / CAGRA_LINK_RUN, 1);
-	if (wait)
-		LockTuple(index, &run, ExclusiveLock);
-	else if (!ConditionalLockTuple(index, &run, ExclusiveLock))
-		return false;
-	cagra_read_meta(index, &view);
-	for (uint32 id = Max(start, cagra_first_unlinked(&view)); id < Min(start + CAGRA_LINK_RUN, view.n); id++)
-		if (cagra_node_unlinked(index, &view, id))
-			nodes.push_back(id);
+	if (!wait)
+		return ConditionalLockTuple(index, &run, ExclusiveLock);
+	LockTuple(index, &run, ExclusiveLock);
+	return true;
+}
 
+static void
+cagra_unlock_run(Relation index, uint32 start)
+{
+	ItemPointerData run;
+
+	ItemPointerSet(&run, start / CAGRA_LINK_RUN, 1);
+	UnlockTuple(index, &run, ExclusiveLock);
+}
+
+/* The unlinked nodes of the run from `start` (its lock held), in id order,
+ * appended to `nodes`. */
+static void
+cagra_run_unlinked_nodes(Relation index, const CagraMetaData *view, uint32 start, std::vector<uint32> *nodes)
+{
+	for (uint32 id = Max(start, cagra_first_unlinked(view)); id < Min(start + CAGRA_LINK_RUN, view->n); id++)
+		if (cagra_node_unlinked(index, view, id))
+			nodes->push_back(id);
+}
+
+/*
+ * Link `nodes`, unlinked nodes in id order whose runs' locks the caller
+ * holds.  Their plans are made by the worker in one request where inserts'
+ * plans go to it (cagra_plans_from_worker), else by the backend one at a
+ * time, each node then the candidate of those after it.
+ */
+static void
+cagra_link_nodes(Relation index, const CagraMetaData *view, const std::vector<uint32> &nodes)
+{
 	uint32		m = (uint32) nodes.size();
-	uint32		want = cagra_insert_candidates(&view);
-	std::vector<float> vecs((size_t) m * view.dims);
+	uint32		want = cagra_insert_candidates(view);
+	std::vector<float> vecs((size_t) m * view->dims);
 	std::vector<cagra::InsertPlan *> plans(m, nullptr);
 	std::vector<uint32> ids((size_t) m * want + 1), ncands(m + 1, 0);
 	std::vector<float> dists((size_t) m * want + 1);
 
 	for (uint32 q = 0; q < m; q++)
-		cagra_read_node_vector(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims);
+		cagra_read_node_vector(index, view, nodes[q], vecs.data() + (size_t) q * view->dims);
 	/*
-	 * The worker plans the run's nodes at once, so a node's candidates are
-	 * the linked nodes only, not the run's own: one of them ranking among a
-	 * node's neighbours would leave its plan to the backend, and in a
-	 * stream of similar rows nearly all do.  The run's nodes reach each
-	 * other through the linked neighbours they share, and later rows link
-	 * to them.
+	 * The worker plans the nodes at once, so a node's candidates are the
+	 * linked nodes only, not the ones linked with it: one of them ranking
+	 * among a node's neighbours would leave its plan to the backend, and in
+	 * a stream of similar rows nearly all do.  The nodes reach each other
+	 * through the linked neighbours they share, and later rows link to them.
 	 */
-	if (m > 0 && cagra_plans_from_worker(index, &view, vecs.data(), m, true, plans.data(), ids.data(),
+	if (m > 0 && cagra_plans_from_worker(index, view, vecs.data(), m, true, plans.data(), ids.data(),
 										 dists.data(), ncands.data(), [&](uint32, uint32 id) {
-											 return id >= nodes[0] || cagra_node_unlinked(index, &view, id);
+											 return id >= nodes[0] || cagra_node_unlinked(index, view, id);
 										 }))
 	{
 		uint32		in_backend = (uint32) std::count(plans.begin(), plans.end(), nullptr);
@@ -650,19 +666,40 @@ cagra_link_run(Relation index, uint32 start, bool wait)
 	}
 	for (uint32 q = 0; q < m; q++)
 	{
-		cagra_link_node(index, &view, nodes[q], vecs.data() + (size_t) q * view.dims, plans[q],
+		cagra_link_node(index, view, nodes[q], vecs.data() + (size_t) q * view->dims, plans[q],
 						ids.data() + (size_t) q * want, dists.data() + (size_t) q * want, ncands[q]);
 		plans[q] = nullptr;
 		CHECK_FOR_INTERRUPTS();
 	}
-	UnlockTuple(index, &run, ExclusiveLock);
+}
+
+/*
+ * Link the unlinked nodes of the run from `start`, under the run's lock:
+ * waiting for it when `wait`, else returning false when another holds it.
+ */
+static bool
+cagra_link_run(Relation index, uint32 start, bool wait)
+{
+	CagraMetaData view;
+	std::vector<uint32> nodes;
+
+	if (!cagra_lock_run(index, start, wait))
+		return false;
+	cagra_read_meta(index, &view);
+	cagra_run_unlinked_nodes(index, &view, start, &nodes);
+	cagra_link_nodes(index, &view, nodes);
+	cagra_unlock_run(index, start);
 	return true;
 }
 
 /*
- * After node `new_id` was appended: when it ends its run, the run is
- * linked, and then the oldest run still unlinked if no one links it (its
- * linker failed), and the unlinked span shortened.
+ * After node `new_id` was appended: when it ends its run, the run goes to
+ * a linker while the unlinked span is short and one takes it; else it is
+ * linked here, and then the oldest run still unlinked if no one links it
+ * (its linker failed), and the span shortened.  Short: within what a
+ * search leaves to the backend before it updates the worker's copy (the
+ * copy takes linked nodes only), so that linkers falling behind neither
+ * make every search measure many entries nor the copy be uploaded again.
  */
 static void
 cagra_link_after_append(Relation index, uint32 new_id)
@@ -672,7 +709,10 @@ cagra_link_after_append(Relation index, uint32 new_id)
 
 	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
 		return;
-	cagra_link_run(index, start, true);
+	cagra_read_meta(index, &meta);
+	if (meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) && cagra_linker_take(index))
+		return;
+	cagra_link_run(index, start, false);
 	cagra_read_meta(index, &meta);
 
 	uint32		first = cagra_first_unlinked(&meta);
@@ -680,6 +720,38 @@ cagra_link_after_append(Relation index, uint32 new_id)
 	if (first < start)
 		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
 	cagra_shorten_unlinked(index);
+}
+
+void
+cagra_link_complete_runs(Relation index)
+{
+	for (;;)
+	{
+		CagraMetaData view;
+		std::vector<uint32> starts,
+					nodes;
+
+		cagra_read_meta(index, &view);
+		for (uint32 start = cagra_first_unlinked(&view) - cagra_first_unlinked(&view) % CAGRA_LINK_RUN;
+			 start + CAGRA_LINK_RUN <= view.n && starts.size() < CAGRA_LINKER_RUNS; start += CAGRA_LINK_RUN)
+		{
+			size_t		before = nodes.size();
+
+			if (!cagra_lock_run(index, start, false))
+				continue;
+			cagra_run_unlinked_nodes(index, &view, start, &nodes);
+			if (nodes.size() > before)
+				starts.push_back(start);
+			else
+				cagra_unlock_run(index, start);
+		}
+		if (starts.empty())
+			break;
+		cagra_link_nodes(index, &view, nodes);
+		for (uint32 start : starts)
+			cagra_unlock_run(index, start);
+		cagra_shorten_unlinked(index);
+	}
 }
 
 void

@@ -230,6 +230,32 @@ typedef enum CagraTimingStep
 	CAGRA_TIMING_STEPS
 } CagraTimingStep;
 
+/*
+ * The linkers (am/linker.cpp): background workers of a database that link
+ * the runs of nodes inserts appended unlinked.  An insert that ends a run
+ * queues its index with a linker of its database instead of linking it.
+ */
+#define CAGRA_MAX_LINKERS 8
+#define CAGRA_LINKER_QUEUE 16
+
+typedef struct CagraLinkWork
+{
+	Oid			index;
+	int			device;			/* the inserting session's cagra.device */
+} CagraLinkWork;
+
+typedef struct CagraLinkerSlot
+{
+	Oid			database;		/* InvalidOid: free */
+	uint32		generation;		/* bumped each time the slot is taken */
+	pid_t		pid;			/* 0 while starting */
+	TimestampTz asked_at;		/* when its start was asked for */
+	Latch	   *latch;			/* NULL while starting */
+	bool		busy;			/* linking work it took from its queue */
+	int			npending;
+	CagraLinkWork pending[CAGRA_LINKER_QUEUE];
+} CagraLinkerSlot;
+
 typedef struct CagraWorkerShared
 {
 	LWLock	   *lock;			/* guards everything below except the atomics and slots */
@@ -264,6 +290,9 @@ typedef struct CagraWorkerShared
 	pg_atomic_uint64 errors;	/* requests answered with an error */
 	pg_atomic_uint64 timing_us[CAGRA_TIMING_STEPS];	/* overlapping batches add up */
 	pg_atomic_uint64 timing_events[CAGRA_TIMING_STEPS];
+
+	LWLock	   *linker_lock;	/* guards linkers */
+	CagraLinkerSlot linkers[CAGRA_MAX_LINKERS];
 
 	int			nslots;
 	CagraRequestSlot slots[FLEXIBLE_ARRAY_MEMBER];

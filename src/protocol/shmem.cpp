@@ -39,7 +39,7 @@ cagra_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(cagra_shared_size());
-	RequestNamedLWLockTranche("cagra_worker", 1);
+	RequestNamedLWLockTranche("cagra_worker", 2);
 }
 
 static void
@@ -57,7 +57,10 @@ cagra_shmem_startup(void)
 		CagraWorkerShared *s = cagra_worker_shared;
 
 		memset((void *) s, 0, cagra_shared_size());
-		s->lock = &(GetNamedLWLockTranche("cagra_worker"))->lock;
+		LWLockPadded *locks = GetNamedLWLockTranche("cagra_worker");
+
+		s->lock = &locks[0].lock;
+		s->linker_lock = &locks[1].lock;
 		s->state = CAGRA_WS_NOT_STARTED;
 		s->backend = cagra_worker_backend;
 		s->nslots = cagra_slot_count();

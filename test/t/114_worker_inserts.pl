@@ -58,12 +58,14 @@ my $p0 = $plans->();
 my $updates = sub { $node->safe_psql('postgres', "SELECT events FROM cagra_worker_timings() WHERE step = 'update'") };
 my $up0 = $updates->();
 $node->safe_psql('postgres', "SET cagra.device = gpu; INSERT INTO items VALUES (" . join('), (', map { "$_, " . $vector->($_) } 2001 .. 2200) . ')');
+# ids 2000 to 2199: the runs of 16 up to 2191 are linked (by linkers, or
+# by the inserts when the linkers fall behind), 2192 on are not
+ok($node->poll_query_until('postgres', "SELECT unlinked_nodes = 8 FROM cagra_index_info('items_v')"),
+	'200 rows appended: the last 8, short of a run, stay unlinked');
 my ($q1, $f1, $u1) = split /\|/, status('queries, fallbacks, uploads');
-# ids 2000 to 2199: the runs of 16 up to 2191 are linked, 2192 on are not
-is($node->safe_psql('postgres', "SELECT unlinked_nodes FROM cagra_index_info('items_v')"), '8',
-	'200 rows appended: the last 8, short of a run, unlinked');
 is($q1 - $q0, 192, 'the worker searched the neighbours of each of the 192 rows linked');
-is($plans->() - $p0, 12, 'and planned each run of 16 in one batch');
+my $batches = $plans->() - $p0;
+ok($batches >= 3 && $batches <= 12, "and planned them a run or more (up to 4) a batch: $batches batches");
 is($f1 - $f0, 0, 'none fell back to the CPU');
 # a copy of 2,000 nodes leaves at most 64 inserted ones to the backends:
 # past 16 the inserting backend sends them, with the rows their reverse
@@ -113,13 +115,25 @@ my $near = sub {
 	my ($k) = @_;
 	return "array(SELECT 40 + 0.001 * $k * j FROM generate_series(1, $dims) j)::vector";
 };
+# the run is linked by a linker or by the insert: the message is looked for
+# in the server log, where DEBUG1 goes while the run is linked
+$node->poll_query_until('postgres', "SELECT unlinked_nodes = 0 FROM cagra_index_info('items_v')");
+$node->append_conf('postgresql.conf', "log_min_messages = debug1\n");
+$node->reload;
+my $log_from = -s $node->logfile;
 my ($ok, $stdout, $stderr) = $node->psql('postgres',
 	"SET cagra.device = gpu; SET client_min_messages = debug1; INSERT INTO items VALUES ("
 	  . join('), (', map { (6100 + $_) . ', ' . $near->($_) } 1 .. 16) . ')');
 is($ok, 0, 'a run of 16 similar rows inserted');
-is(scalar(() = $stderr =~ /planned in the backend/g), 0, 'the worker planned each of them')
-  or diag($stderr);
-is($node->safe_psql('postgres', "SELECT unlinked_nodes FROM cagra_index_info('items_v')"), '0', 'the run is linked');
+ok($node->poll_query_until('postgres', "SELECT unlinked_nodes = 0 FROM cagra_index_info('items_v')"),
+	'the run is linked');
+my $linked_log = slurp_file($node->logfile, $log_from);
+like($linked_log, qr/LOG:  statement: INSERT INTO items VALUES \(6101, /,
+	'the server log of the run is read');
+is(scalar(() = ($stderr . $linked_log) =~ /planned in the backend/g), 0, 'the worker planned each of them')
+  or diag($stderr . $linked_log);
+$node->append_conf('postgresql.conf', "log_min_messages = warning\n");
+$node->reload;
 is(lost_rows(6100, 'cpu'), '0', 'each of them finds itself');
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('items_v') p"), '',
 	'index check clean after the stream');
@@ -274,6 +288,49 @@ is( $node->safe_psql(
 	  FROM cagra_search('reused_v', ARRAY[(SELECT v FROM reused WHERE id = 7020)], 40,
 						ARRAY(SELECT t FROM freed)) r}),
 	"$at_freed|$at_freed|$at_freed", 'allowed the freed TIDs, the search returns the rows at them now, once each');
+
+# --- linkers stopped, and none to start --------------------------------------------
+# Linkers terminated while sessions insert leave their runs unlinked, never
+# lost: the next linkers link them, and every row finds itself.
+$node->safe_psql('postgres', 'CREATE TABLE streamed (id int PRIMARY KEY, v vector(16)); '
+	  . 'CREATE INDEX streamed_v ON streamed USING cagra (v) WITH (graph_degree = 16); '
+	  . 'INSERT INTO streamed SELECT i, ' . $vector->('i') . ' FROM generate_series(1, 500) i');
+my $inserter = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c',
+	  join('; ', map { my $f = 1000 + 40 * $_; "INSERT INTO streamed SELECT i, " . $vector->('i')
+			. " FROM generate_series($f, " . ($f + 39) . ") i" } 0 .. 99) ],
+	'>', \my $ins_out, '2>', \my $ins_err);
+my $terminated = 0;
+while ($inserter->pumpable)
+{
+	$terminated += $node->safe_psql('postgres',
+		"SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'cagra linker'");
+	$inserter->pump_nb;
+}
+ok($inserter->finish, 'a session inserted 4,000 rows while linkers were terminated') or diag($ins_err);
+cmp_ok($terminated, '>', 0, "linkers were terminated ($terminated)");
+ok($node->poll_query_until('postgres', "SELECT unlinked_nodes < 16 FROM cagra_index_info('streamed_v')"),
+	'the runs they left are linked');
+is($node->safe_psql('postgres', q{
+	SET enable_seqscan = off;
+	SELECT count(*) FROM streamed i
+	 WHERE (SELECT j.id FROM streamed j ORDER BY j.v <-> i.v LIMIT 1) IS DISTINCT FROM i.id}), '0',
+	'every row finds itself');
+is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('streamed_v') p"), '',
+	'index check clean after the linkers were terminated');
+
+# With no background worker slot left for a linker (the logical
+# replication launcher and the GPU worker hold both), the insert ending a
+# run links it.
+$node->append_conf('postgresql.conf', "max_worker_processes = 2\n");
+$node->restart;
+$node->poll_query_until('postgres', "SELECT state = 'running' FROM cagra_status") or die 'worker not running';
+my $n0 = $node->safe_psql('postgres', "SELECT nodes FROM cagra_index_info('streamed_v')");
+$node->safe_psql('postgres', "INSERT INTO streamed SELECT i, " . $vector->('i') . " FROM generate_series(9001, 9100) i");
+is($node->safe_psql('postgres', "SELECT unlinked_nodes FROM cagra_index_info('streamed_v')"), ($n0 + 100) % 16,
+	'no linker can start: the inserts linked every run they ended');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'cagra linker'"), '0',
+	'and no linker runs');
 
 $node->stop;
 done_testing();
