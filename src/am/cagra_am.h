@@ -432,26 +432,34 @@ Buffer	   *cagra_hint_for(CagraBufferHints *h, Relation rel, BlockNumber blkno, 
  * of the last index searched. */
 Buffer	   *cagra_buffer_hint(Relation index, BlockNumber blkno, BlockNumber nblocks);
 
+/* ---- insert.cpp: linking nodes appended unlinked ---- */
+
+/* Whether node `id` of the index `meta` counts is unlinked (and live). */
+bool		cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id);
+
+/* Link the `m` unlinked nodes `nodes`, in id order, whose runs' locks the
+ * caller holds: their plans from one request to the worker where inserts'
+ * plans go to it, else made here one at a time. */
+void		cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes, uint32 m);
+
 /* ---- linker.cpp ----
- * Hand the index's complete runs of unlinked nodes to a linker of this
- * database, started when none runs or all are busy: false when none takes
- * them (cagra is not preloaded, no background worker slot is free, the
- * queues are full), and the caller links them. */
-bool		cagra_linker_take(Relation index);
+ * After node `new_id` was appended unlinked: when it ends its run, the run
+ * handed to a linker, or linked here. */
+void		cagra_link_after_append(Relation index, uint32 new_id);
+
+/* Link the complete runs of unlinked nodes no one else links, a few at a
+ * time (a linker, the writers' lock held). */
+void		cagra_link_complete_runs(Relation index);
+
+/* Link every node inserted unlinked (vacuum, before it marks deletions:
+ * the writers' lock held). */
+void		cagra_link_unlinked(Relation index);
 
 /* ---- writers' lock ----
  * A heavyweight lock on the meta page: inserts take it in RowExclusiveLock
  * (side by side), vacuum in ExclusiveLock (alone), cagra_index_check in
  * ShareLock (no writer).  Scans never take it.  See docs/storage.md. */
 void		cagra_lock_writers(Relation index, LOCKMODE mode);
-
-/* Link every node inserted unlinked (vacuum, before it marks deletions:
- * the writers' lock held). */
-void		cagra_link_unlinked(Relation index);
-
-/* Link the complete runs of unlinked nodes no one else links, a few at a
- * time (a linker, the writers' lock held). */
-void		cagra_link_complete_runs(Relation index);
 void		cagra_unlock_writers(Relation index, LOCKMODE mode);
 
 /* Write a modified meta page under generic WAL (the buffer must be locked

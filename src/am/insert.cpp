@@ -13,12 +13,13 @@
  * page's buffer lock held exclusively, its record is written into slot n
  * and n counted with it in the unlinked span (meta->unlinked), whose nodes
  * every search takes as entries.  The insert that counts the last node of
- * a run of CAGRA_LINK_RUN ids links the run's unlinked nodes, one after
- * another (cagra_link_run): their plans made by the GPU worker in one
- * request when it runs (cagra.device auto or gpu), else here; then the
- * span is shortened
- * past the nodes linked.  A run whose linker failed is linked by the next
- * run's linker, and vacuum links every unlinked node before it starts.
+ * a run of CAGRA_LINK_RUN ids hands the index to a linker (linker.cpp),
+ * which links every complete run no one else links, a few runs at a time
+ * (cagra_link_complete_runs), or links the run itself (cagra_link_run)
+ * when none takes it or the span is long: the nodes' plans made by the GPU
+ * worker in one request when it runs (cagra.device auto or gpu), else
+ * here; then the span is shortened past the nodes linked.  Vacuum links
+ * every unlinked node before it starts.
  *
  * A node linked, or inserted into a freed slot (or while the index is
  * small), is linked by a plan (the neighbour search, the pruned row and
@@ -74,8 +75,6 @@
 
 extern "C" {
 #include "miscadmin.h"
-#include "portability/instr_time.h"
-#include "storage/lmgr.h"
 #include "utils/memutils.h"
 }
 
@@ -198,8 +197,7 @@ cagra_plan_of_words(const CagraMetaData *meta, const uint32 *words, uint32 new_i
 	return plan.release();
 }
 
-/* Whether node `id` of the index `meta` counts is unlinked (and live). */
-static bool
+bool
 cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id)
 {
 	CagraNodeHeader hdr;
@@ -595,49 +593,15 @@ cagra_link_node(Relation index, const CagraMetaData *view, uint32 id, const floa
 	cagra_link_reverse_edges(index, view, plan->updates.data(), plan->updates.size());
 }
 
-/* The lock of the run of CAGRA_LINK_RUN ids from `start`, a tuple lock on
- * the index at (run, 1): whoever links the run holds it. */
-static bool
-cagra_lock_run(Relation index, uint32 start, bool wait)
-{
-	ItemPointerData run;
-
-	ItemPointerSet(&run, start / CAGRA_LINK_RUN, 1);
-	if (!wait)
-		return ConditionalLockTuple(index, &run, ExclusiveLock);
-	LockTuple(index, &run, ExclusiveLock);
-	return true;
-}
-
-static void
-cagra_unlock_run(Relation index, uint32 start)
-{
-	ItemPointerData run;
-
-	ItemPointerSet(&run, start / CAGRA_LINK_RUN, 1);
-	UnlockTuple(index, &run, ExclusiveLock);
-}
-
-/* The unlinked nodes of the run from `start` (its lock held), in id order,
- * appended to `nodes`. */
-static void
-cagra_run_unlinked_nodes(Relation index, const CagraMetaData *view, uint32 start, std::vector<uint32> *nodes)
-{
-	for (uint32 id = Max(start, cagra_first_unlinked(view)); id < Min(start + CAGRA_LINK_RUN, view->n); id++)
-		if (cagra_node_unlinked(index, view, id))
-			nodes->push_back(id);
-}
-
 /*
  * Link `nodes`, unlinked nodes in id order whose runs' locks the caller
  * holds.  Their plans are made by the worker in one request where inserts'
  * plans go to it (cagra_plans_from_worker), else by the backend one at a
  * time, each node then the candidate of those after it.
  */
-static void
-cagra_link_nodes(Relation index, const CagraMetaData *view, const std::vector<uint32> &nodes)
+void
+cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes, uint32 m)
 {
-	uint32		m = (uint32) nodes.size();
 	uint32		want = cagra_insert_candidates(view);
 	std::vector<float> vecs((size_t) m * view->dims);
 	std::vector<cagra::InsertPlan *> plans(m, nullptr);
@@ -671,99 +635,6 @@ cagra_link_nodes(Relation index, const CagraMetaData *view, const std::vector<ui
 		plans[q] = nullptr;
 		CHECK_FOR_INTERRUPTS();
 	}
-}
-
-/*
- * Link the unlinked nodes of the run from `start`, under the run's lock:
- * waiting for it when `wait`, else returning false when another holds it.
- */
-static bool
-cagra_link_run(Relation index, uint32 start, bool wait)
-{
-	CagraMetaData view;
-	std::vector<uint32> nodes;
-
-	if (!cagra_lock_run(index, start, wait))
-		return false;
-	cagra_read_meta(index, &view);
-	cagra_run_unlinked_nodes(index, &view, start, &nodes);
-	cagra_link_nodes(index, &view, nodes);
-	cagra_unlock_run(index, start);
-	return true;
-}
-
-/*
- * After node `new_id` was appended: when it ends its run, the run goes to
- * a linker while the unlinked span is short and one takes it; else it is
- * linked here, and then the oldest run still unlinked if no one links it
- * (its linker failed), and the span shortened.  Short: within what a
- * search leaves to the backend before it updates the worker's copy (the
- * copy takes linked nodes only), so that linkers falling behind neither
- * make every search measure many entries nor the copy be uploaded again.
- */
-static void
-cagra_link_after_append(Relation index, uint32 new_id)
-{
-	CagraMetaData meta;
-	uint32		start = new_id + 1 - CAGRA_LINK_RUN;
-
-	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
-		return;
-	cagra_read_meta(index, &meta);
-	if (meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) && cagra_linker_take(index))
-		return;
-	cagra_link_run(index, start, false);
-	cagra_read_meta(index, &meta);
-
-	uint32		first = cagra_first_unlinked(&meta);
-
-	if (first < start)
-		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
-	cagra_shorten_unlinked(index);
-}
-
-void
-cagra_link_complete_runs(Relation index)
-{
-	for (;;)
-	{
-		CagraMetaData view;
-		std::vector<uint32> starts,
-					nodes;
-
-		cagra_read_meta(index, &view);
-		for (uint32 start = cagra_first_unlinked(&view) - cagra_first_unlinked(&view) % CAGRA_LINK_RUN;
-			 start + CAGRA_LINK_RUN <= view.n && starts.size() < CAGRA_LINKER_RUNS; start += CAGRA_LINK_RUN)
-		{
-			size_t		before = nodes.size();
-
-			if (!cagra_lock_run(index, start, false))
-				continue;
-			cagra_run_unlinked_nodes(index, &view, start, &nodes);
-			if (nodes.size() > before)
-				starts.push_back(start);
-			else
-				cagra_unlock_run(index, start);
-		}
-		if (starts.empty())
-			break;
-		cagra_link_nodes(index, &view, nodes);
-		for (uint32 start : starts)
-			cagra_unlock_run(index, start);
-		cagra_shorten_unlinked(index);
-	}
-}
-
-void
-cagra_link_unlinked(Relation index)
-{
-	CagraMetaData meta;
-
-	cagra_read_meta(index, &meta);
-	for (uint32 start = cagra_first_unlinked(&meta) - cagra_first_unlinked(&meta) % CAGRA_LINK_RUN;
-		 start < meta.n; start += CAGRA_LINK_RUN)
-		cagra_link_run(index, start, true);
-	cagra_shorten_unlinked(index);
 }
 
 bool

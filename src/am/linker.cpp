@@ -1,8 +1,8 @@
 /*
- * linker.cpp — the linkers: background workers of a database that link the
- * runs of nodes inserts append unlinked (insert.cpp), so that the insert
- * ending a run hands its index over instead of waiting for the run's plans
- * and writing its edges.
+ * linker.cpp — who links the runs of nodes inserts append unlinked
+ * (insert.cpp): the linkers, background workers of a database, so that
+ * the insert ending a run hands its index over instead of waiting for the
+ * run's plans and writing its edges; else the insert itself, and vacuum.
  *
  * A linker serves one database, from a slot of the shared linker table
  * (protocol.h, CagraLinkerSlot) holding a short queue of indexes to link.
@@ -20,7 +20,9 @@
  * entries); the next linker links them, or the insert whose run finds the
  * unlinked span too long (insert.cpp, cagra_link_after_append), or vacuum.
  */
-#include "am/cagra_am.h"
+#include "am/insert_write.h"
+
+#include <vector>
 
 extern "C" {
 #include "access/relation.h"
@@ -31,6 +33,7 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/rel.h"
@@ -38,6 +41,8 @@ extern "C" {
 
 PGDLLEXPORT void cagra_linker_main(Datum arg);
 }
+
+/* ---- linkers ---- */
 
 /* A linker with nothing queued for this long exits. */
 #define CAGRA_LINKER_IDLE_MS 1000
@@ -81,7 +86,13 @@ cagra_linker_start(int i, uint32 generation)
 	return RegisterDynamicBackgroundWorker(&worker, &handle);
 }
 
-bool
+/*
+ * Hand the index's complete runs of unlinked nodes to a linker of this
+ * database, started when none runs or all are busy: false when none takes
+ * them (cagra is not preloaded, no background worker slot is free, the
+ * queues are full), and the caller links them.
+ */
+static bool
 cagra_linker_take(Relation index)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
@@ -159,6 +170,136 @@ cagra_linker_take(Relation index)
 	LWLockRelease(sh->linker_lock);
 	return false;
 }
+
+/* ---- runs ---- */
+
+/* The lock of the run of CAGRA_LINK_RUN ids from `start`, a tuple lock on
+ * the index at (run, 1): whoever links the run holds it. */
+static bool
+cagra_lock_run(Relation index, uint32 start, bool wait)
+{
+	ItemPointerData run;
+
+	ItemPointerSet(&run, start / CAGRA_LINK_RUN, 1);
+	if (!wait)
+		return ConditionalLockTuple(index, &run, ExclusiveLock);
+	LockTuple(index, &run, ExclusiveLock);
+	return true;
+}
+
+static void
+cagra_unlock_run(Relation index, uint32 start)
+{
+	ItemPointerData run;
+
+	ItemPointerSet(&run, start / CAGRA_LINK_RUN, 1);
+	UnlockTuple(index, &run, ExclusiveLock);
+}
+
+/* The unlinked nodes of the run from `start` (its lock held), in id order,
+ * appended to `nodes`. */
+static void
+cagra_run_unlinked_nodes(Relation index, const CagraMetaData *view, uint32 start, std::vector<uint32> *nodes)
+{
+	for (uint32 id = Max(start, cagra_first_unlinked(view)); id < Min(start + CAGRA_LINK_RUN, view->n); id++)
+		if (cagra_node_unlinked(index, view, id))
+			nodes->push_back(id);
+}
+
+/*
+ * Link the unlinked nodes of the run from `start`, under the run's lock:
+ * waiting for it when `wait`, else returning false when another holds it.
+ */
+static bool
+cagra_link_run(Relation index, uint32 start, bool wait)
+{
+	CagraMetaData view;
+	std::vector<uint32> nodes;
+
+	if (!cagra_lock_run(index, start, wait))
+		return false;
+	cagra_read_meta(index, &view);
+	cagra_run_unlinked_nodes(index, &view, start, &nodes);
+	cagra_link_nodes(index, &view, nodes.data(), (uint32) nodes.size());
+	cagra_unlock_run(index, start);
+	return true;
+}
+
+/*
+ * After node `new_id` was appended: when it ends its run, the run goes to
+ * a linker while the unlinked span is short and one takes it; else it is
+ * linked here, and then the oldest run still unlinked if no one links it
+ * (its linker failed), and the span shortened.  Short: within what a
+ * search leaves to the backend before it updates the worker's copy (the
+ * copy takes linked nodes only), so that linkers falling behind neither
+ * make every search measure many entries nor the copy be uploaded again.
+ */
+void
+cagra_link_after_append(Relation index, uint32 new_id)
+{
+	CagraMetaData meta;
+	uint32		start = new_id + 1 - CAGRA_LINK_RUN;
+
+	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
+		return;
+	cagra_read_meta(index, &meta);
+	if (meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) && cagra_linker_take(index))
+		return;
+	cagra_link_run(index, start, false);
+	cagra_read_meta(index, &meta);
+
+	uint32		first = cagra_first_unlinked(&meta);
+
+	if (first < start)
+		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
+	cagra_shorten_unlinked(index);
+}
+
+void
+cagra_link_complete_runs(Relation index)
+{
+	for (;;)
+	{
+		CagraMetaData view;
+		std::vector<uint32> starts,
+					nodes;
+
+		cagra_read_meta(index, &view);
+		for (uint32 start = cagra_first_unlinked(&view) - cagra_first_unlinked(&view) % CAGRA_LINK_RUN;
+			 start + CAGRA_LINK_RUN <= view.n && starts.size() < CAGRA_LINKER_RUNS; start += CAGRA_LINK_RUN)
+		{
+			size_t		before = nodes.size();
+
+			if (!cagra_lock_run(index, start, false))
+				continue;
+			cagra_run_unlinked_nodes(index, &view, start, &nodes);
+			if (nodes.size() > before)
+				starts.push_back(start);
+			else
+				cagra_unlock_run(index, start);
+		}
+		if (starts.empty())
+			break;
+		cagra_link_nodes(index, &view, nodes.data(), (uint32) nodes.size());
+		for (uint32 start : starts)
+			cagra_unlock_run(index, start);
+		cagra_shorten_unlinked(index);
+	}
+}
+
+void
+cagra_link_unlinked(Relation index)
+{
+	CagraMetaData meta;
+
+	cagra_read_meta(index, &meta);
+	for (uint32 start = cagra_first_unlinked(&meta) - cagra_first_unlinked(&meta) % CAGRA_LINK_RUN;
+		 start < meta.n; start += CAGRA_LINK_RUN)
+		cagra_link_run(index, start, true);
+	cagra_shorten_unlinked(index);
+}
+
+/* ---- the linker process ---- */
 
 /* The linker's slot given back as it exits, what is queued dropped. */
 static void
