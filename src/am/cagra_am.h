@@ -447,9 +447,9 @@ void		cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *
  * handed to a linker, or linked here. */
 void		cagra_link_after_append(Relation index, uint32 new_id);
 
-/* Link the complete runs of unlinked nodes no one else links, a few at a
- * time (a linker, the writers' lock held). */
-void		cagra_link_complete_runs(Relation index);
+/* Link up to CAGRA_LINKER_RUNS complete runs of unlinked nodes no one else
+ * links (a linker, the writers' lock held): false when there were none. */
+bool		cagra_link_complete_runs(Relation index);
 
 /* Link every node inserted unlinked (vacuum, before it marks deletions:
  * the writers' lock held). */

@@ -9,16 +9,17 @@
  * The insert ending a run queues its index with an idle linker of its
  * database, else starts another (up to max_parallel_maintenance_workers of
  * them, at least one), else queues with the least busy.  A linker links
- * every complete run of the index that no one else links
- * (cagra_link_complete_runs: the runs' locks taken without waiting), in its
- * own transaction under the writers' lock as an insert's, and exits after
+ * every complete run of the index that no one else links, up to
+ * CAGRA_LINKER_RUNS at a time (cagra_link_complete_runs: the runs' locks
+ * taken without waiting), each time in a transaction of its own under the
+ * writers' lock as an insert's, the indexes queued in turn; it exits after
  * a second with nothing queued, so that it never holds its database long
  * (DROP DATABASE waits for the backends connected to it).
  *
  * Nothing is lost when a linker fails or is stopped: its runs stay
  * unlinked and searchable (every search takes the unlinked nodes as
  * entries); the next linker links them, or the insert whose run finds the
- * unlinked span too long (insert.cpp, cagra_link_after_append), or vacuum.
+ * unlinked span too long (cagra_link_after_append), or vacuum.
  */
 #include "am/insert_write.h"
 
@@ -255,36 +256,34 @@ cagra_link_after_append(Relation index, uint32 new_id)
 	cagra_shorten_unlinked(index);
 }
 
-void
+bool
 cagra_link_complete_runs(Relation index)
 {
-	for (;;)
+	CagraMetaData view;
+	std::vector<uint32> starts,
+				nodes;
+
+	cagra_read_meta(index, &view);
+	for (uint32 start = cagra_first_unlinked(&view) - cagra_first_unlinked(&view) % CAGRA_LINK_RUN;
+		 start + CAGRA_LINK_RUN <= view.n && starts.size() < CAGRA_LINKER_RUNS; start += CAGRA_LINK_RUN)
 	{
-		CagraMetaData view;
-		std::vector<uint32> starts,
-					nodes;
+		size_t		before = nodes.size();
 
-		cagra_read_meta(index, &view);
-		for (uint32 start = cagra_first_unlinked(&view) - cagra_first_unlinked(&view) % CAGRA_LINK_RUN;
-			 start + CAGRA_LINK_RUN <= view.n && starts.size() < CAGRA_LINKER_RUNS; start += CAGRA_LINK_RUN)
-		{
-			size_t		before = nodes.size();
-
-			if (!cagra_lock_run(index, start, false))
-				continue;
-			cagra_run_unlinked_nodes(index, &view, start, &nodes);
-			if (nodes.size() > before)
-				starts.push_back(start);
-			else
-				cagra_unlock_run(index, start);
-		}
-		if (starts.empty())
-			break;
-		cagra_link_nodes(index, &view, nodes.data(), (uint32) nodes.size());
-		for (uint32 start : starts)
+		if (!cagra_lock_run(index, start, false))
+			continue;
+		cagra_run_unlinked_nodes(index, &view, start, &nodes);
+		if (nodes.size() > before)
+			starts.push_back(start);
+		else
 			cagra_unlock_run(index, start);
-		cagra_shorten_unlinked(index);
 	}
+	if (starts.empty())
+		return false;
+	cagra_link_nodes(index, &view, nodes.data(), (uint32) nodes.size());
+	for (uint32 start : starts)
+		cagra_unlock_run(index, start);
+	cagra_shorten_unlinked(index);
+	return true;
 }
 
 void
@@ -318,12 +317,16 @@ cagra_linker_release(int code, Datum arg)
 	LWLockRelease(cagra_worker_shared->linker_lock);
 }
 
-/* Link the complete runs of the index `work` names, if it is still a cagra
- * index, with the inserting session's cagra.device. */
-static void
+/* Link up to CAGRA_LINKER_RUNS complete runs of the index `work` names,
+ * if it is still a cagra index, with the inserting session's cagra.device,
+ * in a transaction of its own (short, as an insert's, so that it neither
+ * holds the writers' lock nor the xmin horizon back): true when more may
+ * be left. */
+static bool
 cagra_linker_link(const CagraLinkWork *work)
 {
 	int			device = cagra_device;
+	bool		more = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -337,7 +340,7 @@ cagra_linker_link(const CagraLinkWork *work)
 		{
 			cagra_device = work->device;
 			cagra_lock_writers(index, RowExclusiveLock);
-			cagra_link_complete_runs(index);
+			more = cagra_link_complete_runs(index);
 			cagra_unlock_writers(index, RowExclusiveLock);
 			cagra_device = device;
 		}
@@ -345,6 +348,7 @@ cagra_linker_link(const CagraLinkWork *work)
 	}
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return more;
 }
 
 void
@@ -410,6 +414,12 @@ cagra_linker_main(Datum arg)
 		slot->npending--;
 		slot->busy = true;
 		LWLockRelease(sh->linker_lock);
-		cagra_linker_link(&work);
+		if (!cagra_linker_link(&work))
+			continue;
+		/* more runs may be left: after the other indexes queued */
+		LWLockAcquire(sh->linker_lock, LW_EXCLUSIVE);
+		if (!cagra_linker_has(slot, &work) && slot->npending < CAGRA_LINKER_QUEUE)
+			slot->pending[slot->npending++] = work;
+		LWLockRelease(sh->linker_lock);
 	}
 }

@@ -8,7 +8,8 @@
 # and REINDEX CONCURRENTLY write with several writers; a streaming standby replays
 # the several writers' WAL to the same bytes and answers the same; an
 # immediate stop right after the build commits leaves an index that answers
-# and checks clean after recovery.  The heap is scanned serially
+# and checks clean after recovery; rows linked by linkers replay to the same
+# bytes, and an immediate stop while they link leaves a clean index.  The heap is scanned serially
 # (parallel_workers = 0) and the table is below the core's exact-kNN size,
 # so the graph does not depend on the build's thread count.
 use strict;
@@ -192,5 +193,37 @@ is($primary->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('afte
 is($diff, -1, 'after recovery every page equals the one-writer build\'s, but for the WAL position');
 $primary->safe_psql('postgres', 'DROP INDEX several_writers');
 is($primary->safe_psql('postgres', $queries), $answers, 'after recovery the index answers as before');
+
+# Rows linked by linkers (cagra preloaded): their WAL replays on the
+# standby to the same bytes, and the standby answers as the primary; an
+# immediate stop while linkers link leaves an index that checks clean.
+$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'cagra'\n");
+$primary->restart;
+my $insert = sub {
+	my ($from, $to) = @_;
+	return "INSERT INTO items SELECT i, (SELECT array_agg(sin(i * 0.013 * d + d) + cos(i * 0.29 + d * 0.7) * 0.2)
+	          FROM generate_series(1, 1024) d WHERE i > 0)::vector FROM generate_series($from, $to) i";
+};
+$primary->safe_psql('postgres', $insert->(2001, 2400));
+ok($primary->poll_query_until('postgres', "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'cagra linker'"),
+	'a linker links the inserted rows');
+ok($primary->poll_query_until('postgres', "SELECT unlinked_nodes < 16 FROM cagra_index_info('after_crash')"),
+	'every complete run is linked');
+$answers = $primary->safe_psql('postgres', $queries);
+$primary->safe_psql('postgres', 'CHECKPOINT');
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', $queries), $answers, 'the standby answers as the primary after the linkers');
+$standby->safe_psql('postgres', 'CHECKPOINT');
+is(read_file_raw(file_of($standby, 'after_crash')) eq read_file_raw(file_of($primary, 'after_crash')) ? 1 : 0, 1,
+	'the standby\'s index file is byte-identical to the primary\'s after the linkers');
+$primary->safe_psql('postgres', $insert->(2401, 2800));
+$primary->stop('immediate');
+$primary->start;
+is($primary->safe_psql('postgres', "SELECT count(*) FROM cagra_index_check('after_crash')"), '0',
+	'an immediate stop while linkers link: the index checks clean after recovery');
+is($primary->safe_psql('postgres', q{SET enable_seqscan = off;
+	SELECT count(*) FROM items i WHERE i.id > 2000
+	   AND (SELECT j.id FROM items j ORDER BY j.v <-> i.v LIMIT 1) IS DISTINCT FROM i.id}), '0',
+	'and every inserted row finds itself');
 
 done_testing();
