@@ -670,7 +670,11 @@ for my $i (0 .. $#clusters)
 	$cluster = $clusters[$i];
 	my $node =
 	  $cluster eq 'worker'
-	  ? CagraGpuNode::cpu_worker('diffworker', "max_parallel_maintenance_workers = 0\n")
+	  # no slot for linkers (the launcher and the worker hold both): the
+	  # worker's fallbacks and errors counted below are this session's own,
+	  # not those of a linker loading a copy beside it (TAP 114 and 021
+	  # test the linkers)
+	  ? CagraGpuNode::cpu_worker('diffworker', "max_parallel_maintenance_workers = 0\nmax_worker_processes = 2\n")
 	  : PostgreSQL::Test::Cluster->new('diffplain');
 	my $standby;
 	if ($cluster eq 'plain')

@@ -71,6 +71,9 @@ is($f1 - $f0, 0, 'none fell back to the CPU');
 # past 16 the inserting backend sends them, with the rows their reverse
 # edges changed, and the copy grows without a whole upload
 is($u1 - $u0, 0, 'the 200 inserts made no whole upload of the copy');
+# the update goes with a search: the linkers' last request may have been
+# made before the last runs were linked
+$node->safe_psql('postgres', 'SELECT count(*) FROM cagra_search(\'items_v\', ARRAY[(SELECT v FROM items WHERE id = 1)], 1)');
 ok($node->poll_query_until('postgres', "SELECT nodes >= 2184 FROM cagra_worker_cache()"),
 	'the copy took the inserted nodes (at most 16 left to the backends)');
 cmp_ok($updates->() - $up0, '>', 0, 'cagra_worker_timings counts the updates the copy took');
