@@ -98,7 +98,7 @@ cagra_linker_take(Relation index)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	CagraLinkWork work = {RelationGetRelid(index), cagra_device};
-	int			limit = getenv("CAGRA_T_LINKERS") ? atoi(getenv("CAGRA_T_LINKERS")) : Min(Max(max_parallel_maintenance_workers, 1), CAGRA_MAX_LINKERS);
+	int			limit = Min(Max(max_parallel_maintenance_workers, 1), CAGRA_MAX_LINKERS);
 	int			mine = 0,
 				idle = -1,
 				least = -1,
@@ -265,7 +265,7 @@ cagra_link_complete_runs(Relation index)
 
 	cagra_read_meta(index, &view);
 	for (uint32 start = cagra_first_unlinked(&view) - cagra_first_unlinked(&view) % CAGRA_LINK_RUN;
-		 start + CAGRA_LINK_RUN <= view.n && starts.size() < (getenv("CAGRA_T_RUNS") ? (size_t) atoi(getenv("CAGRA_T_RUNS")) : CAGRA_LINKER_RUNS); start += CAGRA_LINK_RUN)
+		 start + CAGRA_LINK_RUN <= view.n && starts.size() < CAGRA_LINKER_RUNS; start += CAGRA_LINK_RUN)
 	{
 		size_t		before = nodes.size();
 
