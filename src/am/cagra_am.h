@@ -46,7 +46,7 @@ extern "C" {
 #define CAGRA_LINK_RUN 16
 
 /* A linker (linker.cpp) links this many runs from one request for their
- * plans. */
+ * plans (docs/benchmarks.md, "Constants"). */
 #define CAGRA_LINKER_RUNS 4
 
 /* The storage reloption: auto is float16 for halfvec columns, float32 else. */
