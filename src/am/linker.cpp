@@ -228,7 +228,8 @@ cagra_link_run(Relation index, uint32 start, bool wait)
 
 /*
  * After node `new_id` was appended: when it ends its run, the run goes to
- * a linker while the unlinked span is short and one takes it; else it is
+ * a linker while the unlinked span is short and one takes it (never a
+ * temporary index's, whose pages are this backend's alone); else it is
  * linked here, and then the oldest run still unlinked if no one links it
  * (its linker failed), and the span shortened.  Short: within what a
  * search leaves to the backend before it updates the worker's copy (the
@@ -244,7 +245,8 @@ cagra_link_after_append(Relation index, uint32 new_id)
 	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
 		return;
 	cagra_read_meta(index, &meta);
-	if (meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) && cagra_linker_take(index))
+	if (!RelationUsesLocalBuffers(index) && meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) &&
+		cagra_linker_take(index))
 		return;
 	cagra_link_run(index, start, false);
 	cagra_read_meta(index, &meta);

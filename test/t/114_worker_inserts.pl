@@ -322,6 +322,19 @@ is($node->safe_psql('postgres', q{
 is($node->safe_psql('postgres', "SELECT string_agg(p, '; ') FROM cagra_index_check('streamed_v') p"), '',
 	'index check clean after the linkers were terminated');
 
+# A temporary table's index lives in its session's own buffers: its runs
+# are linked by the inserts, never handed to a linker.
+is( $node->safe_psql(
+		'postgres', "CREATE TEMP TABLE scratch (id int, v vector(16));
+	CREATE INDEX scratch_v ON scratch USING cagra (v) WITH (graph_degree = 16);
+	INSERT INTO scratch SELECT i, " . $vector->('i') . " FROM generate_series(1, 100) i;
+	INSERT INTO scratch SELECT i, " . $vector->('i') . " FROM generate_series(101, 300) i;
+	SELECT unlinked_nodes FROM cagra_index_info('scratch_v');
+	SELECT count(*) FROM cagra_index_check('scratch_v');
+	SET enable_seqscan = off;
+	SELECT count(*) FROM scratch i WHERE (SELECT j.id FROM scratch j ORDER BY j.v <-> i.v LIMIT 1) IS DISTINCT FROM i.id"),
+	"12\n0\n0", 'a temporary index: its inserts link every run they end, it checks clean and every row finds itself');
+
 # With no background worker slot left for a linker (the logical
 # replication launcher and the GPU worker hold both), the insert ending a
 # run links it.
