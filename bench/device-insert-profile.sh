@@ -6,7 +6,8 @@
 # (DEVICES) while `perf record -a -g` samples the host (perf carried as
 # .device/perf.tar.xz: Debian's build and its libraries) and a sampler
 # reads the inserting sessions' wait events from pg_stat_activity every
-# 10 ms.  Per device: pgbench's rows/s, the wait events (CPU: none), the
+# 10 ms, with the linkers running and the unlinked span.  Per device:
+# pgbench's rows/s, the wait events (CPU: none), the linkers, the
 # worker's queue and engine time per query (cagra_status) and each step
 # of its round trips (cagra_worker_timings), then perf's
 # split by command and library and the top symbols of the backends, in
@@ -35,7 +36,10 @@ for device in ${DEVICES:-auto cpu gpu}; do
   sleep 2
   for i in $(seq 1 300); do
     echo "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
-            WHERE application_name = 'pgbench' AND state = 'active'; SELECT pg_sleep(0.01);"
+            WHERE application_name = 'pgbench' AND state = 'active';
+          SELECT 'linkers running: ' || count(*) FROM pg_stat_activity WHERE backend_type = 'cagra linker';
+          SELECT 'unlinked rows: ' || unlinked_nodes / 64 * 64 || '-' || unlinked_nodes / 64 * 64 + 63
+            FROM cagra_index_info('bench_grow_idx'); SELECT pg_sleep(0.01);"
   done | psql -At 2>/dev/null | grep -v '^$' | sort | uniq -c | sort -rn >/tmp/waits-$device &
   perf record -a -g -o /tmp/perf-$device.data -- sleep 4 >/dev/null 2>&1
   wait $pgbench_pid
@@ -46,7 +50,9 @@ for device in ${DEVICES:-auto cpu gpu}; do
     echo "== cagra.device = $device, $sessions sessions"
     grep -E "^tps|latency average" "$out/pgbench-$device.txt"
     echo "wait events of the inserting sessions (samples):"
-    cat /tmp/waits-$device
+    grep -v -e '^ *[0-9]* linkers running' -e '^ *[0-9]* unlinked rows' /tmp/waits-$device
+    echo "linkers running, and the unlinked span (samples):"
+    grep -e 'linkers running' -e 'unlinked rows' /tmp/waits-$device
     paste -d'|' /tmp/status-before /tmp/status-after | awk -F'|' '$5 > $1 {
       printf "worker: %d queries in %d batches (%.1f a batch), queue %.3f ms a query, engine %.3f ms a batch\n",
              $5 - $1, $8 - $4, ($5 - $1) / ($8 - $4), ($6 - $2) / ($5 - $1), ($7 - $3) / ($8 - $4) }'
