@@ -43,7 +43,7 @@ cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k
 {
 	CagraRequestSlot *s = &sh->slots[job->picked[i]];
 	CagraSearchPayload *p = (CagraSearchPayload *) job->payloads[i];
-	const char *problem = cagra_search_payload_problem(p, sh->slots[job->picked[0]].search, job->copy);
+	const char *problem = cagra_search_payload_problem(p, job->search, job->copy);
 
 	if (problem)
 	{
@@ -121,7 +121,7 @@ cagra_run_search_job(CagraSearchJob *job, CagraSearchLane *lane) noexcept
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	int			n = (int) job->picked.size();
-	const CagraSearchRequest &req = sh->slots[job->picked[0]].search;
+	const CagraSearchRequest &req = job->search;
 	CagraIndexCopy *copy = job->copy;
 	uint32		dim = copy->format.dim;
 	CagraBatchAnswers b;
@@ -277,6 +277,7 @@ cagra_new_search_job(const int *picked, int n, uint64 queries, bool filtered) no
 		CagraSearchJob *job = new CagraSearchJob();
 
 		job->picked.assign(picked, picked + n);
+		job->search = cagra_worker_shared->slots[picked[0]].search;
 		job->payloads.assign(n, nullptr);
 		job->segs.assign(n, nullptr);
 		job->abandoned.assign(n, -1);	/* as many as may leave, so answering allocates nothing */
@@ -335,7 +336,7 @@ cagra_collect_started(std::vector<CagraSearchJob *> &finished) noexcept
 	for (const CagraResidentAnswer &a : answers)
 	{
 		CagraSearchJob *job = (CagraSearchJob *) a.tag;
-		const uint32 k = sh->slots[job->picked[0]].search.k;
+		const uint32 k = job->search.k;
 
 		job->abandoned.resize(cagra_answer_request(sh, job, 0, k, a.ids, a.dists, NULL, false, a.reply,
 												   a.message.c_str(), job->abandoned.data()));

@@ -22,6 +22,9 @@ extern "C" {
 struct CagraSearchJob
 {
 	std::vector<int> picked;
+	/* the picked requests' search, alike in all: copied, as the first
+	 * slot is its backend's again, for its next request, once answered */
+	CagraSearchRequest search;
 	std::vector<void *> payloads;		/* NULL: the segment was gone */
 	std::vector<dsm_segment *> segs;	/* one-off segments to detach */
 	CagraIndexCopy *copy = nullptr;

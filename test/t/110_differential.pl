@@ -670,11 +670,7 @@ for my $i (0 .. $#clusters)
 	$cluster = $clusters[$i];
 	my $node =
 	  $cluster eq 'worker'
-	  # no slot for linkers (the launcher and the worker hold both): the
-	  # worker's fallbacks and errors counted below are this session's own,
-	  # not those of a linker loading a copy beside it (TAP 114 and 021
-	  # test the linkers)
-	  ? CagraGpuNode::cpu_worker('diffworker', "max_parallel_maintenance_workers = 0\nmax_worker_processes = 2\n")
+	  ? CagraGpuNode::cpu_worker('diffworker', "max_parallel_maintenance_workers = 0\n")
 	  : PostgreSQL::Test::Cluster->new('diffplain');
 	my $standby;
 	if ($cluster eq 'plain')
@@ -705,8 +701,14 @@ for my $i (0 .. $#clusters)
 	diag("$cluster: rows short of LIMIT, by metric: " . join(', ', map { "$_ " . ($short{$cluster}{$_} // 0) } qw(l2 ip cosine l1)));
 	if ($cluster eq 'worker')
 	{
-		is($node->safe_psql('postgres', 'SELECT fallbacks, errors FROM cagra_status'), '0|0',
-			'worker: no fallback to the CPU, no request answered with an error');
+		# A linker loading a copy for its plans makes a search that meets the
+		# load fall back (cagra.device = auto): a few; and no request is
+		# answered with an error, also when a batch's first backend asks
+		# again before the batch's other requests are answered.
+		my ($fallbacks, $errors, $queries) =
+		  split /\|/, $node->safe_psql('postgres', 'SELECT fallbacks, errors, queries FROM cagra_status');
+		is($errors, 0, 'worker: no request answered with an error');
+		cmp_ok($fallbacks, '<=', $queries / 100, "worker: at most 1% of its queries fell back to the CPU ($fallbacks of $queries)");
 	}
 	for my $check (@checks)
 	{
