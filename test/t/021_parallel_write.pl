@@ -197,8 +197,10 @@ is($primary->safe_psql('postgres', $queries), $answers, 'after recovery the inde
 # Rows linked by linkers (cagra preloaded): their WAL replays on the
 # standby to the same bytes, and the standby answers as the primary; an
 # immediate stop while linkers link leaves an index that checks clean.
-$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'cagra'\n");
+# (the WAL the standby has not received yet kept while it reconnects)
+$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'cagra'\nwal_keep_size = '1GB'\n");
 $primary->restart;
+$primary->wait_for_catchup($standby);
 my $insert = sub {
 	my ($from, $to) = @_;
 	return "INSERT INTO items SELECT i, (SELECT array_agg(sin(i * 0.013 * d + d) + cos(i * 0.29 + d * 0.7) * 0.2)
