@@ -230,22 +230,24 @@ cagra_link_run(Relation index, uint32 start, bool wait)
  * After node `new_id` was appended: when it ends its run, the run goes to
  * a linker while the unlinked span is short and one takes it (never a
  * temporary index's, whose pages are this backend's alone); else it is
- * linked here, and then the oldest run still unlinked if no one links it
- * (its linker failed), and the span shortened.  Short: within what a
- * search leaves to the backend before it updates the worker's copy (the
- * copy takes linked nodes only), so that linkers falling behind neither
- * make every search measure many entries nor the copy be uploaded again.
+ * linked here, and the runs before it still unlinked (their linker fell
+ * behind or failed) go to a linker, or the oldest is linked here too; then
+ * the span is shortened.  Short: within what a search leaves to the
+ * backend before it updates the worker's copy (the copy takes linked nodes
+ * only), so that linkers falling behind neither make every search measure
+ * many entries nor the copy be uploaded again.
  */
 void
 cagra_link_after_append(Relation index, uint32 new_id)
 {
 	CagraMetaData meta;
 	uint32		start = new_id + 1 - CAGRA_LINK_RUN;
+	bool		may_hand_over = !RelationUsesLocalBuffers(index);
 
 	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
 		return;
 	cagra_read_meta(index, &meta);
-	if (!RelationUsesLocalBuffers(index) && meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) &&
+	if (may_hand_over && meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) &&
 		cagra_linker_take(index))
 		return;
 	cagra_link_run(index, start, false);
@@ -253,7 +255,7 @@ cagra_link_after_append(Relation index, uint32 new_id)
 
 	uint32		first = cagra_first_unlinked(&meta);
 
-	if (first < start)
+	if (first < start && !(may_hand_over && cagra_linker_take(index)))
 		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
 	cagra_shorten_unlinked(index);
 }

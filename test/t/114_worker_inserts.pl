@@ -312,8 +312,10 @@ while ($inserter->pumpable)
 }
 ok($inserter->finish, 'a session inserted 4,000 rows while linkers were terminated') or diag($ins_err);
 cmp_ok($terminated, '>', 0, "linkers were terminated ($terminated)");
+# the next run's insert hands them to a linker
+$node->safe_psql('postgres', "INSERT INTO streamed SELECT i, " . $vector->('i') . " FROM generate_series(8001, 8016) i");
 ok($node->poll_query_until('postgres', "SELECT unlinked_nodes < 16 FROM cagra_index_info('streamed_v')"),
-	'the runs they left are linked');
+	'the runs they left are linked after the next run');
 is($node->safe_psql('postgres', q{
 	SET enable_seqscan = off;
 	SELECT count(*) FROM streamed i
