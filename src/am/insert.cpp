@@ -257,11 +257,7 @@ cagra_plans_from_worker(Relation index, const CagraMetaData *meta, const float *
 
 	if (r != CAGRA_OFFLOAD_OK)
 	{
-		/* a linker's plans the worker skipped (a copy another session is
-		 * loading) are made in the linker: no session waits for them, so
-		 * they are no fallback of a session's to count */
-		if (r == CAGRA_OFFLOAD_FAILED || MyBackendType != B_BG_WORKER)
-			cagra_client_search_fallback(r, why);
+		cagra_client_search_fallback(r, why);
 		return false;
 	}
 	if (copy.n > meta->n)
