@@ -22,6 +22,7 @@
  * unlinked span too long (cagra_link_after_append), or vacuum.
  */
 #include "am/insert_write.h"
+#include "am/worker_copy.h"
 
 #include <vector>
 
@@ -89,12 +90,16 @@ cagra_linker_start(int i, uint32 generation)
 
 /*
  * Hand the index's complete runs of unlinked nodes to a linker of this
- * database, started when none runs or all are busy: false when none takes
- * them (cagra is not preloaded, no background worker slot is free, the
- * queues are full), and the caller links them.
+ * database: an idle one; else another started, when none runs or the busy
+ * ones have fallen behind (the unlinked span longer than a linker's batch,
+ * or than half the span `most` the inserts let them: fewer linkers with
+ * fuller batches wait on fewer round trips to the worker); else queued
+ * with the least busy.  False when none
+ * takes them (cagra is not preloaded, no background worker slot is free,
+ * the queues are full), and the caller links them.
  */
 static bool
-cagra_linker_take(Relation index)
+cagra_linker_take(Relation index, uint32 span, uint32 most)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	CagraLinkWork work = {RelationGetRelid(index), cagra_device};
@@ -133,7 +138,8 @@ cagra_linker_take(Relation index)
 			least = i;
 	}
 
-	int			target = idle >= 0 ? idle : (mine < limit && free >= 0) ? free : least;
+	bool		behind = mine == 0 || span > Min(CAGRA_LINKER_RUNS * CAGRA_LINK_RUN, most / 2);
+	int			target = idle >= 0 ? idle : (behind && mine < limit && free >= 0) ? free : least;
 
 	if (target < 0)
 	{
@@ -208,6 +214,30 @@ cagra_run_unlinked_nodes(Relation index, const CagraMetaData *view, uint32 start
 }
 
 /*
+ * Link `nodes`, the unlinked nodes of the runs from `starts`, whose locks
+ * are held, and give the locks back; then the span is shortened and the
+ * worker's copy searched for their plans takes them, when it is due (not
+ * before: while it does, the runs' nodes would stay unlinked).
+ */
+static void
+cagra_link_locked_runs(Relation index, const CagraMetaData *view, const std::vector<uint32> &nodes,
+					   const std::vector<uint32> &starts)
+{
+	CagraCopyExtent copy;
+	CagraMetaData meta;
+	bool		from_worker = cagra_link_nodes(index, view, nodes.data(), (uint32) nodes.size(), &copy);
+
+	for (uint32 start : starts)
+		cagra_unlock_run(index, start);
+	cagra_shorten_unlinked(index);
+	if (from_worker)
+	{
+		cagra_read_meta(index, &meta);
+		cagra_update_copy_when_due(index, &meta, &copy);
+	}
+}
+
+/*
  * Link the unlinked nodes of the run from `start`, under the run's lock:
  * waiting for it when `wait`, else returning false when another holds it.
  */
@@ -221,8 +251,7 @@ cagra_link_run(Relation index, uint32 start, bool wait)
 		return false;
 	cagra_read_meta(index, &view);
 	cagra_run_unlinked_nodes(index, &view, start, &nodes);
-	cagra_link_nodes(index, &view, nodes.data(), (uint32) nodes.size());
-	cagra_unlock_run(index, start);
+	cagra_link_locked_runs(index, &view, nodes, {start});
 	return true;
 }
 
@@ -247,17 +276,19 @@ cagra_link_after_append(Relation index, uint32 new_id)
 	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
 		return;
 	cagra_read_meta(index, &meta);
-	if (may_hand_over && meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) &&
-		cagra_linker_take(index))
+
+	uint32		span = meta.n - cagra_first_unlinked(&meta);
+	uint32		most = cagra_copy_update_at(meta.n);
+
+	if (may_hand_over && span <= most && cagra_linker_take(index, span, most))
 		return;
 	cagra_link_run(index, start, false);
 	cagra_read_meta(index, &meta);
 
 	uint32		first = cagra_first_unlinked(&meta);
 
-	if (first < start && !(may_hand_over && cagra_linker_take(index)))
+	if (first < start && !(may_hand_over && cagra_linker_take(index, meta.n - first, most)))
 		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
-	cagra_shorten_unlinked(index);
 }
 
 bool
@@ -283,10 +314,7 @@ cagra_link_complete_runs(Relation index)
 	}
 	if (starts.empty())
 		return false;
-	cagra_link_nodes(index, &view, nodes.data(), (uint32) nodes.size());
-	for (uint32 start : starts)
-		cagra_unlock_run(index, start);
-	cagra_shorten_unlinked(index);
+	cagra_link_locked_runs(index, &view, nodes, starts);
 	return true;
 }
 
@@ -299,7 +327,6 @@ cagra_link_unlinked(Relation index)
 	for (uint32 start = cagra_first_unlinked(&meta) - cagra_first_unlinked(&meta) % CAGRA_LINK_RUN;
 		 start < meta.n; start += CAGRA_LINK_RUN)
 		cagra_link_run(index, start, true);
-	cagra_shorten_unlinked(index);
 }
 
 /* ---- the linker process ---- */
