@@ -439,11 +439,8 @@ bool		cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id);
 
 /* Link the `m` unlinked nodes `nodes`, in id order, whose runs' locks the
  * caller holds: their plans from one request to the worker where inserts'
- * plans go to it (true, *copy the worker's copy it searched: the caller
- * sends it the nodes linked, cagra_update_copy_when_due, once their locks
- * are given back), else made here one at a time. */
-bool		cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes, uint32 m,
-							 struct CagraCopyExtent *copy);
+ * plans go to it, else made here one at a time. */
+void		cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes, uint32 m);
 
 /* ---- linker.cpp ----
  * After node `new_id` was appended unlinked: when it ends its run, the run

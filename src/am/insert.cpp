@@ -220,8 +220,7 @@ cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id)
  * nodes not linked yet); where one of them ranks among a row's first
  * degree candidates (a stream of rows each near the last), plans[i] is
  * NULL and the merged candidates are left in ids/dists (want a query;
- * ncands[i] of them, 0: none usable), for the backend to plan from;
- * *copy_out: the copy searched, for cagra_update_copy_when_due.
+ * ncands[i] of them, 0: none usable), for the backend to plan from.
  * False when the backend plans every one from a search of the pages: no
  * worker, cagra.device = cpu, or auto for one row (not a `run`), a
  * fallback (counted, or a NOTICE, as a scan's), a search wider than the
@@ -230,14 +229,13 @@ cagra_node_unlinked(Relation index, const CagraMetaData *meta, uint32 id)
 template <class Skip>
 static bool
 cagra_plans_from_worker(Relation index, const CagraMetaData *meta, const float *vecs, uint32 nq, bool run,
-						cagra::InsertPlan **plans, uint32 *ids, float *dists, uint32 *ncands, Skip skip,
-						CagraCopyExtent *copy_out)
+						cagra::InsertPlan **plans, uint32 *ids, float *dists, uint32 *ncands, Skip skip)
 {
 	cagra::SearchParams params = cagra_search_params(meta);
 	uint32		want = cagra_insert_candidates(meta);
 	uint32		degree = Min(meta->graph_degree, want);
 	CagraSearchRequest req;
-	CagraCopyExtent &copy = *copy_out;
+	CagraCopyExtent copy;
 	char		why[256];
 
 	req.params = cagra::candidate_search_params(params, want);
@@ -313,13 +311,11 @@ cagra_insert_plan_from_worker(Relation index, const CagraMetaData *meta, const f
 	uint32	   *ids = (uint32 *) palloc(sizeof(uint32) * Max(want, 1));
 	float	   *dists = (float *) palloc(sizeof(float) * Max(want, 1));
 	cagra::InsertPlan *plan = NULL;
-	CagraCopyExtent copy;
 
 	*ncands = 0;
 	if (!cagra_plans_from_worker(index, meta, vec, 1, false, &plan, ids, dists, ncands,
-								 [&](uint32, uint32 id) { return cagra_node_unlinked(index, meta, id); }, &copy))
+								 [&](uint32, uint32 id) { return cagra_node_unlinked(index, meta, id); }))
 		return NULL;
-	cagra_update_copy_when_due(index, meta, &copy);
 	*ids_out = ids;
 	*dists_out = dists;
 	return plan;
@@ -603,10 +599,9 @@ cagra_link_node(Relation index, const CagraMetaData *view, uint32 id, const floa
  * plans go to it (cagra_plans_from_worker), else by the backend one at a
  * time, each node then the candidate of those after it.
  */
-bool
-cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes, uint32 m, CagraCopyExtent *copy)
+void
+cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes, uint32 m)
 {
-	bool		from_worker;
 	uint32		want = cagra_insert_candidates(view);
 	std::vector<float> vecs((size_t) m * view->dims);
 	std::vector<cagra::InsertPlan *> plans(m, nullptr);
@@ -622,11 +617,10 @@ cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes,
 	 * a stream of similar rows nearly all do.  The nodes reach each other
 	 * through the linked neighbours they share, and later rows link to them.
 	 */
-	from_worker = m > 0 && cagra_plans_from_worker(index, view, vecs.data(), m, true, plans.data(), ids.data(),
-												   dists.data(), ncands.data(), [&](uint32, uint32 id) {
-													   return id >= nodes[0] || cagra_node_unlinked(index, view, id);
-												   }, copy);
-	if (from_worker)
+	if (m > 0 && cagra_plans_from_worker(index, view, vecs.data(), m, true, plans.data(), ids.data(),
+										 dists.data(), ncands.data(), [&](uint32, uint32 id) {
+											 return id >= nodes[0] || cagra_node_unlinked(index, view, id);
+										 }))
 	{
 		uint32		in_backend = (uint32) std::count(plans.begin(), plans.end(), nullptr);
 
@@ -641,7 +635,6 @@ cagra_link_nodes(Relation index, const CagraMetaData *view, const uint32 *nodes,
 		plans[q] = nullptr;
 		CHECK_FOR_INTERRUPTS();
 	}
-	return from_worker;
 }
 
 bool

@@ -22,7 +22,6 @@
  * unlinked span too long (cagra_link_after_append), or vacuum.
  */
 #include "am/insert_write.h"
-#include "am/worker_copy.h"
 
 #include <vector>
 
@@ -213,28 +212,16 @@ cagra_run_unlinked_nodes(Relation index, const CagraMetaData *view, uint32 start
 			nodes->push_back(id);
 }
 
-/*
- * Link `nodes`, the unlinked nodes of the runs from `starts`, whose locks
- * are held, and give the locks back; then the span is shortened and the
- * worker's copy searched for their plans takes them, when it is due (not
- * before: while it does, the runs' nodes would stay unlinked).
- */
+/* Link `nodes`, the unlinked nodes of the runs from `starts`, whose locks
+ * are held, give the locks back, and shorten the span. */
 static void
 cagra_link_locked_runs(Relation index, const CagraMetaData *view, const std::vector<uint32> &nodes,
 					   const std::vector<uint32> &starts)
 {
-	CagraCopyExtent copy;
-	CagraMetaData meta;
-	bool		from_worker = cagra_link_nodes(index, view, nodes.data(), (uint32) nodes.size(), &copy);
-
+	cagra_link_nodes(index, view, nodes.data(), (uint32) nodes.size());
 	for (uint32 start : starts)
 		cagra_unlock_run(index, start);
 	cagra_shorten_unlinked(index);
-	if (from_worker)
-	{
-		cagra_read_meta(index, &meta);
-		cagra_update_copy_when_due(index, &meta, &copy);
-	}
 }
 
 /*

@@ -152,7 +152,6 @@ cagra_session_worker_candidates(const CagraSearchSession *s, const float *querie
 		return false;
 	}
 	cagra_session_take_worker(s, queries, present, &copy, copy_tids, c);
-	cagra_update_copy_when_due(s->index, &s->meta, &copy);
 	return true;
 }
 

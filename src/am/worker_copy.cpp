@@ -264,29 +264,22 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 
 	FreeAccessStrategy(pages.strategy);
 	pfree(pages.group);
+	if (r == CAGRA_OFFLOAD_OK && copy->takes_updates &&
+		(uint64) (meta->n - Min(copy->n, copy->linked)) + (meta->reused - copy->reused) >=
+		cagra_copy_update_at(copy->n) &&
+		cagra_client_claim_update())
+	{
+		PG_TRY();
+		{
+			cagra_update_worker_copy(index, meta, &key, copy);
+		}
+		PG_FINALLY();
+		{
+			cagra_client_release_update();
+		}
+		PG_END_TRY();
+	}
 	return r;
-}
-
-void
-cagra_update_copy_when_due(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy)
-{
-	if (!copy->takes_updates || copy->n > meta->n ||
-		(uint64) (meta->n - Min(copy->n, copy->linked)) + (meta->reused - copy->reused) <
-		cagra_copy_update_at(copy->n) ||
-		!cagra_client_claim_update())
-		return;
-
-	CagraIndexKey key = cagra_copy_key(index, meta);
-
-	PG_TRY();
-	{
-		cagra_update_worker_copy(index, meta, &key, copy);
-	}
-	PG_FINALLY();
-	{
-		cagra_client_release_update();
-	}
-	PG_END_TRY();
 }
 
 float *

@@ -13,19 +13,14 @@
 
 /* nq prepared queries through the worker (client.h, cagra_client_search;
  * allowed: NULL, or the rows that may be returned), the index copy
- * uploaded from the pages of `index` when the worker asks; plans as
- * cagra_client_search's. */
+ * uploaded from the pages of `index` when the worker asks, and the nodes
+ * inserted since sent to it when they are at least cagra_copy_update_at;
+ * plans as cagra_client_search's. */
 CagraOffload cagra_search_through_worker(Relation index, const CagraMetaData *meta,
 										 const CagraSearchRequest *req, uint32 nq, const float *queries,
 										 const CagraAllowedTids *allowed, uint32 *ids, float *dists,
 										 uint64 *tids, uint32 *plans, CagraCopyExtent *copy, char *why,
 										 size_t whylen);
-
-/* After a search through the worker found its copy `copy`: the nodes
- * inserted since `copy` up to `meta` sent to it when they are at least
- * cagra_copy_update_at (one backend at a time; a copy changed meanwhile
- * refuses them, and the next search's backend sends them again). */
-void		cagra_update_copy_when_due(Relation index, const CagraMetaData *meta, const CagraCopyExtent *copy);
 
 /* A request for the same, to be queued without waiting for the answer
  * (client.h, cagra_client_search_begin): no upload, no filter; returns
