@@ -89,16 +89,12 @@ cagra_linker_start(int i, uint32 generation)
 
 /*
  * Hand the index's complete runs of unlinked nodes to a linker of this
- * database: an idle one; else another started, when none runs or the busy
- * ones have fallen behind (the unlinked span longer than a linker's batch,
- * or than half the span `most` the inserts let them: fewer linkers with
- * fuller batches wait on fewer round trips to the worker); else queued
- * with the least busy.  False when none
- * takes them (cagra is not preloaded, no background worker slot is free,
- * the queues are full), and the caller links them.
+ * database, started when none runs or all are busy: false when none takes
+ * them (cagra is not preloaded, no background worker slot is free, the
+ * queues are full), and the caller links them.
  */
 static bool
-cagra_linker_take(Relation index, uint32 span, uint32 most)
+cagra_linker_take(Relation index)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	CagraLinkWork work = {RelationGetRelid(index), cagra_device};
@@ -137,8 +133,7 @@ cagra_linker_take(Relation index, uint32 span, uint32 most)
 			least = i;
 	}
 
-	bool		behind = mine == 0 || span > Min(CAGRA_LINKER_RUNS * CAGRA_LINK_RUN, most / 2);
-	int			target = idle >= 0 ? idle : (behind && mine < limit && free >= 0) ? free : least;
+	int			target = idle >= 0 ? idle : (mine < limit && free >= 0) ? free : least;
 
 	if (target < 0)
 	{
@@ -263,18 +258,15 @@ cagra_link_after_append(Relation index, uint32 new_id)
 	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
 		return;
 	cagra_read_meta(index, &meta);
-
-	uint32		span = meta.n - cagra_first_unlinked(&meta);
-	uint32		most = cagra_copy_update_at(meta.n);
-
-	if (may_hand_over && span <= most && cagra_linker_take(index, span, most))
+	if (may_hand_over && meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) &&
+		cagra_linker_take(index))
 		return;
 	cagra_link_run(index, start, false);
 	cagra_read_meta(index, &meta);
 
 	uint32		first = cagra_first_unlinked(&meta);
 
-	if (first < start && !(may_hand_over && cagra_linker_take(index, meta.n - first, most)))
+	if (first < start && !(may_hand_over && cagra_linker_take(index)))
 		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
 }
 
