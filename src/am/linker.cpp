@@ -89,12 +89,16 @@ cagra_linker_start(int i, uint32 generation)
 
 /*
  * Hand the index's complete runs of unlinked nodes to a linker of this
- * database, started when none runs or all are busy: false when none takes
- * them (cagra is not preloaded, no background worker slot is free, the
- * queues are full), and the caller links them.
+ * database: an idle one; else another started, when none runs or the busy
+ * ones have fallen behind (the unlinked span longer than a linker's batch,
+ * or than half the span `most` the inserts let them: fewer linkers with
+ * fuller batches wait on fewer round trips to the worker); else queued
+ * with the least busy.  False when none takes them (cagra is not
+ * preloaded, no background worker slot is free, the queues are full), and
+ * the caller links them.
  */
 static bool
-cagra_linker_take(Relation index)
+cagra_linker_take(Relation index, uint32 span, uint32 most)
 {
 	CagraWorkerShared *sh = cagra_worker_shared;
 	CagraLinkWork work = {RelationGetRelid(index), cagra_device};
@@ -133,7 +137,8 @@ cagra_linker_take(Relation index)
 			least = i;
 	}
 
-	int			target = idle >= 0 ? idle : (mine < limit && free >= 0) ? free : least;
+	bool		behind = mine == 0 || span > Min(CAGRA_LINKER_RUNS * CAGRA_LINK_RUN, most / 2);
+	int			target = idle >= 0 ? idle : (behind && mine < limit && free >= 0) ? free : least;
 
 	if (target < 0)
 	{
@@ -258,15 +263,18 @@ cagra_link_after_append(Relation index, uint32 new_id)
 	if ((new_id + 1) % CAGRA_LINK_RUN != 0)
 		return;
 	cagra_read_meta(index, &meta);
-	if (may_hand_over && meta.n - cagra_first_unlinked(&meta) <= cagra_copy_update_at(meta.n) &&
-		cagra_linker_take(index))
+
+	uint32		span = meta.n - cagra_first_unlinked(&meta);
+	uint32		most = cagra_copy_update_at(meta.n);
+
+	if (may_hand_over && span <= most && cagra_linker_take(index, span, most))
 		return;
 	cagra_link_run(index, start, false);
 	cagra_read_meta(index, &meta);
 
 	uint32		first = cagra_first_unlinked(&meta);
 
-	if (first < start && !(may_hand_over && cagra_linker_take(index)))
+	if (first < start && !(may_hand_over && cagra_linker_take(index, meta.n - first, most)))
 		cagra_link_run(index, first - first % CAGRA_LINK_RUN, false);
 }
 
