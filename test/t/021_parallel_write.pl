@@ -24,6 +24,7 @@ $primary->append_conf('postgresql.conf', qq{
 max_parallel_maintenance_workers = 2
 max_worker_processes = 8
 autovacuum = off
+wal_keep_size = '1GB'    # kept for the standby, which reconnects after each stop
 });
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION cagra');
@@ -197,8 +198,7 @@ is($primary->safe_psql('postgres', $queries), $answers, 'after recovery the inde
 # Rows linked by linkers (cagra preloaded): their WAL replays on the
 # standby to the same bytes, and the standby answers as the primary; an
 # immediate stop while linkers link leaves an index that checks clean.
-# (the WAL the standby has not received yet kept while it reconnects)
-$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'cagra'\nwal_keep_size = '1GB'\n");
+$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'cagra'\n");
 $primary->restart;
 $primary->wait_for_catchup($standby);
 my $insert = sub {
