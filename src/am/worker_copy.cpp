@@ -120,6 +120,7 @@ typedef struct CagraCopyUpdateRead
 	uint32		record_bytes;
 	uint32		rows;
 	uint32	   *row_ids;
+	CagraCopyExtent after;		/* linked and linked_after of the copy after it */
 } CagraCopyUpdateRead;
 
 /* Edges to nodes the copy will not hold (appended since the meta page was
@@ -141,6 +142,7 @@ cagra_fill_update(void *arg, CagraUpdatePayload *p)
 	uint32		voff = cagra_vector_offset(degree);
 	uint32	   *row = (uint32 *) palloc(sizeof(uint32) * degree);
 
+	memcpy(p->linked_after, u->after.linked_after, sizeof(p->linked_after));
 	p->entry_count = Min(meta->entry_count, (uint32) CAGRA_MAX_ENTRY_NODES);
 	memcpy(p->entries, meta->entries, p->entry_count * sizeof(uint32));
 	memcpy(cagra_update_node_ids(p), u->node_ids, sizeof(uint32) * u->nodes);
@@ -169,9 +171,10 @@ cagra_fill_update(void *arg, CagraUpdatePayload *p)
 
 /*
  * Bring the worker's copy (extent `copy`, older than `meta` by inserts)
- * to `key` when its tail has grown long: the appended nodes, the slots
- * reused since, and the rows those nodes point at.  When the copy does not
- * take it, nothing changes: the next searches merge the tail as before.
+ * to `key` when its tail has grown long: the appended nodes, the nodes it
+ * holds unlinked that are linked now, the slots reused since, and the rows
+ * those nodes point at.  When the copy does not take it, nothing changes:
+ * the next searches merge the tail as before.
  */
 static void
 cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraIndexKey *key,
@@ -180,9 +183,7 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 	uint32		degree = meta->graph_degree;
 	uint32		appended = meta->n - copy->n;
 	uint64		reused = meta->reused - copy->reused;
-	/* nodes the copy holds unlinked that are linked now */
-	uint32		linked_from = Min(copy->linked, copy->n);
-	uint32		linked_to = Max(Min(copy->n, cagra_first_unlinked(meta)), linked_from);
+	uint32		held_from = Min(copy->linked, copy->n);
 	CagraCopyUpdateRead u;
 	uint64	   *sent;
 
@@ -191,23 +192,36 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 	u.index = index;
 	u.meta = meta;
 	u.record_bytes = cagra_vector_offset(degree) + cagra_format_of(meta).vector_bytes();
-	u.node_ids = (uint32 *) palloc(sizeof(uint32) * (appended + (linked_to - linked_from) + reused + 1));
+	u.node_ids = (uint32 *) palloc(sizeof(uint32) * (appended + (copy->n - held_from) + reused + 1));
 	u.nodes = 0;
+	sent = (uint64 *) palloc0(sizeof(uint64) * cagra_node_bitset_words(meta->n));
 	for (uint32 i = 0; i < appended; i++)
 		u.node_ids[u.nodes++] = copy->n + i;
-	for (uint32 id = linked_from; id < linked_to; id++)
-		u.node_ids[u.nodes++] = id;
+	for (uint32 id = held_from; id < copy->n; id++)
+		if (!cagra_copy_holds_linked(copy, id) && !cagra_node_unlinked(index, meta, id))
+			u.node_ids[u.nodes++] = id;
+	for (uint32 i = 0; i < u.nodes; i++)
+		sent[u.node_ids[i] >> 6] |= UINT64CONST(1) << (u.node_ids[i] & 63);
 	for (uint64 r = 0; r < reused; r++)
 	{
 		uint32		id = meta->reuse_log[(copy->reused + r) % CAGRA_REUSE_LOG];
 
-		if (id < linked_from)
+		if (!cagra_node_bit(sent, id))
+		{
+			sent[id >> 6] |= UINT64CONST(1) << (id & 63);
 			u.node_ids[u.nodes++] = id;
+		}
 	}
 	u.records = (char *) palloc((Size) u.nodes * u.record_bytes + 1);
-	sent = (uint64 *) palloc0(sizeof(uint64) * cagra_node_bitset_words(meta->n));
-	for (uint32 i = 0; i < u.nodes; i++)
-		sent[u.node_ids[i] >> 6] |= UINT64CONST(1) << (u.node_ids[i] & 63);
+
+	/* what the copy will hold linked past the key's first unlinked node:
+	 * what it held, and the nodes sent linked */
+	memset(&u.after, 0, sizeof(u.after));
+	u.after.n = meta->n;
+	u.after.linked = key->linked;
+	for (uint32 id = key->linked; id < copy->n && id - key->linked < CAGRA_LINKED_WINDOW; id++)
+		if (!cagra_node_bit(sent, id) && cagra_copy_holds_linked(copy, id))
+			cagra_copy_mark_linked(&u.after, id);
 
 	/* the nodes whole, and the set of the rows they point at */
 	u.row_ids = (uint32 *) palloc(sizeof(uint32) * ((Size) u.nodes * degree + 1));
@@ -216,8 +230,12 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 	{
 		char	   *rec = u.records + (Size) i * u.record_bytes;
 		const uint32 *row = (const uint32 *) (rec + CAGRA_ROW_OFFSET);
+		CagraNodeHeader hdr;
 
 		cagra_read_record_bytes(index, meta, u.node_ids[i], 0, u.record_bytes, rec);
+		memcpy(&hdr, rec, sizeof(hdr));
+		if (!(hdr.flags & CAGRA_NODE_UNLINKED))
+			cagra_copy_mark_linked(&u.after, u.node_ids[i]);
 		for (uint32 j = 0; j < degree; j++)
 			if (row[j] < meta->n && !cagra_node_bit(sent, row[j]))
 			{
@@ -233,6 +251,20 @@ cagra_update_worker_copy(Relation index, const CagraMetaData *meta, const CagraI
 	pfree(u.row_ids);
 	pfree(u.records);
 	pfree(u.node_ids);
+}
+
+/* Nodes inserted since the copy of extent `copy` was made that it lacks
+ * for certain: appended, reused, or linked before the first unlinked node
+ * of `meta` but held unlinked. */
+static uint64
+cagra_copy_lag(const CagraMetaData *meta, const CagraCopyExtent *copy)
+{
+	uint64		lag = (uint64) (meta->n - Min(copy->n, meta->n)) + (meta->reused - copy->reused);
+	uint32		linked_now = Min(cagra_first_unlinked(meta), copy->n);
+
+	for (uint32 id = Min(copy->linked, linked_now); id < linked_now; id++)
+		lag += !cagra_copy_holds_linked(copy, id);
+	return lag;
 }
 
 CagraOffload
@@ -264,9 +296,7 @@ cagra_search_through_worker(Relation index, const CagraMetaData *meta, const Cag
 
 	FreeAccessStrategy(pages.strategy);
 	pfree(pages.group);
-	if (r == CAGRA_OFFLOAD_OK && copy->takes_updates &&
-		(uint64) (meta->n - Min(copy->n, copy->linked)) + (meta->reused - copy->reused) >=
-		cagra_copy_update_at(copy->n) &&
+	if (r == CAGRA_OFFLOAD_OK && copy->takes_updates && cagra_copy_lag(meta, copy) >= cagra_copy_update_at(copy->n) &&
 		cagra_client_claim_update())
 	{
 		PG_TRY();
@@ -465,7 +495,7 @@ cagra_merge_tail(Relation index, const CagraMetaData *meta, const CagraCopyExten
 
 			/* (a run may hold nodes counted after this meta page was read) */
 			if (tid == 0 || run->first + i >= (reused ? meta->reused : meta->n) || (reused && run->ids[i] >= from) ||
-				(allowed && !cagra_allowed_tid(allowed, tid)))
+				(!reused && cagra_copy_holds_linked(copy, run->ids[i])) || (allowed && !cagra_allowed_tid(allowed, tid)))
 				continue;
 			tail_vecs[ntail] = run->vecs + (Size) i * vbytes;
 			tail_ids[ntail++] = run->ids[i];

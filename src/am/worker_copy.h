@@ -31,7 +31,8 @@ float	   *cagra_search_begin_through_worker(Relation index, const CagraMetaData 
 
 /*
  * What the worker's copy lacks (cagra_copy_is_partial): nodes [copy->n,
- * meta->n), appended after it was made, and the slots of inserts
+ * meta->n), appended after it was made, the nodes from copy->linked on it
+ * holds unlinked (cagra_copy_holds_linked), and the slots of inserts
  * copy->reused + 1 .. meta->reused (reuse_log).  Read their vectors once
  * (kept by the backend for its next merge), then merge
  * the exact nearest of the live ones (of the rows `allowed` names, unless

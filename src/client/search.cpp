@@ -436,10 +436,14 @@ cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, con
 	Size		fixed = cagra_search_payload_size(0, source->format.dim, req->k, filter_bytes / sizeof(uint64), 0);
 	uint32		chunk = (uint32) Max((Size) 1, (budget - fixed) / per_query);
 
+	/* at most what the key names: every node linked past its first
+	 * unlinked one, until a chunk's copy says otherwise */
+	memset(copy, 0, sizeof(*copy));
 	copy->n = key->n;
 	copy->reused = key->reused;
 	copy->linked = key->linked;
 	copy->takes_updates = true;
+	memset(copy->linked_after, 0xFF, sizeof(copy->linked_after));
 	for (uint32 first = 0; first < nq; first += chunk)
 	{
 		uint32		count = Min(chunk, nq - first);
@@ -452,11 +456,8 @@ cagra_client_search(const CagraIndexKey *key, const CagraCopySource *source, con
 
 		if (r != CAGRA_OFFLOAD_OK)
 			return r;
-		/* chunks may meet different copies: the oldest extent covers all */
-		copy->n = Min(copy->n, got.n);
-		copy->reused = Min(copy->reused, got.reused);
-		copy->linked = Min(copy->linked, got.linked);
-		copy->takes_updates = copy->takes_updates && got.takes_updates;
+		/* chunks may meet different copies: what all of them hold */
+		*copy = cagra_copy_extent_meet(copy, &got);
 	}
 	return CAGRA_OFFLOAD_OK;
 }

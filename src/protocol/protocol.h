@@ -133,9 +133,15 @@ typedef struct CagraIndexKey
  * searching those slots itself. */
 #define CAGRA_REUSE_LOG 256
 
+/* Nodes past a copy's first unlinked one that it may hold linked: runs are
+ * linked side by side (linker.cpp), so later ones are often linked while an
+ * earlier one is not yet. */
+#define CAGRA_LINKED_WINDOW 1024
+
 /* What a copy searched holds: nodes 0 .. n-1 as they were after `reused`
- * inserts into vacuumed slots, of which those before `linked` were linked.
- * Nodes from `linked` on (no edge of the copy may lead to them), appended
+ * inserts into vacuumed slots, of which those before `linked` were linked,
+ * and those after it that linked_after marks (bit i: node linked + i).
+ * Nodes it holds unlinked (no edge of the copy may lead to them), appended
  * since, and slots reused since, are the backend's to search
  * (cagra_merge_tail). */
 typedef struct CagraCopyExtent
@@ -144,7 +150,47 @@ typedef struct CagraCopyExtent
 	uint64		reused;
 	uint32		linked;
 	bool		takes_updates;	/* it would take the nodes inserted since (UPDATE) */
+	uint64		linked_after[CAGRA_LINKED_WINDOW / 64];
 } CagraCopyExtent;
+
+/* Whether the copy of `copy` holds node `id` linked. */
+static inline bool
+cagra_copy_holds_linked(const CagraCopyExtent *copy, uint32 id)
+{
+	uint32		after = id - copy->linked;
+
+	if (id >= copy->n)
+		return false;
+	return id < copy->linked ||
+		(after < CAGRA_LINKED_WINDOW && (copy->linked_after[after / 64] >> (after % 64)) & 1);
+}
+
+/* Mark node `id` held linked in linked_after (a node of the window). */
+static inline void
+cagra_copy_mark_linked(CagraCopyExtent *copy, uint32 id)
+{
+	uint32		after = id - copy->linked;
+
+	if (id >= copy->linked && after < CAGRA_LINKED_WINDOW)
+		copy->linked_after[after / 64] |= UINT64CONST(1) << (after % 64);
+}
+
+/* What both `a` and `b` hold (each search chunk may meet another copy). */
+static inline CagraCopyExtent
+cagra_copy_extent_meet(const CagraCopyExtent *a, const CagraCopyExtent *b)
+{
+	CagraCopyExtent m;
+
+	memset(&m, 0, sizeof(m));
+	m.n = Min(a->n, b->n);
+	m.reused = Min(a->reused, b->reused);
+	m.linked = Min(a->linked, b->linked);
+	m.takes_updates = a->takes_updates && b->takes_updates;
+	for (uint32 id = m.linked; id < m.n && id - m.linked < CAGRA_LINKED_WINDOW; id++)
+		if (cagra_copy_holds_linked(a, id) && cagra_copy_holds_linked(b, id))
+			cagra_copy_mark_linked(&m, id);
+	return m;
+}
 
 /* Most nodes inserted after a copy of n nodes was made that a search of it
  * leaves to the backend (cagra_merge_tail: each query measures them, read
@@ -547,6 +593,8 @@ typedef struct CagraUpdatePayload
 	cagra::VectorFormat format;
 	uint32		degree;
 	CagraCopyExtent base;
+	uint64		linked_after[CAGRA_LINKED_WINDOW / 64];	/* the copy's after it, from
+															 * the key's linked */
 	uint32		entry_count;
 	uint32		entries[CAGRA_MAX_ENTRY_NODES];
 	uint32		nodes;

@@ -192,6 +192,8 @@ cagra_engine_reindex_nodes(CagraIndexCopy &copy, const uint32_t *ids, const uint
 	{
 		const uint32_t node = ids[i];
 
+		if (node < old_n && old_tids[i] == copy.tids[node])
+			continue;			/* sent again, linked since: its entry stands */
 		added.push_back({copy.tids[node], node});
 		if (node >= old_n)
 			continue;
@@ -316,6 +318,7 @@ cagra_engine_update(CagraIndexCopy &copy, const CagraIndexKey &key, CagraUpdateP
 
 		copy.entries.swap(entries);
 		copy.key = key;
+		memcpy(copy.linked_after, p->linked_after, sizeof(copy.linked_after));
 		copy.live.resize(cagra_node_bitset_words(key.n), 0);
 		copy.tids.resize(key.n, 0);
 		for (uint32_t i = 0; i < p->nodes; i++)

@@ -49,6 +49,7 @@ struct CagraIndexCopy
 	uint64_t	last_used = 0;		/* LRU clock */
 	uint32_t	uploaded_n = 0;		/* nodes of the whole upload it was made from */
 	bool		takes_updates = false;	/* cagra_cache_update would take one now */
+	uint64_t	linked_after[CAGRA_LINKED_WINDOW / 64] = {};	/* CagraCopyExtent's */
 	int64_t		loaded_at = 0;
 	std::vector<uint64_t> live;
 	bool		all_live = false;	/* searches need no filter */

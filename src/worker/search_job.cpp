@@ -57,6 +57,7 @@ cagra_answer_request(CagraWorkerShared *sh, CagraSearchJob *job, int i, uint32 k
 		s->copy.reused = job->copy->key.reused;
 		s->copy.linked = job->copy->key.linked;
 		s->copy.takes_updates = job->copy->takes_updates;
+		memcpy(s->copy.linked_after, job->copy->linked_after, sizeof(s->copy.linked_after));
 		strlcpy(s->message, msg, sizeof(s->message));
 	}
 	if (!problem && r == CAGRA_REPLY_OK)
