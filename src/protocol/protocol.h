@@ -186,6 +186,13 @@ cagra_copy_extent_meet(const CagraCopyExtent *a, const CagraCopyExtent *b)
 	m.reused = Min(a->reused, b->reused);
 	m.linked = Min(a->linked, b->linked);
 	m.takes_updates = a->takes_updates && b->takes_updates;
+	if (a->linked == b->linked)
+	{
+		/* (bits past n say nothing: cagra_copy_holds_linked looks at n first) */
+		for (int w = 0; w < CAGRA_LINKED_WINDOW / 64; w++)
+			m.linked_after[w] = a->linked_after[w] & b->linked_after[w];
+		return m;
+	}
 	for (uint32 id = m.linked; id < m.n && id - m.linked < CAGRA_LINKED_WINDOW; id++)
 		if (cagra_copy_holds_linked(a, id) && cagra_copy_holds_linked(b, id))
 			cagra_copy_mark_linked(&m, id);
